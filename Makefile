@@ -1,0 +1,34 @@
+# Set-up in two commands: `make run` (the main job) and `make test` (the suite).
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.gradlab-installed
+
+.PHONY: install run test test-all lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The main job on its defaults: the ArcCon GD heatmap (seed 000, Fig. 2), written to out/.
+run: $(STAMP)
+	$(VENV)/bin/gradlab heatmap --loss arccon --out out
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m ""
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check gradlab cli tests benchmarks examples
+
+bench: $(STAMP)
+	$(PY) benchmarks/mc.py
+
+clean:
+	rm -rf $(VENV) out build *.egg-info

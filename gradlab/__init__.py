@@ -1,0 +1,44 @@
+"""gradlab: the GD / W / R gradient paradigm of contrastive and self-supervised losses.
+
+    ∂L_i/∂h_i = GD · Σ_{j≠i} W_j (h_j' − R · h_i')
+
+Import is cheap: submodules (and JAX itself) load on first use of a public name.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from gradlab._version import __version__
+
+# public name -> module that defines it
+_LAZY = {
+    "get_loss": "gradlab.losses",
+    "list_losses": "gradlab.losses",
+    "loss_table": "gradlab.losses",
+    "Loss": "gradlab.losses",
+    "Components": "gradlab.paradigm",
+    "Decomposition": "gradlab.paradigm",
+    "decompose": "gradlab.paradigm",
+    "reconstruct": "gradlab.paradigm",
+    "lemma1_bounds": "gradlab.lemma1",
+}
+_SUBMODULES = {"geometry", "losses", "paradigm", "simulate", "lemma1", "margins", "collapse", "monitor", "plot", "io", "real"}
+
+__all__ = ["__version__", *sorted(_LAZY)]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        module = importlib.import_module(f"gradlab.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'gradlab' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__) | _SUBMODULES)

@@ -1,0 +1,1 @@
+"""Registered by its own module; filled in as the loss zoo grows."""
