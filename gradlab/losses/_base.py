@@ -20,6 +20,7 @@ objectives: ∂L/∂h_i of the batch objective. ``loss(h, h_prime)`` is the mean
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -30,7 +31,7 @@ from jax import Array
 
 from gradlab._validation import check_angles, check_pair, check_param
 from gradlab.geometry import cosine_matrix, normalize, tangent_project
-from gradlab.paradigm import Components, anchor_gradient
+from gradlab.paradigm import Components, anchor_gradient, reconstruct
 
 __all__ = ["LossSpec", "Loss", "register", "get_loss", "list_losses", "loss_table", "FAMILIES"]
 
@@ -220,22 +221,22 @@ class Loss:
 
     def __call__(self, h, h_prime) -> Array:
         h, h_prime = check_pair(h, h_prime)
-        h, h_prime = normalize(h), normalize(h_prime)
-        out = self._objective(h, h_prime)
-        if self.symmetric:
-            out = 0.5 * (out + self._objective(h_prime, h))
-        return out
+        return _jitted(self.spec.name, "objective", self.symmetric)(dict(self.params), h, h_prime)
 
     def per_anchor(self, h, h_prime) -> Array:
         """The (N,) one-directional per-anchor losses L_i (anchor h_i, positive h_i')."""
         h, h_prime = check_pair(h, h_prime)
-        return self._per_anchor(normalize(h), normalize(h_prime))
+        if self.spec.batch is not None:
+            self._per_anchor(h, h_prime)  # raises the explanatory TypeError
+        return _jitted(self.spec.name, "per_anchor", False)(dict(self.params), h, h_prime)
 
     # --- the paradigm --------------------------------------------------------------
     def components(self, h, h_prime) -> Components:
         """Exact GD / W / R in embedding form: gd (N,), weight (N, N) zero diagonal, ratio."""
         h, h_prime = check_pair(h, h_prime)
-        h, h_prime = normalize(h), normalize(h_prime)
+        return _jitted(self.spec.name, "components", False)(dict(self.params), h, h_prime)
+
+    def _components(self, h: Array, h_prime: Array) -> Components:
         s, p = self.spec, self.params
         if s.kernel is not None:
             c_pos, c_neg, valid = _embedding_cosines(h, h_prime, s.negatives)
@@ -269,17 +270,40 @@ class Loss:
         objectives: ∂L/∂h_i. Computed with ``jax.grad`` — the independent witness.
         """
         h, h_prime = check_pair(h, h_prime)
-        h, h_prime = normalize(h), normalize(h_prime)
+        return _jitted(self.spec.name, "anchor_gradient", False)(dict(self.params), h, h_prime)
+
+    def _anchor_gradient(self, h: Array, h_prime: Array) -> Array:
         s, p = self.spec, self.params
         if s.batch is not None:
-            g = jax.grad(lambda x: s.batch(normalize(x), h_prime, **p))(h)
+            g = jax.grad(lambda x: s.batch(x, h_prime, **p))(h)
             return tangent_project(h, g)
         return anchor_gradient(self._per_anchor, h, h_prime)
 
     def paradigm_gradient(self, h, h_prime) -> Array:
         """``reconstruct(self.components(h, h_prime), ...)``: the paradigm's gradient, (N, D)."""
-        from gradlab.paradigm import reconstruct
-
         h, h_prime = check_pair(h, h_prime)
+        return _jitted(self.spec.name, "paradigm_gradient", False)(dict(self.params), h, h_prime)
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted(name: str, method: str, symmetric: bool):
+    """One jitted function per (loss, method): parameters are traced, so new values never recompile."""
+    spec = get_spec(name)
+
+    def run(params, h, h_prime):
+        loss = Loss(spec, params, symmetric)
         h, h_prime = normalize(h), normalize(h_prime)
-        return reconstruct(self.components(h, h_prime), h, h_prime)
+        if method == "objective":
+            out = loss._objective(h, h_prime)
+            return 0.5 * (out + loss._objective(h_prime, h)) if symmetric else out
+        if method == "per_anchor":
+            return loss._per_anchor(h, h_prime)
+        if method == "components":
+            return loss._components(h, h_prime)
+        if method == "anchor_gradient":
+            return loss._anchor_gradient(h, h_prime)
+        if method == "paradigm_gradient":
+            return reconstruct(loss._components(h, h_prime), h, h_prime)
+        raise ValueError(method)
+
+    return jax.jit(run)

