@@ -8,7 +8,12 @@ import jax
 import numpy as np
 import pytest
 
-from gradlab.collapse import center_residual, collapse_ratios, combination_split, infonce_extra_gradient
+from gradlab.collapse import (
+    center_residual,
+    collapse_ratios,
+    combination_split,
+    infonce_extra_gradient,
+)
 
 
 def _unit_rows(x):

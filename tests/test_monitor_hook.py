@@ -139,7 +139,7 @@ def test_torch_never_imported():
         m = ParadigmMonitor(losses=["infonce"], taus=(0.05,), lambdas=(0.1,), ratio_losses=[], sink=None)
         assert m.update(0, DL(h), DL(h + 0.1))["valid"]
         analyze(h, h + 0.1, batch_size=3, losses=["infonce"], taus=(0.05,), lambdas=(0.1,), ratio_losses=[])
-        import gradlab.monitor.report
+        import gradlab.monitor._report
         assert "torch" not in sys.modules, sorted(m for m in sys.modules if "torch" in m)
         print("ok")
         """
@@ -295,3 +295,23 @@ def test_constructor_validation():
         ParadigmMonitor(losses=["infonce", "infonce"], sink=None)
     with pytest.raises(TypeError, match="sink"):
         ParadigmMonitor(sink=3.5)
+
+
+# --- edges ------------------------------------------------------------------------------------
+def test_identical_views_and_collapsed_batch_float32():
+    h, _ = _batch()
+    rec = _mon().update(0, h, h.copy())
+    assert rec["valid"]
+    assert abs(rec["mu_pos"]) < 1e-6 and abs(rec["sigma_pos"]) < 1e-6  # not arccos(1 - ulp) ≈ 3e-4
+    assert rec["cos_pos_mean"] == pytest.approx(1.0, abs=1e-6) and rec["align"] == pytest.approx(0.0, abs=1e-6)
+    # sin θ_ii' -> 0: the minimum ratio diverges (or the lemma is infeasible); r = 1 never suffices
+    q10 = rec["lemma1_min_ratio"]["0.1"]["q10"]
+    assert q10 is None or q10 > 1e3
+    assert rec["lemma1_satisfied_fraction"]["0.1"] == 0.0
+    collapsed = np.tile(h[:1], (N, 1)) * np.arange(1, N + 1, dtype=np.float32)[:, None]
+    rec = _mon().update(0, collapsed, collapsed)
+    assert rec["valid"]
+    assert rec["m_o"] == pytest.approx(1.0, abs=1e-6) and rec["m_r"] == pytest.approx(0.0, abs=1e-3)
+    assert rec["mu_neg"] == pytest.approx(0.0, abs=1e-3)
+    assert rec["hardest_share"]["0.05"] is None  # no push direction at all: undefined, not invented
+    assert rec["uniform"] == pytest.approx(0.0, abs=1e-5)

@@ -161,7 +161,7 @@ def reference(h, hp):
         proj, simple = [], []
         for i in range(n):
             js = [j for j in range(n) if j != i]
-            w = dict(zip(js, _softmax([C[i][j] / tau for j in js])))
+            w = dict(zip(js, _softmax([C[i][j] / tau for j in js]), strict=True))
             simple.append(w[hard[i]])
             tang = {j: hp[j] - C[i][j] * h[i] for j in js}  # tangent part of h_j' at h_i
             v = sum(w[j] * tang[j] for j in js)
@@ -186,7 +186,7 @@ def reference(h, hp):
         arr = np.array(lows)
         key = f"{lam:g}"
         summary = {"mean": float(np.nanmean(arr)) if nf else float("nan")}
-        for q, nm in zip((0.1, 0.25, 0.5, 0.75, 0.9), ("q10", "q25", "q50", "q75", "q90")):
+        for q, nm in zip((0.1, 0.25, 0.5, 0.75, 0.9), ("q10", "q25", "q50", "q75", "q90"), strict=True):
             summary[nm] = float(np.nanquantile(arr, q)) if nf else float("nan")
         l1[key], feas[key], sat[key], per_anchor[key] = summary, nf / n, ns / n, arr
     out["lemma1_min_ratio"], out["lemma1_feasible_fraction"], out["lemma1_satisfied_fraction"] = l1, feas, sat

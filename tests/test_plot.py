@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from gradlab.io import Result
 from gradlab import plot
+from gradlab.io import Result
 from gradlab.plot._style import pi_label, pi_ticks
 
 G = 6

@@ -1,1 +1,46 @@
-"""placeholder: filled in by its issue."""
+"""The PyTorch-free training hook: seed 000's Sec. 3.2 statistics measured on real embeddings.
+
+``ParadigmMonitor`` measures each monitored batch (two views h, h_prime) in one
+jitted pass and appends a record to a JSON Lines / CSV log or any callable;
+``analyze`` gives the same statistics per batch on saved embeddings; ``report``
+turns a log into the curves (figures + data + metadata).
+
+Importing this package does not import JAX, matplotlib, or any deep-learning framework.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "ParadigmMonitor": "gradlab.monitor._monitor",
+    "MonitorInputError": "gradlab.monitor._monitor",
+    "analyze": "gradlab.monitor._monitor",
+    "STATISTICS": "gradlab.monitor._monitor",
+    "DEFAULT_LOSSES": "gradlab.monitor._monitor",
+    "DEFAULT_TAUS": "gradlab.monitor._monitor",
+    "DEFAULT_LAMBDAS": "gradlab.monitor._monitor",
+    "DEFAULT_RATIO_LOSSES": "gradlab.monitor._monitor",
+    "JSONLSink": "gradlab.monitor._sinks",
+    "CSVSink": "gradlab.monitor._sinks",
+    "read_log": "gradlab.monitor._sinks",
+    "flatten": "gradlab.monitor._sinks",
+    "to_array": "gradlab.monitor._convert",
+    "report": "gradlab.monitor._report",
+    "log_series": "gradlab.monitor._report",
+    "track_figure": "gradlab.monitor._report",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'gradlab.monitor' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -1,1 +1,35 @@
-"""placeholder: filled in by its issue."""
+"""Plotting: heatmaps over angle axes (ticks in multiples of π, shaded masks), curves,
+and one recipe per paper figure. Every function returns the matplotlib Figure.
+
+matplotlib is imported on first use (Agg when headless), never at ``import gradlab``.
+
+Recipes (seed 000): ``gd_maps`` (Figs. 2, 10), ``weight_share_curves`` (Fig. 3),
+``ratio_maps`` (Fig. 4), ``lemma1_maps``, ``min_ratio_distribution`` (Fig. 8a);
+(seed 003): ``norm_maps`` (Figs. 2, 4); (seed 002): ``margin_gradients`` (Fig. 1),
+``margin_multipliers`` (Fig. 2), ``margin_ratio_grid`` (Fig. 8).
+Primitives: ``heatmap``, ``curves``, ``shade_mask``, ``save_figure``; style: ``CMAPS``.
+"""
+
+from gradlab.plot._core import curves as curves
+from gradlab.plot._core import heatmap as heatmap
+from gradlab.plot._core import shade_mask as shade_mask
+from gradlab.plot._figures import gd_maps as gd_maps
+from gradlab.plot._figures import lemma1_maps as lemma1_maps
+from gradlab.plot._figures import loss_title as loss_title
+from gradlab.plot._figures import margin_gradients as margin_gradients
+from gradlab.plot._figures import margin_multipliers as margin_multipliers
+from gradlab.plot._figures import margin_ratio_grid as margin_ratio_grid
+from gradlab.plot._figures import min_ratio_distribution as min_ratio_distribution
+from gradlab.plot._figures import norm_maps as norm_maps
+from gradlab.plot._figures import ratio_maps as ratio_maps
+from gradlab.plot._figures import weight_share_curves as weight_share_curves
+from gradlab.plot._style import CMAPS as CMAPS
+from gradlab.plot._style import LABELS as LABELS
+from gradlab.plot._style import pi_label as pi_label
+from gradlab.plot._style import save_figure as save_figure
+
+__all__ = [
+    "curves", "heatmap", "shade_mask", "gd_maps", "lemma1_maps", "loss_title", "margin_gradients",
+    "margin_multipliers", "margin_ratio_grid", "min_ratio_distribution", "norm_maps", "ratio_maps",
+    "weight_share_curves", "CMAPS", "LABELS", "pi_label", "save_figure",
+]

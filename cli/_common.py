@@ -1,0 +1,201 @@
+"""Shared CLI plumbing: error translation, output checks, progress, writing figure + data + metadata."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import typer
+from gradlab_cli._clickcompat import ClickException, echo
+
+FORMATS = ("png", "pdf", "svg")
+
+#: The command line as typed (set by ``app.main``; a best guess from sys.argv otherwise).
+COMMAND_LINE: list[str] | None = None
+
+
+class CLIError(ClickException):
+    """A user error: one line on stderr, exit code 2."""
+
+    exit_code = 2
+
+    def show(self, file=None):  # pragma: no cover - main() prints instead
+        echo(f"Error: {self.format_message()}", err=True)
+
+
+def fail(message: str) -> CLIError:
+    return CLIError(message)
+
+
+def parse_params(items: Sequence[str] | None) -> dict[str, float]:
+    """``["tau=0.05", "u=0.1745"]`` -> ``{"tau": 0.05, "u": 0.1745}`` (values may use ``pi``)."""
+    out: dict[str, float] = {}
+    for item in items or ():
+        if "=" not in item:
+            raise fail(f"--param expects KEY=VALUE; got {item!r}")
+        key, _, raw = item.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not key:
+            raise fail(f"--param expects KEY=VALUE; got {item!r}")
+        out[key] = parse_number(raw, f"--param {key}")
+    return out
+
+
+def parse_number(raw: str, what: str) -> float:
+    """A float, also written with π: ``0.15pi``, ``pi/18``, ``3*pi/4``."""
+    text = str(raw).strip().lower().replace("π", "pi")
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        expr = text.replace("pi", f"({math.pi!r})")
+        if not set(expr) <= set("0123456789.+-*/() e"):
+            raise ValueError
+        expr = expr.replace(")(", ")*(")
+        for d in "0123456789.":
+            expr = expr.replace(f"{d}(", f"{d}*(")
+        value = float(eval(expr, {"__builtins__": {}}, {}))  # noqa: S307 - digits, π and arithmetic only
+    except Exception:  # noqa: BLE001
+        raise fail(f"{what}: not a number: {raw!r}") from None
+    if not math.isfinite(value):
+        raise fail(f"{what}: not a finite number: {raw!r}")
+    return value
+
+
+def check_out_dir(out: Path) -> Path:
+    """Create ``out`` if needed and prove it is writable (before any long computation)."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".gradlab-probe-", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise fail(f"cannot write to output directory {str(out)!r}: {exc.strerror or exc}") from None
+    return out
+
+
+def check_formats(formats: Iterable[str] | None) -> list[str]:
+    fmts = [f.lower().lstrip(".") for f in (formats or ["png"])]
+    bad = [f for f in fmts if f not in FORMATS]
+    if bad:
+        raise fail(f"unknown --format {bad[0]!r}; choose from {', '.join(FORMATS)}")
+    return list(dict.fromkeys(fmts))
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, enabled: bool | None = None):
+    """Yield a ``callable(done, total)`` that drives a rich bar on a TTY (no-op otherwise)."""
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done, total):
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def _versions() -> dict[str, Any]:
+    from gradlab.io import runtime_meta
+
+    meta = runtime_meta()
+    meta["python"] = sys.version.split()[0]
+    for mod in ("typer", "matplotlib"):
+        try:
+            from importlib.metadata import version
+
+            meta[f"{mod}_version"] = version(mod)
+        except Exception:  # noqa: BLE001
+            meta[f"{mod}_version"] = None
+    return meta
+
+
+def result_arrays(result) -> dict[str, np.ndarray]:
+    """A Result's arrays under the engine's names: axes, ``mean``, ``stderr``, ``mask``, extras."""
+    arrays: dict[str, np.ndarray] = {name: np.asarray(v) for name, v in result.coords.items()}
+    arrays["mean"] = np.asarray(result.mean)
+    if result.stderr is not None:
+        arrays["stderr"] = np.asarray(result.stderr)
+    if result.mask is not None:
+        arrays["mask"] = np.asarray(result.mask)
+    for name, v in result.extra.items():
+        arrays[name] = np.asarray(v)
+    return arrays
+
+
+class Writer:
+    """Writes a command's outputs into ``out``: figures, ``.npz`` data and ``.json`` metadata, atomically."""
+
+    def __init__(self, out: Path, formats: Sequence[str], plot: bool, command: str, parameters: Mapping[str, Any]):
+        self.out = check_out_dir(out)
+        self.formats = check_formats(formats)
+        self.plot = plot
+        self.command = command
+        self.parameters = dict(parameters)
+        self.start = time.perf_counter()
+        self.written: list[Path] = []
+
+    def figure(self, stem: str, fig) -> list[Path]:
+        if not self.plot or fig is None:
+            return []
+        from gradlab.plot import save_figure
+
+        paths = []
+        for fmt in self.formats:
+            paths.append(save_figure(fig, self.out / f"{stem}.{fmt}", fmt))
+        self.written.extend(paths)
+        return paths
+
+    def data(self, stem: str, arrays: Mapping[str, Any], *, result_meta: Mapping | None = None,
+             dims: Mapping | None = None, extra_meta: Mapping | None = None) -> tuple[Path, Path]:
+        from gradlab.io import save_json_atomic, save_npz_atomic
+
+        npz = save_npz_atomic(self.out / f"{stem}.npz", **{k: np.asarray(v) for k, v in arrays.items()})
+        meta = {
+            "command_line": " ".join(["gradlab", *(COMMAND_LINE if COMMAND_LINE is not None else sys.argv[1:])]),
+            "command": self.command,
+            "parameters": self.parameters,
+            "seed": self.parameters.get("seed"),
+            "arrays": {k: list(np.shape(v)) for k, v in arrays.items()},
+            "dims": dict(dims or {}),
+            "wall_time_s": round(time.perf_counter() - self.start, 3),
+            **_versions(),
+            "result_meta": dict(result_meta or {}),
+            **dict(extra_meta or {}),
+        }
+        js = save_json_atomic(self.out / f"{stem}.json", meta)
+        self.written.extend([npz, js])
+        return npz, js
+
+    def result(self, stem: str, result, fig=None, **extra_meta) -> None:
+        self.figure(stem, fig)
+        dims = {"mean": list(result.dims), **{k: list(v) for k, v in result.extra_dims.items()}}
+        self.data(stem, result_arrays(result), result_meta=result.meta, dims=dims, extra_meta=extra_meta)
+
+    def report(self) -> None:
+        for p in self.written:
+            typer.echo(str(p))

@@ -1,0 +1,124 @@
+"""CLI plug-in: ``gradlab track EMB.npz`` and ``gradlab report LOG.jsonl`` (the training hook's side).
+
+Registered by ``cli/app.py`` through ``register(app)``. Top-level imports stay light:
+gradlab, JAX and matplotlib load inside the command bodies.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+_Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory (created if missing).")]
+_Formats = Annotated[list[str] | None, typer.Option("--format", "-f", help="Figure format: png, pdf or svg (repeatable).")]
+_NoPlot = Annotated[bool, typer.Option("--no-plot", help="Write the data and metadata only, no figure.")]
+_Debug = Annotated[bool, typer.Option("--debug", help="Show a traceback on errors.")]
+
+
+def _flat_arrays(tree, prefix=""):
+    import numpy as np
+
+    out = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat_arrays(v, key + "/"))
+        else:
+            out[key] = np.asarray(v)
+    return out
+
+
+def track(
+    embeddings: Annotated[Path, typer.Argument(help="An .npz holding two views 'h' and 'h_prime' of shape (M, D).")],
+    batch_size: Annotated[int, typer.Option("--batch-size", "-N", help="N per batch (the paper: 128, App. A.2).")] = 128,
+    tau: Annotated[list[float] | None, typer.Option("--tau", help="Temperature of the hardest-negative share (repeatable; default 0.3 0.1 0.05 0.03 0.01 0.005).")] = None,
+    lam: Annotated[list[float] | None, typer.Option("--lambda", help="Lemma-1 step size λ (repeatable; default 0.1 0.5 1).")] = None,
+    margin: Annotated[float, typer.Option("--margin", help="Margin m of the baseline's GD gate (seed 000 Eq. 5).")] = 0.3,
+    out: _Out = Path("."),
+    fmt: _Formats = None,
+    no_plot: _NoPlot = False,
+    debug: _Debug = False,
+):
+    """The monitor's statistics on saved embeddings, per batch of N (seed 000 Sec. 3.2, App. A.2).
+
+    Writes track.npz (every per-batch statistic under its record name, e.g. 'mu_pos',
+    'hardest_share/0.05', 'lemma1_min_ratio_per_anchor/0.1'), track.json and track.png
+    (Figs. 5, 7, 8a, 8b for these embeddings).
+
+    Examples:
+
+      gradlab track views.npz
+
+      gradlab track views.npz --batch-size 64 --tau 0.05 --lambda 0.1 --out out/
+    """
+    from gradlab_cli._common import fail
+    from gradlab_cli.app import guard
+
+    with guard(debug):
+        if batch_size < 2:
+            raise fail(f"--batch-size N must be >= 2; got {batch_size}")
+        from gradlab_cli._lemma1_real import load_views
+        from gradlab_cli.app import _writer
+
+        from gradlab.monitor import DEFAULT_LAMBDAS, DEFAULT_TAUS, analyze
+
+        taus = list(tau) if tau else list(DEFAULT_TAUS)
+        lams = list(lam) if lam else list(DEFAULT_LAMBDAS)
+        h, hp = load_views(embeddings)
+        if h.shape[0] < batch_size:
+            raise fail(f"{str(embeddings)!r} holds M = {h.shape[0]} pairs, fewer than one batch of N = {batch_size}")
+        writer = _writer(out, fmt, no_plot, "track", embeddings=str(embeddings), batch_size=batch_size,
+                         taus=taus, lambdas=lams, margin=margin)
+        res = analyze(h, hp, batch_size=batch_size, taus=taus, lambdas=lams, margin=margin, histograms=True)
+        meta = {"n_batches": res.pop("n_batches"), "dropped": res.pop("dropped"), "batch_size": res.pop("batch_size"),
+                "pairs": int(h.shape[0]), "dim": int(h.shape[1])}
+        if writer.plot:
+            from gradlab.monitor._report import track_figure
+
+            writer.figure("track", track_figure(res))
+        writer.data("track", _flat_arrays(res), extra_meta=meta)
+        writer.report()
+
+
+def report_cmd(
+    log: Annotated[Path, typer.Argument(help="A JSON Lines log written by ParadigmMonitor.")],
+    out: _Out = Path("."),
+    fmt: _Formats = None,
+    no_plot: _NoPlot = False,
+    debug: _Debug = False,
+):
+    """Plot a monitor log over training steps (seed 000 Figs. 5, 7, 8, 9; seed 004's m_o / m_r).
+
+    Writes monitor_curves.png, monitor_lemma1.png (and monitor_cosines.png when the run
+    recorded histograms), monitor.npz (every series by its record name) and monitor.json.
+
+    Examples:
+
+      gradlab report run/monitor.jsonl
+
+      gradlab report run/monitor.jsonl --out report/ --format pdf
+    """
+    from gradlab_cli._common import COMMAND_LINE, check_formats, check_out_dir
+    from gradlab_cli.app import guard
+
+    with guard(debug):
+        formats = check_formats(fmt)
+        check_out_dir(out)
+        import sys
+
+        from gradlab.monitor import report
+
+        line = " ".join(["gradlab", *(COMMAND_LINE if COMMAND_LINE is not None else sys.argv[1:])])
+        meta = report(log, out, formats=formats, plot=not no_plot, extra_meta={"command_line": line})
+        for path in meta["files"]:
+            typer.echo(path)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``track`` and ``report`` to the gradlab CLI."""
+    app.command("track", context_settings=_CONTEXT)(track)
+    app.command("report", context_settings=_CONTEXT)(report_cmd)

@@ -1,0 +1,655 @@
+"""The ``gradlab`` command line: thin commands over the library (parse, call gradlab, write files).
+
+Every computing command writes into ``--out`` (default: the working directory) the figure
+(``--format png|pdf|svg``, repeatable; ``--no-plot`` skips it), the data (``STEM.npz``:
+the result's arrays under the engine's names ``mu_pos``, ``mu_neg``, ``mean``, ``stderr``,
+``mask``, ...) and the metadata (``STEM.json``: command line, parameters, seed, versions,
+device, wall time), each atomically. User errors print one line and exit with code 2;
+``--debug`` shows the traceback instead.
+
+Plug-in convention (commands owned by other modules): a module ``cli/_X.py`` exposes
+``register(app: typer.Typer) -> None`` which adds its commands with ``@app.command(...)``.
+``app.py`` calls ``register`` for every name in ``PLUGINS`` that imports; a plug-in that is
+missing (ImportError) is skipped silently, so the CLI works without it. Keep the plug-in's
+top-level imports light (typer, stdlib): import gradlab / JAX inside the command body, and
+raise ``ValueError`` (or ``cli._common.CLIError``) for user errors so they get the
+one-line / exit-code-2 treatment of ``guard``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from gradlab_cli import _common
+from gradlab_cli._clickcompat import (
+    Abort,
+    ClickException,
+    Exit,
+    NoArgsIsHelpError,
+    UsageError,
+    echo,
+)
+from gradlab_cli._common import CLIError, Writer, fail, parse_number, parse_params, progress_bar
+from typer.core import TyperGroup
+
+PLUGINS = ("_monitor", "_real")
+
+
+class _OneLineErrors(TyperGroup):
+    """Prints every click / user error as one line on stderr and exits with its code (2)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args=args, prog_name=prog_name or "gradlab", complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except NoArgsIsHelpError as exc:
+            exc.show()
+            code = 0
+        except ClickException as exc:
+            msg = exc.format_message().strip().replace("\n", " ")
+            hint = ""
+            if isinstance(exc, UsageError) and not isinstance(exc, CLIError):
+                ctx = exc.ctx
+                hint = f" (see '{ctx.command_path} -h')" if ctx is not None else " (see 'gradlab -h')"
+            echo(f"Error: {msg}{hint}", err=True)
+            code = exc.exit_code
+        except Abort:
+            echo("Aborted.", err=True)
+            code = 130
+        else:
+            code = rv if isinstance(rv, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+app = typer.Typer(
+    name="gradlab",
+    cls=_OneLineErrors,
+    help="gradlab: the GD / W / R gradient paradigm of contrastive losses, as an instrument.\n\n"
+    "Examples:\n\n"
+    "\b\n"
+    "  gradlab heatmap --loss arccon        # seed 000 Fig. 2 (GD map)\n"
+    "  gradlab lemma1 --lambda 0.1          # Lemma 1 map + distribution\n"
+    "  gradlab figures --out figures/       # every paper figure\n"
+    "  gradlab losses                       # the registry",
+    context_settings=CONTEXT,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+_DEBUG = {"on": bool(os.environ.get("GRADLAB_DEBUG"))}
+
+
+def _version_callback(value: bool):
+    if value:
+        from gradlab import __version__
+
+        typer.echo(f"gradlab {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
+):
+    """gradlab: the GD / W / R gradient paradigm of contrastive losses."""
+    _DEBUG["on"] = bool(debug or os.environ.get("GRADLAB_DEBUG"))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, KeyError):
+        text = f"unknown key {text}"
+    return " ".join(text.split())
+
+
+@contextlib.contextmanager
+def guard(debug: bool = False):
+    """Translate library errors into one-line CLI errors (exit 2); ``--debug`` re-raises."""
+    debug = debug or _DEBUG["on"]
+    try:
+        yield
+    except (CLIError, Exit, Abort):
+        raise
+    except (ValueError, TypeError, KeyError, OSError, NotImplementedError) as exc:
+        if debug:
+            raise
+        raise CLIError(_one_line(exc)) from None
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        raise Abort() from None
+    except Exception as exc:  # noqa: BLE001 - never a traceback without --debug
+        if debug:
+            raise
+        err = ClickException(f"internal error ({type(exc).__name__}): {_one_line(exc)}; rerun with --debug")
+        err.exit_code = 1
+        raise err from None
+
+
+# --- shared options ------------------------------------------------------------------------------
+class Component(str, Enum):
+    gd = "gd"
+    ratio = "ratio"
+    weight = "weight"
+    norm = "norm"
+
+
+class Part(str, Enum):
+    pos = "pos"
+    neg = "neg"
+
+
+class Mode(str, Enum):
+    common = "common"
+    independent = "independent"
+
+
+Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory (created if missing).")]
+Formats = Annotated[list[str] | None, typer.Option("--format", "-f", help="Figure format: png, pdf or svg (repeatable).")]
+NoPlot = Annotated[bool, typer.Option("--no-plot", help="Write the data and metadata only, no figure.")]
+Debug = Annotated[bool, typer.Option("--debug", help="Show a traceback on errors.")]
+Params = Annotated[list[str] | None, typer.Option("--param", "-p", help="Loss parameter KEY=VALUE (repeatable); values may use pi, e.g. u=pi/18.")]
+Grid = Annotated[int, typer.Option("--grid", help="Points per μ axis (the paper: 100).")]
+Batches = Annotated[int, typer.Option("--batches", help="Batches per (μ_pos, μ_neg) cell (the paper: 1000).")]
+BatchSize = Annotated[int, typer.Option("--batch-size", "-N", help="N: 1 positive + N-1 negatives (the paper: 128).")]
+SigmaPos = Annotated[float, typer.Option("--sigma-pos", help="σ_pos of θ_ii' (the paper: 0.05).")]
+SigmaNeg = Annotated[float, typer.Option("--sigma-neg", help="σ_neg of θ_ij' (the paper: 0.10).")]
+MuPosRange = Annotated[tuple[str, str], typer.Option("--mu-pos-range", help="LO HI of μ_pos, radians; pi allowed (pi/20 pi/2).")]
+MuNegRange = Annotated[tuple[str, str], typer.Option("--mu-neg-range", help="LO HI of μ_neg, radians (pi/20 pi).")]
+Seed = Annotated[int, typer.Option("--seed", help="Root seed: fixes every number bit for bit.")]
+ModeOpt = Annotated[Mode, typer.Option("--mode", help="common: one set of draws for every cell (fast); independent: draws per cell.")]
+
+
+def _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, mu_pos_range, mu_neg_range, seed, mode):
+    """Validate the Monte-Carlo options (one-line errors) and build a ``Protocol``."""
+    if grid < 2:
+        raise fail(f"--grid must be >= 2; got {grid}")
+    if batches < 1:
+        raise fail(f"--batches must be >= 1; got {batches}")
+    if batch_size < 2:
+        raise fail(f"--batch-size N must be >= 2 (one positive and at least one negative); got {batch_size}")
+    for name, s in (("--sigma-pos", sigma_pos), ("--sigma-neg", sigma_neg)):
+        if not (math.isfinite(s) and s > 0):
+            raise fail(f"{name} must be > 0; got {s}")
+    ranges = {}
+    for name, (lo, hi) in (("--mu-pos-range", mu_pos_range), ("--mu-neg-range", mu_neg_range)):
+        lo_v, hi_v = parse_number(lo, name), parse_number(hi, name)
+        if not hi_v > lo_v:
+            raise fail(f"{name} is empty: LO = {lo_v:g} must be < HI = {hi_v:g}")
+        ranges[name] = (lo_v, hi_v)
+    if seed < 0:
+        raise fail(f"--seed must be >= 0; got {seed}")
+    from gradlab.simulate import Protocol
+
+    return Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos, sigma_neg=sigma_neg,
+                    mu_pos_range=ranges["--mu-pos-range"], mu_neg_range=ranges["--mu-neg-range"], seed=seed,
+                    mode=mode.value if isinstance(mode, Enum) else mode)
+
+
+def _loss(name: str, params: dict):
+    from gradlab.losses import get_loss
+
+    return get_loss(name, **params)
+
+
+def _safe(name: str) -> str:
+    return name.replace("+", "plus").replace("/", "_")
+
+
+def _writer(out, formats, no_plot, command, **parameters) -> Writer:
+    return Writer(out, formats or ["png"], not no_plot, command, parameters)
+
+
+# --- heatmap -------------------------------------------------------------------------------------
+@app.command(context_settings=CONTEXT)
+def heatmap(
+    loss: Annotated[str, typer.Option("--loss", "-l", help="A registered loss (see 'gradlab losses').")],
+    component: Annotated[Component, typer.Option("--component", "-c", help="gd (Figs. 2, 10), ratio (Fig. 4), weight (hardest-negative share where GD >= --gd-threshold) or norm (seed 003's closed-form norm at the mean angles).")] = Component.gd,
+    grid: Grid = 100,
+    batches: Batches = 1000,
+    batch_size: BatchSize = 128,
+    sigma_pos: SigmaPos = 0.05,
+    sigma_neg: SigmaNeg = 0.10,
+    mu_pos_range: MuPosRange = ("pi/20", "pi/2"),
+    mu_neg_range: MuNegRange = ("pi/20", "pi"),
+    seed: Seed = 0,
+    mode: ModeOpt = Mode.common,
+    exact: Annotated[bool, typer.Option("--exact", help="Quadrature instead of Monte Carlo (GD of MPT, MET, MAT).")] = False,
+    gd_threshold: Annotated[float, typer.Option("--gd-threshold", help="ratio: shade cells whose mean GD is below; weight: count only batches with GD at least this.")] = 0.05,
+    part: Annotated[Part, typer.Option("--part", help="norm only: alignment (pos) or uniformity (neg) part.")] = Part.pos,
+    param: Params = None,
+    out: Out = Path("."),
+    fmt: Formats = None,
+    no_plot: NoPlot = False,
+    debug: Debug = False,
+):
+    """A (μ_pos, μ_neg) map of one paradigm component of any loss (seed 000 Figs. 2, 4, 10).
+
+    Examples:
+
+      gradlab heatmap --loss arccon
+
+      gradlab heatmap --loss met --component ratio --out out/
+
+      gradlab heatmap --loss infonce --param tau=0.1 --grid 50 --batches 200 -f png -f pdf
+
+      gradlab heatmap --loss mpt --exact
+    """
+    with guard(debug):
+        params = parse_params(param)
+        protocol = _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, mu_pos_range, mu_neg_range, seed, mode)
+        the_loss = _loss(loss, params)
+        writer = _writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
+                         params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
+                         gd_threshold=gd_threshold, part=part.value)
+        from gradlab import simulate
+
+        comp = component.value
+        with progress_bar(f"{comp} map of {the_loss.name}") as cb:
+            if comp == "gd":
+                result = simulate.gd_map(the_loss, protocol, exact=exact, progress=cb)
+            elif comp == "ratio":
+                result = simulate.ratio_map(the_loss, protocol, gd_threshold=gd_threshold, progress=cb)
+            elif comp == "weight":
+                result = _weight_map(the_loss, protocol, gd_threshold, cb)
+            else:
+                result = _norm_on_mu_grid(the_loss, protocol, part.value)
+        fig = None
+        if not no_plot:
+            from gradlab import plot
+
+            if comp == "gd":
+                fig = plot.gd_maps([result])
+            elif comp == "ratio":
+                fig = plot.ratio_maps([result])
+            elif comp == "weight":
+                fig = plot.heatmap(result, quantity="weight", vmin=0, vmax=1,
+                                   title=f"{plot.loss_title(the_loss.name)}: hardest negative's share (GD ≥ {gd_threshold:g})")
+            else:
+                fig = plot.heatmap(result, quantity="norm", vmin=0, title=f"{plot.loss_title(the_loss.name)}: ‖∇^{part.value}‖ at the mean angles")
+        writer.result(f"heatmap_{_safe(the_loss.name)}_{comp}", result, fig)
+        writer.report()
+
+
+def _weight_map(loss, protocol, gd_gate, progress):
+    """Hardest-negative share over (μ_pos, μ_neg), counting batches whose GD >= gd_gate."""
+    import numpy as np
+
+    from gradlab import simulate
+    from gradlab.io import Result
+
+    if "tau" not in loss.params:
+        raise fail(f"--component weight needs a loss with a temperature tau; {loss.name} has none")
+    rows, ses, masks = [], [], []
+    mu_pos = protocol.mu_pos
+    for i, m in enumerate(mu_pos):
+        r = simulate.weight_share(protocol, taus=(loss.params["tau"],), mu_pos=float(m), loss=loss, gd_gate=gd_gate)
+        rows.append(r.mean[0])
+        ses.append(r.stderr[0])
+        masks.append(r.mask[0])
+        if progress:
+            progress(i + 1, len(mu_pos))
+    meta = dict(r.meta)
+    meta.update(statistic="weight_map", mu_pos=None)
+    return Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": mu_pos, "mu_neg": protocol.mu_neg},
+                  mean=np.stack(rows), stderr=np.stack(ses), mask=np.stack(masks), meta=meta)
+
+
+def _norm_on_mu_grid(loss, protocol, part):
+    """Seed 003's closed-form gradient norm at θ_ii' = μ_pos, θ_ij' = μ_neg, K = N − 1 negatives."""
+    import numpy as np
+
+    from gradlab import norms
+    from gradlab.io import Result, runtime_meta
+
+    if loss.name not in norms.DEFAULTS:
+        raise fail(f"--component norm exists for {', '.join(norms.NORM_LOSSES)}; not for {loss.name}")
+    params = {k: v for k, v in loss.params.items() if k in norms.DEFAULTS[loss.name]}
+    values = norms.norm_map(loss.name, protocol.mu_pos[:, None], protocol.mu_neg[None, :], part=part,
+                            negatives=protocol.n_neg, **params)
+    meta = {"statistic": "norm_map", "loss": loss.name, "params": params, "part": part,
+            "negatives": protocol.n_neg, "protocol": protocol.to_dict(), **runtime_meta()}
+    return Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg},
+                  mean=np.asarray(values), meta=meta)
+
+
+# --- weight --------------------------------------------------------------------------------------
+@app.command(context_settings=CONTEXT)
+def weight(
+    tau: Annotated[list[float] | None, typer.Option("--tau", help="Temperature τ (repeatable; default the paper's six).")] = None,
+    mu_pos: Annotated[str, typer.Option("--mu-pos", help="Fixed μ_pos, radians (pi allowed).")] = "pi/6",
+    loss: Annotated[str, typer.Option("--loss", "-l", help="A loss with a temperature tau.")] = "infonce",
+    gd_gate: Annotated[float | None, typer.Option("--gd-gate", help="Count only batches with GD >= this.")] = None,
+    grid: Grid = 100,
+    batches: Batches = 1000,
+    batch_size: BatchSize = 128,
+    sigma_pos: SigmaPos = 0.05,
+    sigma_neg: SigmaNeg = 0.10,
+    mu_neg_range: MuNegRange = ("pi/20", "pi"),
+    seed: Seed = 0,
+    mode: ModeOpt = Mode.common,
+    param: Params = None,
+    out: Out = Path("."),
+    fmt: Formats = None,
+    no_plot: NoPlot = False,
+    debug: Debug = False,
+):
+    """The hardest negative's share of the weight vs μ_neg, one curve per τ (seed 000 Fig. 3).
+
+    Examples:
+
+      gradlab weight
+
+      gradlab weight --tau 0.05 --tau 0.01 --mu-pos pi/4 --out out/
+    """
+    with guard(debug):
+        taus = list(tau) if tau else [0.3, 0.1, 0.05, 0.03, 0.01, 0.005]
+        bad = [t for t in taus if not (math.isfinite(t) and t > 0)]
+        if bad:
+            raise fail(f"--tau must be > 0; got {bad[0]:g}")
+        mp = parse_number(mu_pos, "--mu-pos")
+        params = parse_params(param)
+        protocol = _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, ("pi/20", "pi/2"), mu_neg_range, seed, mode)
+        the_loss = _loss(loss, params)
+        writer = _writer(out, fmt, no_plot, "weight", loss=the_loss.name, taus=taus, mu_pos=mp, gd_gate=gd_gate,
+                         params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed)
+        from gradlab import simulate
+
+        with progress_bar("weight share") as cb:
+            result = simulate.weight_share(protocol, taus=taus, mu_pos=mp, loss=the_loss, gd_gate=gd_gate, progress=cb)
+        fig = None
+        if not no_plot:
+            from gradlab import plot
+
+            fig = plot.weight_share_curves(result)
+        writer.result(f"weight_{_safe(the_loss.name)}", result, fig)
+        writer.report()
+
+
+# --- lemma1 --------------------------------------------------------------------------------------
+@app.command(context_settings=CONTEXT)
+def lemma1(
+    lam: Annotated[list[float] | None, typer.Option("--lambda", help="Step size λ (repeatable). The map uses the first; the distribution all (default 0.01 0.1 0.5 1).")] = None,
+    ratio: Annotated[list[float] | None, typer.Option("--ratio", "-r", help="Static ratio r to test (repeatable; default 1 1.25 1.5 1.75 2).")] = None,
+    alpha_law: Annotated[str, typer.Option("--alpha-law", help="Law of α, the angle between the planes: 'uniform' on [0, π] or a fixed angle (pi allowed).")] = "uniform",
+    embeddings: Annotated[Path | None, typer.Option("--embeddings", help="An .npz with two views 'h' and 'h_prime' (N, D): the distribution from real embeddings.")] = None,
+    dist_mu_pos: Annotated[str, typer.Option("--dist-mu-pos", help="μ_pos of the simulated distribution (pi allowed).")] = "pi/6",
+    dist_mu_neg: Annotated[str, typer.Option("--dist-mu-neg", help="μ_neg of the simulated distribution.")] = "pi/3",
+    grid: Grid = 100,
+    batches: Batches = 1000,
+    batch_size: BatchSize = 128,
+    sigma_pos: SigmaPos = 0.05,
+    sigma_neg: SigmaNeg = 0.10,
+    mu_pos_range: MuPosRange = ("pi/20", "pi/2"),
+    mu_neg_range: MuNegRange = ("pi/20", "pi"),
+    seed: Seed = 0,
+    mode: ModeOpt = Mode.common,
+    out: Out = Path("."),
+    fmt: Formats = None,
+    no_plot: NoPlot = False,
+    debug: Debug = False,
+):
+    """Lemma 1 (seed 000): minimum-ratio map, satisfied fractions, and the distribution (Fig. 8a).
+
+    Examples:
+
+      gradlab lemma1 --lambda 0.1
+
+      gradlab lemma1 --lambda 0.1 --ratio 1 --ratio 1.5 --alpha-law pi/4
+
+      gradlab lemma1 --lambda 0.1 --lambda 1 --embeddings views.npz --out out/
+    """
+    with guard(debug):
+        lams = list(lam) if lam else [0.01, 0.1, 0.5, 1.0]
+        bad = [x for x in lams if not (math.isfinite(x) and x > 0)]
+        if bad:
+            raise fail(f"--lambda must be > 0; got {bad[0]:g}")
+        ratios = list(ratio) if ratio else [1.0, 1.25, 1.5, 1.75, 2.0]
+        if not all(math.isfinite(r) for r in ratios):
+            raise fail("--ratio must be finite")
+        law = alpha_law if alpha_law == "uniform" else parse_number(alpha_law, "--alpha-law")
+        protocol = _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, mu_pos_range, mu_neg_range, seed, mode)
+        views = None
+        if embeddings is not None:
+            from gradlab_cli._lemma1_real import load_views
+
+            views = load_views(embeddings)
+        mp, mn = parse_number(dist_mu_pos, "--dist-mu-pos"), parse_number(dist_mu_neg, "--dist-mu-neg")
+        writer = _writer(out, fmt, no_plot, "lemma1", lams=lams, ratios=ratios, alpha_law=law, protocol=protocol.to_dict(),
+                         seed=seed, embeddings=None if embeddings is None else str(embeddings),
+                         dist_mu_pos=mp, dist_mu_neg=mn)
+        from gradlab import simulate
+
+        with progress_bar("Lemma-1 map") as cb:
+            lmap = simulate.lemma1_map(protocol, lam=lams[0], ratios=ratios, alpha_law=law, progress=cb)
+        if views is not None:
+            from gradlab_cli._lemma1_real import min_ratio_from_embeddings
+
+            dist = min_ratio_from_embeddings(*views, lams=lams)
+        else:
+            dist = simulate.min_ratio_distribution(protocol, lams=lams, mu_pos=mp, mu_neg=mn, alpha_law=law)
+        figs = (None, None)
+        if not no_plot:
+            from gradlab import plot
+
+            figs = (plot.lemma1_maps(lmap), plot.min_ratio_distribution(
+                dist, title="distribution of the minimum ratio (embeddings)" if views is not None else None))
+        writer.result("lemma1_map", lmap, figs[0])
+        writer.result("lemma1_distribution", dist, figs[1])
+        import numpy as np
+
+        sat = np.asarray(lmap.extra["satisfied"])
+        for r, frac in zip(np.asarray(lmap.coords.get("r", ratios)), sat, strict=False):
+            typer.echo(f"r = {r:g}: satisfies Lemma 1 (λ = {lams[0]:g}) in {100 * float(np.nanmean(frac)):.1f}% of batches over the grid")
+        writer.report()
+
+
+# --- norms ---------------------------------------------------------------------------------------
+@app.command(context_settings=CONTEXT)
+def norms(
+    loss: Annotated[list[str] | None, typer.Option("--loss", "-l", help="infonce, align, uniform, dcl, dcl+, mpt, met, mat (repeatable; default all).")] = None,
+    negatives: Annotated[list[int] | None, typer.Option("--negatives", "-K", help="Number of negatives K (repeatable). InfoNCE gets one panel per K; others use the first (default 64; InfoNCE: 64 512 4096 32768).")] = None,
+    part: Annotated[Part | None, typer.Option("--part", help="pos (alignment, Fig. 2) or neg (uniformity, Fig. 4); default: both.")] = None,
+    grid: Annotated[int, typer.Option("--grid", help="Points per θ axis over [0, π].")] = 200,
+    param: Params = None,
+    out: Out = Path("."),
+    fmt: Formats = None,
+    no_plot: NoPlot = False,
+    debug: Debug = False,
+):
+    """Seed 003's gradient-norm maps over θ_ii' × θ_ij' (Eqs. 7–9, 16–22; Figs. 2 and 4).
+
+    Examples:
+
+      gradlab norms
+
+      gradlab norms --loss infonce --negatives 16 --negatives 64 --negatives 1024 --part pos
+
+      gradlab norms --loss dcl+ --param tau=0.1
+    """
+    with guard(debug):
+        from gradlab import norms as gn
+
+        names = list(loss) if loss else list(gn.NORM_LOSSES)
+        ks = list(negatives) if negatives else None
+        if ks is not None and any(k < 1 for k in ks):
+            raise fail(f"--negatives must be >= 1; got {min(ks)}")
+        if grid < 2:
+            raise fail(f"--grid must be >= 2; got {grid}")
+        params = parse_params(param)
+        parts = [part.value] if part else ["pos", "neg"]
+        panels = _norm_panels(names, parts, ks, params, grid)
+        writer = _writer(out, fmt, no_plot, "norms", losses=names, parts=parts, negatives=ks, params=params, grid=grid)
+        for p in parts:
+            rs = [r for r in panels if r.meta["part"] == p]
+            if not rs:
+                continue
+            fig = None
+            if not no_plot:
+                from gradlab import plot
+
+                fig = plot.norm_maps(rs, ncols=min(4, len(rs)))
+            _write_panels(writer, f"norms_{p}", rs, fig)
+        writer.report()
+
+
+def _norm_panels(names, parts, ks, params, grid):
+    from gradlab import norms as gn
+
+    panels = []
+    for p in parts:
+        for name in names:
+            canon = gn._canonical(name, p)
+            if (canon, p) not in gn._FUNCS:
+                continue
+            if canon in [r.meta["loss"] for r in panels if r.meta["part"] == p]:
+                continue
+            own = {k: v for k, v in params.items() if k in gn.DEFAULTS[canon]}
+            if canon == "infonce":
+                k_list = ks or [64, 512, 4096, 32768]
+            else:
+                k_list = [ks[0] if ks else gn.DEFAULT_NEGATIVES]
+            for k in k_list:
+                panels.append(gn.norm_result(canon, part=p, negatives=k, grid=grid, **own))
+    unknown = set(params) - {k for n in names for k in gn.DEFAULTS.get(gn._canonical(n, parts[0]), {})}
+    if unknown:
+        raise fail(f"unknown --param {sorted(unknown)[0]!r} for {', '.join(names)}")
+    if not panels:
+        raise fail("nothing to plot: no map for these losses and parts")
+    return panels
+
+
+def _write_panels(writer: Writer, stem: str, results, fig):
+    import numpy as np
+
+    writer.figure(stem, fig)
+    first = results[0]
+    arrays = {name: np.asarray(v) for name, v in first.coords.items()}
+    arrays["mean"] = np.stack([np.asarray(r.mean) for r in results])
+    arrays["panel"] = np.asarray([f"{r.meta['loss']}:{r.meta['part']}:K={r.meta['negatives']}" for r in results])
+    writer.data(stem, arrays, dims={"mean": ["panel", *first.dims]},
+                result_meta={"panels": [r.meta for r in results]})
+
+
+# --- losses --------------------------------------------------------------------------------------
+@app.command(context_settings=CONTEXT)
+def losses(
+    family: Annotated[str | None, typer.Option("--family", help="effective, ineffective, modified or margin.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+    debug: Debug = False,
+):
+    """The loss registry as a table: name, family, parameters, GD / W / R in words (seed 000 Tables 1–2).
+
+    Examples:
+
+      gradlab losses
+
+      gradlab losses --family effective --json
+    """
+    with guard(debug):
+        from gradlab.losses import loss_table
+
+        rows = loss_table()
+        if family is not None:
+            from gradlab.losses import FAMILIES
+
+            if family not in FAMILIES:
+                raise fail(f"unknown --family {family!r}; choose from {', '.join(FAMILIES)}")
+            rows = [r for r in rows if r["family"] == family]
+        if as_json:
+            import json
+
+            typer.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="gradlab losses: ∂L_i/∂h_i = GD · Σ_j W_j (h_j' − R h_i')", show_lines=True)
+        for col in ("name", "family", "params", "GD", "W", "R"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            table.add_row(r["name"], r["family"], r["params"], r["gd"], r["weight"], r["ratio"])
+        Console(width=160).print(table)
+
+
+# --- figures -------------------------------------------------------------------------------------
+@app.command(context_settings=CONTEXT)
+def figures(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("figures"),
+    quick: Annotated[bool, typer.Option("--quick", help="Small grids and few batches: a fast smoke run.")] = False,
+    only: Annotated[list[str] | None, typer.Option("--only", help="Regenerate only these figure ids (repeatable).")] = None,
+    fmt: Formats = None,
+    no_plot: NoPlot = False,
+    seed: Seed = 0,
+    debug: Debug = False,
+):
+    """Regenerate every paper figure (seed 000, 003, 002) with its data and metadata.
+
+    Examples:
+
+      gradlab figures --out figures/
+
+      gradlab figures --quick --out /tmp/figs
+
+      gradlab figures --only s000_fig2 --only s003_fig4
+    """
+    with guard(debug):
+        from gradlab_cli._figures import FIGURES, build
+
+        ids = list(only) if only else list(FIGURES)
+        unknown = [i for i in ids if i not in FIGURES]
+        if unknown:
+            raise fail(f"unknown figure id {unknown[0]!r}; choose from {', '.join(FIGURES)}")
+        writer = _writer(out, fmt, no_plot, "figures", quick=quick, only=ids, seed=seed)
+        with progress_bar("figures") as cb:
+            for n, fid in enumerate(ids):
+                build(fid, writer, quick=quick, seed=seed)
+                if cb:
+                    cb(n + 1, len(ids))
+        writer.report()
+
+
+# --- plug-ins ------------------------------------------------------------------------------------
+def _register_plugins(target: typer.Typer) -> list[str]:
+    loaded = []
+    for name in PLUGINS:
+        try:
+            module = importlib.import_module(f"gradlab_cli.{name}")
+        except ImportError:
+            continue
+        register = getattr(module, "register", None)
+        if callable(register):
+            register(target)
+            loaded.append(name)
+    return loaded
+
+
+_register_plugins(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point (``gradlab``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    _common.COMMAND_LINE = args
+    command = typer.main.get_command(app)
+    return command.main(args=args, prog_name="gradlab", standalone_mode=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

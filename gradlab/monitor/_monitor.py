@@ -1,0 +1,445 @@
+"""``ParadigmMonitor``: the training hook, and ``analyze``: the same statistics offline."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from gradlab.monitor._convert import InputError, to_array
+from gradlab.monitor._sinks import make_sink
+from gradlab.monitor._stats import LossEntry, StatsConfig, batch_statistics_fn
+
+__all__ = [
+    "ParadigmMonitor",
+    "analyze",
+    "DEFAULT_LOSSES",
+    "DEFAULT_RATIO_LOSSES",
+    "DEFAULT_TAUS",
+    "DEFAULT_LAMBDAS",
+    "STATISTICS",
+]
+
+DEFAULT_LOSSES = ("infonce", "arccon", "mpt", "met", "mat")
+DEFAULT_RATIO_LOSSES = ("arccon", "met", "mat")
+DEFAULT_TAUS = (0.3, 0.1, 0.05, 0.03, 0.01, 0.005)  # seed 000 Figs. 3 and 7
+DEFAULT_LAMBDAS = (0.1, 0.5, 1.0)
+DEFAULT_SINK = "paradigm_monitor.jsonl"
+
+#: The statistics of a record, in the papers' names (nested ones are keyed by loss / τ / λ).
+STATISTICS = (
+    "mu_pos", "sigma_pos", "mu_neg", "sigma_neg", "cos_pos_mean", "cos_neg_mean",
+    "gd_mean", "gd_off_fraction", "ratio", "ratio_pass_fraction", "hardest_share", "weight_share",
+    "lemma1_min_ratio", "lemma1_feasible_fraction", "lemma1_satisfied_fraction",
+    "align", "uniform", "m_o", "m_r",
+)
+
+
+class MonitorInputError(ValueError):
+    """Raised by a ``strict=True`` monitor on bad input (the reason a lenient one records)."""
+
+
+def _loss_entries(losses) -> tuple[LossEntry, ...]:
+    from gradlab.losses import Loss, get_loss
+
+    if isinstance(losses, (str, Loss)):
+        losses = (losses,)
+    entries, seen = [], set()
+    for item in losses:
+        if isinstance(item, str):
+            loss = get_loss(item)
+        elif isinstance(item, Loss):
+            loss = item
+        else:
+            raise TypeError(f"losses must be names or gradlab Loss objects; got {type(item).__name__}")
+        spec = loss.spec
+        if spec.kernel is None or spec.negatives != "h_prime":
+            raise ValueError(
+                f"the monitor needs per-anchor cosine-family losses (negatives h_j'); {spec.name!r} is not one"
+            )
+        if spec.name in seen:
+            raise ValueError(f"loss {spec.name!r} is listed twice: statistics are keyed by loss name")
+        seen.add(spec.name)
+        entries.append(LossEntry(spec.name, spec.kernel, tuple(loss.params.items())))
+    return tuple(entries)
+
+
+def _positive_tuple(values, name: str) -> tuple[float, ...]:
+    if isinstance(values, (int, float)):
+        values = (values,)
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{name} must hold real numbers; got {v!r}")
+        v = float(v)
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"every {name[:-1]} must be a finite number > 0; got {v!r}")
+        out.append(v)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} has duplicates: {out}")
+    return tuple(out)
+
+
+def make_config(
+    *,
+    losses=DEFAULT_LOSSES,
+    ratio_losses=DEFAULT_RATIO_LOSSES,
+    taus=DEFAULT_TAUS,
+    lambdas=DEFAULT_LAMBDAS,
+    margin: float | None = 0.3,
+    gd_threshold: float = 0.01,
+    static_ratio: float = 1.0,
+    histograms: bool = False,
+    hist_bins: int = 50,
+) -> StatsConfig:
+    """Validate the user-facing options into a hashable ``StatsConfig``."""
+    if margin is not None and not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"margin must be a finite number >= 0 or None; got {margin!r}")
+    if not (isinstance(gd_threshold, (int, float)) and 0 < gd_threshold <= 1):
+        raise ValueError(f"gd_threshold must lie in (0, 1]; got {gd_threshold!r}")
+    if not (isinstance(static_ratio, (int, float)) and math.isfinite(static_ratio)):
+        raise ValueError(f"static_ratio must be a finite number; got {static_ratio!r}")
+    if histograms and not (isinstance(hist_bins, int) and hist_bins >= 1):
+        raise ValueError(f"hist_bins must be a positive integer; got {hist_bins!r}")
+    return StatsConfig(
+        losses=_loss_entries(losses),
+        ratio_losses=_loss_entries(ratio_losses),
+        taus=_positive_tuple(taus, "taus"),
+        lambdas=_positive_tuple(lambdas, "lambdas"),
+        margin=None if margin is None else float(margin),
+        gd_threshold=float(gd_threshold),
+        static_ratio=float(static_ratio),
+        hist_bins=int(hist_bins) if histograms else None,
+    )
+
+
+def _to_python(x):
+    if isinstance(x, dict):
+        return {k: _to_python(v) for k, v in x.items()}
+    a = np.asarray(x)
+    if a.ndim == 0:
+        v = a.item()
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        return v
+    return [_to_python(v) for v in a]
+
+
+def _nulls(x):
+    if isinstance(x, dict):
+        return {k: _nulls(v) for k, v in x.items()}
+    return None if not getattr(x, "shape", ()) else [None] * int(np.prod(x.shape))
+
+
+def _check_x64(dtype) -> None:
+    import jax
+
+    if np.dtype(dtype).itemsize > 4 and not jax.config.jax_enable_x64:
+        raise ValueError(f"dtype {np.dtype(dtype)} needs jax.config.update('jax_enable_x64', True); "
+                         "the default float32 is enough for monitoring")
+
+
+def _check_shapes(h, hp) -> str | None:
+    if h.ndim != 2:
+        return f"h must have shape (N, D); got shape {tuple(h.shape)}"
+    if hp.ndim != 2:
+        return f"h_prime must have shape (N, D); got shape {tuple(hp.shape)}"
+    if h.shape != hp.shape:
+        return f"h and h_prime must have the same shape; got {tuple(h.shape)} and {tuple(hp.shape)}"
+    if h.shape[0] < 2:
+        return f"need N >= 2 pairs (one positive and at least one negative); got N = {h.shape[0]}"
+    if h.shape[1] < 1:
+        return f"need D >= 1; got shape {tuple(h.shape)}"
+    return None
+
+
+def _health_reason(health) -> str | None:
+    reasons = []
+    for name in ("h", "h_prime"):
+        bad = int(health[f"nonfinite_{name}"])
+        if bad:
+            reasons.append(f"{name} has {bad} non-finite entries")
+        row = int(health[f"zero_row_{name}"])
+        if row >= 0:
+            reasons.append(f"{name} has a zero vector at row {row}")
+    return "; ".join(reasons) or None
+
+
+class ParadigmMonitor:
+    """The training hook: seed 000's Sec. 3.2 statistics of each monitored batch, logged.
+
+    Two lines in any training loop (NumPy, JAX, or a framework whose tensors support
+    DLPack or ``__array__``; that framework is never imported)::
+
+        monitor = ParadigmMonitor(sink="run/monitor.jsonl", every=10)
+        monitor.update(step, h, h_prime)   # h, h_prime: the two views, (N, D)
+
+    Each update computes, in one jitted pass over the batch (anchors h_i, positives
+    h_i', negatives h_j'): ``mu_pos``, ``sigma_pos``, ``mu_neg``, ``sigma_neg``
+    (radians; sample mean and standard deviation, ddof = 1, of the N angles θ_ii' and
+    of the N(N−1) pooled θ_ij'),
+    ``gd_mean`` / ``gd_off_fraction`` per loss (and ``"baseline"``: the GD gate of
+    seed 000 Eq. 5 with ``margin``), ``hardest_share`` (the hardest negative's
+    projected contribution to the combined push direction) and ``weight_share`` (its
+    share of the softmax weight) per τ, ``ratio`` (dynamic ratio at the hardest
+    negative for the anchors passing the GD gate) per ratio loss, the Lemma-1 minimum
+    ratio with the hardest negative (``lemma1_min_ratio``: mean and quantiles;
+    ``lemma1_feasible_fraction``; ``lemma1_satisfied_fraction`` for r = static_ratio)
+    per λ, ``cos_pos_mean``, ``align``, ``uniform`` (Wang & Isola, α = t = 2),
+    ``m_o`` and ``m_r`` (seed 004, mean of the two views), and optionally histograms
+    of cos θ_ii', cos θ_ij' and the minimum ratio.
+
+    A record is a dict ``{"step", "time", "valid", "reason", "n", "d", <statistics>,
+    "update_s"}`` (``time``: wall-clock Unix time; ``update_s``: seconds spent on the
+    conversion and the statistics, sinks excluded). NaN values are written as null. Bad input (non-finite values, zero vectors, mismatched shapes,
+    N < 2, unreadable objects) gives a record with ``valid = False``, the reason and
+    null statistics; ``strict=True`` raises ``MonitorInputError`` instead.
+
+    Args:
+      losses: cosine-family loss names or ``gradlab.get_loss(...)`` objects for GD.
+      taus: temperatures τ of the weight share.
+      lambdas: Lemma-1 step sizes λ.
+      margin: the baseline GD margin m (``None`` to skip the ``"baseline"`` entry).
+      every: compute on steps divisible by ``every`` (other calls return ``None``).
+      sink: a path (``.csv`` -> CSV, else JSON Lines), a callable taking the record,
+        a list of those, or ``None`` (records are only returned).
+      strict: raise on bad input instead of recording it.
+      histograms: also record histograms (``hist_bins`` over cos ∈ [−1, 1]).
+      ratio_losses: losses whose dynamic ratio is reported.
+      gd_threshold: an anchor's GD is off (and fails the gate) when GD < gd_threshold.
+      static_ratio: the r of ``lemma1_satisfied_fraction``.
+      dtype: compute precision (``numpy.float32`` by default; float64 needs
+        ``jax_enable_x64``).
+    """
+
+    def __init__(
+        self,
+        losses: Sequence = DEFAULT_LOSSES,
+        taus: Iterable[float] = DEFAULT_TAUS,
+        lambdas: Iterable[float] = DEFAULT_LAMBDAS,
+        margin: float | None = 0.3,
+        every: int = 1,
+        sink=DEFAULT_SINK,
+        strict: bool = False,
+        histograms: bool = False,
+        *,
+        ratio_losses: Sequence = DEFAULT_RATIO_LOSSES,
+        gd_threshold: float = 0.01,
+        static_ratio: float = 1.0,
+        hist_bins: int = 50,
+        dtype=np.float32,
+    ):
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be an integer >= 1; got {every!r}")
+        self.config = make_config(
+            losses=losses, ratio_losses=ratio_losses, taus=taus, lambdas=lambdas, margin=margin,
+            gd_threshold=gd_threshold, static_ratio=static_ratio, histograms=histograms, hist_bins=hist_bins,
+        )
+        self.every = every
+        self.strict = bool(strict)
+        self.dtype = np.dtype(dtype)
+        if self.dtype.kind != "f":
+            raise TypeError(f"dtype must be a floating dtype; got {self.dtype}")
+        _check_x64(self.dtype)
+        sinks = sink if isinstance(sink, (list, tuple)) else ([] if sink is None else [sink])
+        self.sinks = [make_sink(s) for s in sinks]
+        self._fn = batch_statistics_fn(self.config)
+        self._calls = 0
+        self._template = None
+        self.last = None
+        self.n_records = 0
+
+    # --- the hook -----------------------------------------------------------------
+    def update(self, step, h, h_prime):
+        """Measure one batch; write and return its record (``None`` on skipped steps).
+
+        Args:
+          step: the training step (int), or ``None`` to count calls.
+          h, h_prime: the two views (N, D), any array-like (see class doc).
+        """
+        if step is None:
+            step = self._calls
+        self._calls += 1
+        if int(step) % self.every != 0:
+            return None
+        t0 = time.perf_counter()
+        record = self._measure(int(step), h, h_prime)
+        record["update_s"] = time.perf_counter() - t0
+        self._emit(record)
+        return record
+
+    __call__ = update
+
+    def _invalid(self, step, reason, shape=None):
+        if self.strict:
+            raise MonitorInputError(reason)
+        rec = {"step": step, "time": time.time(), "valid": False, "reason": reason,
+               "n": None if shape is None else shape[0], "d": None if shape is None else shape[-1]}
+        rec.update(_nulls(self._structure()))
+        return rec
+
+    def _structure(self):
+        if self._template is None:
+            import jax
+
+            shape = jax.ShapeDtypeStruct((2, 1), self.dtype)
+            out = jax.eval_shape(self._fn, shape, shape)
+            self._template = self._public(out)
+        return self._template
+
+    def _public(self, out):
+        out = dict(out)
+        out.pop("_health", None)
+        out.pop("_lemma1_per_anchor", None)
+        if "histograms" in out:
+            cfg = self.config
+            out["histograms"] = dict(out["histograms"])
+            out["histograms"]["edges_cos"] = np.linspace(-1, 1, cfg.hist_bins + 1)
+            lo, hi = cfg.lemma1_hist_range
+            out["histograms"]["edges_lemma1"] = np.linspace(lo, hi, cfg.lemma1_hist_bins + 1)
+        return out
+
+    def _measure(self, step, h, h_prime):
+        import jax
+
+        try:
+            h = to_array(h, "h")
+            h_prime = to_array(h_prime, "h_prime")
+        except InputError as exc:
+            return self._invalid(step, str(exc))
+        reason = _check_shapes(h, h_prime)
+        if reason is not None:
+            shape = tuple(h.shape) if h.ndim == 2 else None
+            return self._invalid(step, reason, shape)
+        h = h.astype(self.dtype)
+        h_prime = h_prime.astype(self.dtype)
+        out = jax.device_get(self._fn(h, h_prime))
+        reason = _health_reason(out["_health"])
+        if reason is not None:
+            return self._invalid(step, reason, tuple(h.shape))
+        rec = {"step": step, "time": time.time(), "valid": True, "reason": None,
+               "n": int(h.shape[0]), "d": int(h.shape[1])}
+        rec.update(_to_python(self._public(out)))
+        return rec
+
+    def _emit(self, record):
+        self.last = record
+        self.n_records += 1
+        for sink in self.sinks:
+            try:
+                sink(record)
+            except Exception as exc:  # noqa: BLE001 - never take the training run down
+                if self.strict:
+                    raise
+                warnings.warn(f"ParadigmMonitor: sink {sink!r} failed: {exc}", RuntimeWarning, stacklevel=3)
+
+    def close(self) -> None:
+        """Close the file sinks (records already written stay readable either way)."""
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        c = self.config
+        return (f"ParadigmMonitor(losses={[e.key for e in c.losses]}, taus={list(c.taus)}, "
+                f"lambdas={list(c.lambdas)}, margin={c.margin}, every={self.every}, sinks={self.sinks})")
+
+
+def _stack(trees):
+    first = trees[0]
+    if isinstance(first, dict):
+        return {k: _stack([t[k] for t in trees]) for k in first}
+    return np.stack([np.asarray(t) for t in trees])
+
+
+def analyze(
+    h,
+    h_prime,
+    batch_size: int = 128,
+    *,
+    losses=DEFAULT_LOSSES,
+    taus=DEFAULT_TAUS,
+    lambdas=DEFAULT_LAMBDAS,
+    margin: float | None = 0.3,
+    ratio_losses=DEFAULT_RATIO_LOSSES,
+    gd_threshold: float = 0.01,
+    static_ratio: float = 1.0,
+    histograms: bool = False,
+    hist_bins: int = 50,
+    dtype=np.float32,
+) -> dict:
+    """The monitor's statistics on saved embeddings, per batch of ``batch_size`` (seed 000 App. A.2).
+
+    The M pairs are split in order into ⌊M / batch_size⌋ batches (the remainder is
+    dropped and counted), and each batch is measured as ``ParadigmMonitor.update``
+    would. Bad input raises (this is an offline tool).
+
+    Args:
+      h, h_prime: (M, D) the two views, any array-like.
+      batch_size: N per batch (the paper: 128).
+      Other options as for ``ParadigmMonitor``.
+
+    Returns:
+      A dict with the record's names, each leaf an array of shape (B,) (one value per
+      batch; nested by loss / τ / λ as in a record), plus
+      ``lemma1_min_ratio_per_anchor`` {λ: (B, N)} (NaN where infeasible; the Fig. 8a
+      distribution), ``histograms`` when asked, ``n_batches``, ``batch_size``, ``dropped``.
+
+    Example:
+      >>> import numpy as np
+      >>> rng = np.random.default_rng(0)
+      >>> h = rng.normal(size=(256, 16)); hp = h + 0.3 * rng.normal(size=h.shape)
+      >>> analyze(h, hp, batch_size=128)["mu_pos"].shape
+      (2,)
+    """
+    import jax
+
+    cfg = make_config(losses=losses, ratio_losses=ratio_losses, taus=taus, lambdas=lambdas, margin=margin,
+                      gd_threshold=gd_threshold, static_ratio=static_ratio, histograms=histograms,
+                      hist_bins=hist_bins)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 2:
+        raise ValueError(f"batch_size must be an integer >= 2; got {batch_size!r}")
+    dtype = np.dtype(dtype)
+    _check_x64(dtype)
+    h = np.asarray(jax.device_get(to_array(h, "h")))
+    h_prime = np.asarray(jax.device_get(to_array(h_prime, "h_prime")))
+    if h.ndim != 2 or h.shape != h_prime.shape:
+        raise ValueError(f"h and h_prime must both have shape (M, D); got {tuple(h.shape)} and {tuple(h_prime.shape)}")
+    m = h.shape[0]
+    if m < batch_size:
+        raise ValueError(f"need at least one full batch: M = {m} pairs < batch_size = {batch_size}")
+    for arr, name in ((h, "h"), (h_prime, "h_prime")):
+        if not np.all(np.isfinite(arr)):
+            bad = np.argwhere(~np.isfinite(arr))[0]
+            raise ValueError(f"{name} has a non-finite entry at index {tuple(int(i) for i in bad)}")
+        zero = np.flatnonzero(~np.any(arr != 0, axis=1))
+        if zero.size:
+            raise ValueError(f"{name} has a zero vector at row {int(zero[0])}")
+    n_batches = m // batch_size
+    fn = batch_statistics_fn(cfg)
+    outs = []
+    for b in range(n_batches):
+        sl = slice(b * batch_size, (b + 1) * batch_size)
+        outs.append(jax.device_get(fn(h[sl].astype(dtype), h_prime[sl].astype(dtype))))
+    res = _stack(outs)
+    res.pop("_health", None)
+    res["lemma1_min_ratio_per_anchor"] = res.pop("_lemma1_per_anchor", {})
+    if histograms:
+        res["histograms"]["edges_cos"] = np.linspace(-1, 1, cfg.hist_bins + 1)
+        lo, hi = cfg.lemma1_hist_range
+        res["histograms"]["edges_lemma1"] = np.linspace(lo, hi, cfg.lemma1_hist_bins + 1)
+    res["n_batches"] = n_batches
+    res["batch_size"] = int(batch_size)
+    res["dropped"] = m - n_batches * batch_size
+    return res

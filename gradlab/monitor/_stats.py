@@ -1,0 +1,250 @@
+"""The per-batch statistics of the monitor, computed in one jitted pass.
+
+Notation (formulas.md): a batch of N pairs, anchors h_i and positives h_i' (unit
+rows after normalization), negatives h_j' (j ≠ i); C_ij = h_i·h_j', c_p = C_ii,
+θ = arccos C. The hardest negative of anchor i is j*(i) = argmax_{j≠i} C_ij (the
+nearest one; first index on ties).
+
+Every statistic is a function of C, the keys' Gram matrix G'_jk = h_j'·h_k' and the
+anchors' Gram matrix G_jk = h_j·h_k: three (N, N, D) products, then O(N²) work per
+loss / τ / λ (O(N³) for the projected hardest share).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from gradlab.collapse import collapse_ratios
+from gradlab.geometry import normalize, safe_arccos, sin_from_cos
+from gradlab.lemma1 import lemma1_bounds
+
+__all__ = ["StatsConfig", "batch_statistics_fn", "QUANTILES", "tau_key", "lam_key"]
+
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+_QNAMES = ("q10", "q25", "q50", "q75", "q90")
+
+
+def tau_key(tau: float) -> str:
+    """The record key of a temperature (``0.05 -> "0.05"``)."""
+    return f"{float(tau):g}"
+
+
+lam_key = tau_key
+
+
+@dataclasses.dataclass(frozen=True)
+class LossEntry:
+    """One cosine-family loss the monitor evaluates: its key, kernel and parameters."""
+
+    key: str
+    kernel: Callable
+    params: tuple[tuple[str, float], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class StatsConfig:
+    """Static configuration of the jitted statistics (hashable: one compilation per config and shape).
+
+    Attributes:
+      losses: loss entries whose GD is summarized (``gd_mean``, ``gd_off_fraction``).
+      ratio_losses: loss entries whose dynamic ratio at the hardest negative is
+        averaged over the anchors passing their own GD gate (``ratio``).
+      taus: temperatures of the exponential weight (``hardest_share``, ``weight_share``).
+      lambdas: Lemma-1 step sizes λ (``lemma1_*``).
+      margin: margin m of the baseline's GD gate 1[c_p − max_k c_k < m] (seed 000
+        Eq. 5), reported under the key ``"baseline"``; ``None`` to skip.
+      gd_threshold: an anchor's GD is "off" when GD < gd_threshold.
+      static_ratio: the static r whose Lemma-1 satisfied fraction is reported.
+      align_alpha, uniform_t: Wang & Isola's α and t.
+      hist_bins: bins of the cos θ histograms over [−1, 1] (``None``: no histograms).
+      lemma1_hist_range, lemma1_hist_bins: histogram of the minimum ratio
+        (values outside the range are clipped into the end bins).
+    """
+
+    losses: tuple[LossEntry, ...] = ()
+    ratio_losses: tuple[LossEntry, ...] = ()
+    taus: tuple[float, ...] = ()
+    lambdas: tuple[float, ...] = ()
+    margin: float | None = 0.3
+    gd_threshold: float = 0.01
+    static_ratio: float = 1.0
+    align_alpha: float = 2.0
+    uniform_t: float = 2.0
+    hist_bins: int | None = None
+    lemma1_hist_range: tuple[float, float] = (-2.0, 4.0)
+    lemma1_hist_bins: int = 60
+
+
+def _nan_if_empty(total, count):
+    return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
+
+
+def _uniformity(x, t):
+    """Wang & Isola: log mean_{i<j} exp(−t ‖x_i − x_j‖²) for unit rows x (N, D)."""
+    n = x.shape[0]
+    sq = jnp.maximum(2.0 - 2.0 * (x @ x.T), 0.0)
+    upper = jnp.triu(jnp.ones((n, n), dtype=bool), k=1)
+    lse = jax.nn.logsumexp(jnp.where(upper, -t * sq, -jnp.inf))
+    return lse - jnp.log(n * (n - 1) / 2.0).astype(x.dtype)
+
+
+def _first_true(mask):
+    """Index of the first True entry of a 1-D mask, or −1."""
+    return jnp.where(jnp.any(mask), jnp.argmax(mask), -1)
+
+
+def _statistics(h, hp, cfg: StatsConfig):
+    n = h.shape[0]
+    dtype = h.dtype
+    # --- input health (reported, never raised here) --------------------------------
+    finite_h, finite_hp = jnp.isfinite(h), jnp.isfinite(hp)
+    health = {
+        "nonfinite_h": jnp.sum(~finite_h),
+        "nonfinite_h_prime": jnp.sum(~finite_hp),
+        "zero_row_h": _first_true(~jnp.any(h != 0, axis=1)),
+        "zero_row_h_prime": _first_true(~jnp.any(hp != 0, axis=1)),
+    }
+    h = normalize(jnp.where(finite_h, h, 0.0))
+    hp = normalize(jnp.where(finite_hp, hp, 0.0))
+
+    # --- cosines and angles ---------------------------------------------------------
+    eye = jnp.eye(n, dtype=bool)
+    valid = ~eye
+    C = h @ hp.T
+    Gp = hp @ hp.T
+    c_pos = jnp.diagonal(C)
+    theta = safe_arccos(C)
+    # θ_ii' = 2 arcsin(‖h_i − h_i'‖ / 2): exact near 0, where arccos of a rounded cosine
+    # is not (float32: arccos(1 − ulp) ≈ 3e-4 for identical views).
+    chord = jnp.sqrt(jnp.sum((h - hp) ** 2, axis=-1))
+    theta_pos = 2.0 * jnp.arcsin(jnp.clip(chord / 2.0, 0.0, 1.0))
+    n_neg = n * (n - 1)
+    mu_pos = jnp.mean(theta_pos)
+    sigma_pos = jnp.sqrt(jnp.sum((theta_pos - mu_pos) ** 2) / (n - 1))
+    mu_neg = jnp.sum(jnp.where(valid, theta, 0.0)) / n_neg
+    sigma_neg = jnp.sqrt(jnp.sum(jnp.where(valid, (theta - mu_neg) ** 2, 0.0)) / max(n_neg - 1, 1))
+
+    rows = jnp.arange(n)
+    hard = jnp.argmax(jnp.where(valid, C, -jnp.inf), axis=1)  # j*(i)
+    c_hard = C[rows, hard]
+
+    out = {
+        "mu_pos": mu_pos,
+        "sigma_pos": sigma_pos,
+        "mu_neg": mu_neg,
+        "sigma_neg": sigma_neg,
+        "cos_pos_mean": jnp.mean(c_pos),
+        "cos_neg_mean": jnp.sum(jnp.where(valid, C, 0.0)) / n_neg,
+    }
+
+    # --- gradient dissipation ---------------------------------------------------------
+    kernels = {}
+
+    def kernel(e):  # each distinct loss traced once, even if listed for GD and for ratio
+        if e not in kernels:
+            kernels[e] = e.kernel(c_pos, C, valid, **dict(e.params))
+        return kernels[e]
+
+    gd_mean, gd_off = {}, {}
+    for e in cfg.losses:
+        gd, _, _ = kernel(e)
+        gd_mean[e.key] = jnp.mean(gd)
+        gd_off[e.key] = jnp.mean((gd < cfg.gd_threshold).astype(dtype))
+    if cfg.margin is not None:
+        gd = (c_pos - c_hard < cfg.margin).astype(dtype)
+        gd_mean["baseline"] = jnp.mean(gd)
+        gd_off["baseline"] = jnp.mean((gd < cfg.gd_threshold).astype(dtype))
+    out["gd_mean"] = gd_mean
+    out["gd_off_fraction"] = gd_off
+
+    # --- dynamic ratios at the hardest negative, anchors passing the GD gate -----------
+    ratio, ratio_pass = {}, {}
+    for e in cfg.ratio_losses:
+        gd, _, r = kernel(e)
+        r_hard = jnp.broadcast_to(r, C.shape)[rows, hard]
+        gate = gd >= cfg.gd_threshold
+        ratio[e.key] = _nan_if_empty(jnp.sum(jnp.where(gate, r_hard, 0.0)), jnp.sum(gate))
+        ratio_pass[e.key] = jnp.mean(gate.astype(dtype))
+    out["ratio"] = ratio
+    out["ratio_pass_fraction"] = ratio_pass
+
+    # --- hardest negative's share of the exponential weight, per τ --------------------
+    # simple: w_{i j*} with w = softmax_{j≠i}(C_ij/τ).
+    # projected: v_i = Σ_j w_ij t_ij with t_ij = h_j' − C_ij h_i (tangent at h_i); the
+    # hardest negative's contribution to v_i along v_i is w_ij* ⟨t_ij*, v_i⟩ / ‖v_i‖²
+    # (the contributions of all negatives sum to 1). ⟨t_ij, t_ik⟩ = G'_jk − C_ij C_ik.
+    eps = float(jnp.finfo(dtype).eps)
+    hardest_share, weight_share = {}, {}
+    for tau in cfg.taus:
+        logits = jnp.where(valid, C / tau, -jnp.inf)
+        w = jax.nn.softmax(logits, axis=-1, where=valid)
+        w = jnp.where(valid, w, 0.0)
+        w_hard = w[rows, hard]
+        weight_share[tau_key(tau)] = jnp.mean(w_hard)
+        wg = w @ Gp  # (W G')_ik = Σ_j w_ij G'_jk
+        wc = jnp.sum(w * C, axis=-1)
+        wgw = jnp.sum(wg * w, axis=-1)  # ‖Σ_j w_ij h_j'‖² ≤ 1
+        vv = wgw - wc**2  # ‖v_i‖², by cancellation: rounding error ~ eps · wgw
+        tv = wg[rows, hard] - c_hard * wc
+        ok = vv > 64 * eps * wgw  # below: no push direction beyond rounding noise -> undefined (NaN)
+        share = jnp.where(ok, w_hard * tv / jnp.where(ok, vv, 1.0), jnp.nan)
+        hardest_share[tau_key(tau)] = jnp.nanmean(share)
+    out["hardest_share"] = hardest_share
+    out["weight_share"] = weight_share
+
+    # --- Lemma 1 with the hardest negative, α measured from the embeddings -------------
+    s = sin_from_cos(c_pos)
+    t = sin_from_cos(c_hard)
+    st = s * t
+    cos_alpha = jnp.where(st > 0, (Gp[rows, hard] - c_pos * c_hard) / jnp.where(st > 0, st, 1.0), 1.0)
+    alpha = safe_arccos(jnp.clip(cos_alpha, -1.0, 1.0))
+    theta_hard = safe_arccos(c_hard)
+    l1_min, l1_feas, l1_sat, l1_hist = {}, {}, {}, {}
+    lo_edge, hi_edge = cfg.lemma1_hist_range
+    for lam in cfg.lambdas:
+        low, high, feasible = lemma1_bounds(theta_pos, theta_hard, alpha, jnp.asarray(lam, dtype))
+        low = low.astype(dtype)
+        q = jnp.nanquantile(low, jnp.asarray(QUANTILES, dtype))
+        summary = {"mean": jnp.nanmean(low)}
+        summary.update({name: q[k] for k, name in enumerate(_QNAMES)})
+        key = lam_key(lam)
+        l1_min[key] = summary
+        l1_feas[key] = jnp.mean(feasible.astype(dtype))
+        r = cfg.static_ratio
+        l1_sat[key] = jnp.mean((feasible & (low <= r) & (r <= high)).astype(dtype))
+        if cfg.hist_bins is not None:
+            edges = jnp.linspace(lo_edge, hi_edge, cfg.lemma1_hist_bins + 1, dtype=dtype)
+            vals = jnp.clip(jnp.where(feasible, low, lo_edge), lo_edge, hi_edge)
+            l1_hist[key], _ = jnp.histogram(vals, bins=edges, weights=feasible.astype(dtype))
+        out.setdefault("_lemma1_per_anchor", {})[key] = low
+    out["lemma1_min_ratio"] = l1_min
+    out["lemma1_feasible_fraction"] = l1_feas
+    out["lemma1_satisfied_fraction"] = l1_sat
+
+    # --- Wang & Isola, seed 004 -------------------------------------------------------
+    out["align"] = jnp.mean((2.0 - 2.0 * c_pos).clip(0.0) ** (cfg.align_alpha / 2.0))
+    out["uniform"] = 0.5 * (_uniformity(h, cfg.uniform_t) + _uniformity(hp, cfg.uniform_t))
+    m_o_h, m_r_h = collapse_ratios(h, normalized=True)
+    m_o_hp, m_r_hp = collapse_ratios(hp, normalized=True)
+    out["m_o"] = 0.5 * (m_o_h + m_o_hp)
+    out["m_r"] = 0.5 * (m_r_h + m_r_hp)
+
+    # --- histograms (seed 000 Fig. 5) ------------------------------------------------
+    if cfg.hist_bins is not None:
+        edges = jnp.linspace(-1.0, 1.0, cfg.hist_bins + 1, dtype=dtype)
+        cpos_hist, _ = jnp.histogram(jnp.clip(c_pos, -1.0, 1.0), bins=edges)
+        cneg_hist, _ = jnp.histogram(jnp.clip(C, -1.0, 1.0), bins=edges, weights=valid.astype(dtype))
+        out["histograms"] = {"cos_pos": cpos_hist, "cos_neg": cneg_hist, "lemma1_min_ratio": l1_hist}
+    out["_health"] = health
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def batch_statistics_fn(cfg: StatsConfig):
+    """The jitted ``(h, h_prime) -> statistics`` for a config (cached: compiles once per config and shape)."""
+    return jax.jit(functools.partial(_statistics, cfg=cfg))

@@ -1,0 +1,401 @@
+"""Seed 003's gradient-norm maps over θ_ii' × θ_ij' (Eqs. 7–9, 11, 16–22; Figs. 2 and 4).
+
+The gradient of a per-anchor loss w.r.t. the anchor splits into an *alignment* part
+(along the tangential direction to the positive h_i') and a *uniformity* part (one term
+per negative h_j'). On the unit sphere (the paper's 1/‖h_i‖ factor dropped) the
+tangential part of ĥ_i' has length sin θ_ii' and that of ĥ_j' has length sin θ_ij', so
+each norm is a scalar coefficient times a sine. As in the paper, all K negatives sit at
+the same angle θ_ij' ("All θ_ij' in one equation are treated as the same value").
+
+Alignment part ‖∇^pos‖ (Fig. 2), with c_p = cos θ_ii', c_n = cos θ_ij':
+
+    InfoNCE (Eq. 7)   K e^{c_n/τ} sin θ_ii' / (τ (e^{c_p/τ} + K e^{c_n/τ}))
+    alignment (Eq. 8) α (2 sin(θ_ii'/2))^{α−2} sin θ_ii'
+    DCL (Eq. 9)       sin θ_ii' / τ
+    DCL+ (Eq. 11)     sin θ_ii' / τ · 1[L_dcl > 0],  L_dcl = (c_n − c_p)/τ + log K
+    MPT (Eq. 39)      sin θ_ii' · 1[c_p − c_n < m]
+    MET (Eq. 39)      cos(θ_ii'/2) · 1[d_n − d_p < m],  d = 2 sin(θ/2)
+    MAT (Eq. 39)      1 · 1[θ_ij' − θ_ii' < m]
+
+Uniformity part ‖∇^{neg_j}‖ of one negative (Fig. 4):
+
+    InfoNCE (Eq. 16)  e^{c_n/τ} sin θ_ij' / (τ (e^{c_p/τ} + K e^{c_n/τ}))
+    uniformity (17)   2t sin θ_ij' / (N K),  N = K + 1 anchors (Eq. 29's double sum)
+    DCL (Eq. 18)      sin θ_ij' / (τ K)
+    DCL+ (Eq. 19)     sin θ_ij' / (τ K) · 1[L_dcl > 0]
+    MPT (Eq. 20)      sin θ_ij' · gate   (the hardest negative only)
+    MET (Eq. 21)      cos(θ_ij'/2) · gate
+    MAT (Eq. 22)      1 · gate
+
+Typos in seed 003 fixed here (each checked against ``jax.grad``): Eq. 7's denominator
+has exp(cos θ_ii'/τ), not exp(cos θ_ij'/τ); Eq. 11 has sin θ_ii', not sin θ_ij'; Eq. 20's
+gate is c_p − max_j c_j < m (a difference, not a sum); Eq. 21/40's MET gate is "< m" for
+the non-zero branch, as in Eq. 39.
+
+Defaults follow seed 003 Table 2 (BERT-base): τ_InfoNCE = 0.05, α = 2, t = 6 (the a&u
+pair), τ_DCL = 0.03, τ_DCL+ = 0.17, m_MPT = 0.23, m_MET = 0.45, m_MAT = 0.15π, and K = 64
+negatives ("under the condition of 64 negative sample size").
+
+Every function is pure and broadcasts ``theta_pos`` against ``theta_neg``; they accept
+NumPy or JAX arrays and return a JAX array of the broadcast shape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+import jax.numpy as jnp
+from jax import Array
+from jax.typing import ArrayLike
+
+__all__ = [
+    "NORM_LOSSES",
+    "PARTS",
+    "DEFAULTS",
+    "DEFAULT_NEGATIVES",
+    "infonce_pos",
+    "infonce_neg",
+    "align_pos",
+    "uniform_neg",
+    "dcl_pos",
+    "dcl_neg",
+    "dclplus_pos",
+    "dclplus_neg",
+    "mpt_pos",
+    "mpt_neg",
+    "met_pos",
+    "met_neg",
+    "mat_pos",
+    "mat_neg",
+    "norm_map",
+    "norm_grid",
+    "norm_result",
+]
+
+DEFAULT_NEGATIVES = 64
+
+#: Seed 003 Table 2 (BERT-base) parameters per loss of the norm maps.
+DEFAULTS: Mapping[str, Mapping[str, float]] = MappingProxyType({
+    "infonce": MappingProxyType({"tau": 0.05}),
+    "align": MappingProxyType({"alpha": 2.0}),
+    "uniform": MappingProxyType({"t": 6.0}),
+    "dcl": MappingProxyType({"tau": 0.03}),
+    "dcl+": MappingProxyType({"tau": 0.17}),
+    "mpt": MappingProxyType({"m": 0.23}),
+    "met": MappingProxyType({"m": 0.45}),
+    "mat": MappingProxyType({"m": 0.15 * math.pi}),
+})
+
+PARTS = ("pos", "neg")
+
+
+def _angles(theta_pos: ArrayLike, theta_neg: ArrayLike, dtype=None):
+    tp, tn = jnp.asarray(theta_pos), jnp.asarray(theta_neg)
+    if dtype is None:
+        dtype = jnp.result_type(tp.dtype, tn.dtype, jnp.float32)
+        if not jnp.issubdtype(dtype, jnp.floating):
+            dtype = jnp.float32
+    return jnp.broadcast_arrays(tp.astype(dtype), tn.astype(dtype))
+
+
+def _sin(theta):
+    """|sin θ|: the length of a tangential unit direction (never −0 at θ = π in float32)."""
+    return jnp.abs(jnp.sin(theta))
+
+
+def _check_k(negatives) -> float:
+    if isinstance(negatives, bool) or not float(negatives) >= 1 or float(negatives) != int(negatives):
+        raise ValueError(f"negatives must be an integer >= 1 (the number K of negatives); got {negatives!r}")
+    return float(negatives)
+
+
+def _check_pos(name: str, value) -> float:
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0; got {value!r}")
+    return value
+
+
+def _check_nonneg(name: str, value) -> float:
+    value = float(value)
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
+    return value
+
+
+def _gd_softmax(tp, tn, k, tau):
+    """K e^{c_n/τ} / (e^{c_p/τ} + K e^{c_n/τ}) = sigmoid(log K + (c_n − c_p)/τ), stable."""
+    return 1.0 / (1.0 + jnp.exp((jnp.cos(tp) - jnp.cos(tn)) / tau - math.log(k)))
+
+
+# --- InfoNCE -----------------------------------------------------------------------------
+def infonce_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
+                tau: float = 0.05) -> Array:
+    """‖∇_cl^pos‖ (seed 003 Eq. 7): (1/τ) · GD · sin θ_ii', K negatives all at θ_ij'.
+
+    Args:
+      theta_pos: θ_ii' (radians), any shape broadcasting with ``theta_neg``.
+      theta_neg: θ_ij' (radians).
+      negatives: K, the number of negatives.
+      tau: temperature τ > 0.
+
+    Returns:
+      The norm, of the broadcast shape.
+
+    Example:
+      >>> import math
+      >>> round(float(infonce_pos(math.pi / 2, math.pi / 2, negatives=1, tau=1.0)), 6)
+      0.5
+    """
+    k, tau = _check_k(negatives), _check_pos("tau", tau)
+    tp, tn = _angles(theta_pos, theta_neg)
+    return _gd_softmax(tp, tn, k, tau) * _sin(tp) / tau
+
+
+def infonce_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
+                tau: float = 0.05) -> Array:
+    """‖∇_cl^{neg_j}‖ (seed 003 Eq. 16): e^{c_n/τ} sin θ_ij' / (τ (e^{c_p/τ} + K e^{c_n/τ}))."""
+    k, tau = _check_k(negatives), _check_pos("tau", tau)
+    tp, tn = _angles(theta_pos, theta_neg)
+    return _gd_softmax(tp, tn, k, tau) / k * _sin(tn) / tau
+
+
+# --- alignment / uniformity (Wang & Isola) ----------------------------------------------
+def align_pos(theta_pos: ArrayLike, theta_neg: ArrayLike | None = None, *, alpha: float = 2.0, **_) -> Array:
+    """‖∇L_align‖ (seed 003 Eq. 8): α (2 sin(θ_ii'/2))^{α−2} sin θ_ii'; independent of θ_ij'.
+
+    ``theta_neg`` only fixes the output shape (broadcast). For α < 2 the norm diverges
+    as θ_ii' → 0 (it is returned as ``inf`` there); for α = 2 it is 2 sin θ_ii'.
+    """
+    alpha = _check_pos("alpha", alpha)
+    tp, _tn = _angles(theta_pos, 0.0 if theta_neg is None else theta_neg)
+    # (2 sin(θ/2))^{α−2} sin θ = 2^{α−1} sin(θ/2)^{α−1} cos(θ/2): finite at θ = 0 for α >= 1.
+    half = jnp.abs(jnp.sin(tp / 2))
+    return alpha * 2.0 ** (alpha - 1) * half ** (alpha - 1) * jnp.abs(jnp.cos(tp / 2))
+
+
+def uniform_neg(theta_pos: ArrayLike | None, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
+                t: float = 6.0) -> Array:
+    """‖∇L_uniform^j‖ (seed 003 Eq. 17): 2t sin θ_ij' / (N K), with all N(N−1) pairs at θ_ij'.
+
+    Eq. 29's normalizer Σ_i Σ_{j≠i} exp(−t‖ĥ_i − ĥ_j'‖²) runs over the N = K + 1 anchors of
+    the batch; with every anchor–negative pair at the same angle the exponentials cancel.
+    """
+    k, t = _check_k(negatives), _check_pos("t", t)
+    tp, tn = _angles(0.0 if theta_pos is None else theta_pos, theta_neg)
+    del tp
+    return 2 * t * _sin(tn) / ((k + 1) * k)
+
+
+# --- DCL / DCL+ -------------------------------------------------------------------------
+def _dcl_positive(tp, tn, k, tau):
+    """1[L_dcl > 0] with L_dcl = (c_n − c_p)/τ + log K."""
+    return ((jnp.cos(tn) - jnp.cos(tp)) / tau + math.log(k) > 0).astype(tp.dtype)
+
+
+def dcl_pos(theta_pos: ArrayLike, theta_neg: ArrayLike | None = None, *, tau: float = 0.03, **_) -> Array:
+    """‖∇_dcl^pos‖ (seed 003 Eq. 9): sin θ_ii' / τ; independent of θ_ij' and K."""
+    tau = _check_pos("tau", tau)
+    tp, _tn = _angles(theta_pos, 0.0 if theta_neg is None else theta_neg)
+    return _sin(tp) / tau
+
+
+def dcl_neg(theta_pos: ArrayLike | None, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
+            tau: float = 0.03) -> Array:
+    """‖∇_dcl^{neg_j}‖ (seed 003 Eq. 18): sin θ_ij' / (τ K) (the softmax over K equal negatives)."""
+    k, tau = _check_k(negatives), _check_pos("tau", tau)
+    tp, tn = _angles(0.0 if theta_pos is None else theta_pos, theta_neg)
+    del tp
+    return _sin(tn) / (tau * k)
+
+
+def dclplus_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
+                tau: float = 0.17) -> Array:
+    """‖∇_dcl+^pos‖ (seed 003 Eq. 11): sin θ_ii' / τ where L_dcl > 0, else 0."""
+    k, tau = _check_k(negatives), _check_pos("tau", tau)
+    tp, tn = _angles(theta_pos, theta_neg)
+    return _dcl_positive(tp, tn, k, tau) * _sin(tp) / tau
+
+
+def dclplus_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
+                tau: float = 0.17) -> Array:
+    """‖∇_dcl+^{neg_j}‖ (seed 003 Eq. 19): sin θ_ij' / (τ K) where L_dcl > 0, else 0."""
+    k, tau = _check_k(negatives), _check_pos("tau", tau)
+    tp, tn = _angles(theta_pos, theta_neg)
+    return _dcl_positive(tp, tn, k, tau) * _sin(tn) / (tau * k)
+
+
+# --- triplet losses with the hardest negative --------------------------------------------
+def _gate_mpt(tp, tn, m):
+    return (jnp.cos(tp) - jnp.cos(tn) < m).astype(tp.dtype)
+
+
+def _gate_met(tp, tn, m):
+    return (2 * jnp.sin(tn / 2) - 2 * jnp.sin(tp / 2) < m).astype(tp.dtype)
+
+
+def _gate_mat(tp, tn, m):
+    return (tn - tp < m).astype(tp.dtype)
+
+
+def mpt_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.23, **_) -> Array:
+    """‖∇_mpt^pos‖ (seed 003 Eq. 39): sin θ_ii' · 1[c_p − c_n < m]."""
+    m = _check_nonneg("m", m)
+    tp, tn = _angles(theta_pos, theta_neg)
+    return _gate_mpt(tp, tn, m) * _sin(tp)
+
+
+def mpt_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.23, **_) -> Array:
+    """‖∇_mpt^neg‖ (seed 003 Eq. 20, gate fixed): sin θ_ij' · 1[c_p − c_n < m] (hardest negative)."""
+    m = _check_nonneg("m", m)
+    tp, tn = _angles(theta_pos, theta_neg)
+    return _gate_mpt(tp, tn, m) * _sin(tn)
+
+
+def met_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.45, **_) -> Array:
+    """‖∇_met^pos‖ (seed 003 Eq. 39): cos(θ_ii'/2) · 1[d_n − d_p < m], d = 2 sin(θ/2)."""
+    m = _check_nonneg("m", m)
+    tp, tn = _angles(theta_pos, theta_neg)
+    return _gate_met(tp, tn, m) * jnp.abs(jnp.cos(tp / 2))
+
+
+def met_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.45, **_) -> Array:
+    """‖∇_met^neg‖ (seed 003 Eq. 21): cos(θ_ij'/2) · 1[d_n − d_p < m] (hardest negative)."""
+    m = _check_nonneg("m", m)
+    tp, tn = _angles(theta_pos, theta_neg)
+    return _gate_met(tp, tn, m) * jnp.abs(jnp.cos(tn / 2))
+
+
+def mat_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.15 * math.pi, **_) -> Array:
+    """‖∇_mat^pos‖ (seed 003 Eq. 39): 1[θ_ij' − θ_ii' < m] (the angle's gradient has unit norm)."""
+    m = _check_nonneg("m", m)
+    tp, tn = _angles(theta_pos, theta_neg)
+    return _gate_mat(tp, tn, m)
+
+
+def mat_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.15 * math.pi, **_) -> Array:
+    """‖∇_mat^neg‖ (seed 003 Eq. 22): 1[θ_ij' − θ_ii' < m] (hardest negative)."""
+    return mat_pos(theta_pos, theta_neg, m=m)
+
+
+# --- dispatch ------------------------------------------------------------------------------
+_FUNCS: Mapping[tuple[str, str], Callable[..., Array]] = MappingProxyType({
+    ("infonce", "pos"): infonce_pos, ("infonce", "neg"): infonce_neg,
+    ("align", "pos"): align_pos, ("uniform", "neg"): uniform_neg,
+    ("dcl", "pos"): dcl_pos, ("dcl", "neg"): dcl_neg,
+    ("dcl+", "pos"): dclplus_pos, ("dcl+", "neg"): dclplus_neg,
+    ("mpt", "pos"): mpt_pos, ("mpt", "neg"): mpt_neg,
+    ("met", "pos"): met_pos, ("met", "neg"): met_neg,
+    ("mat", "pos"): mat_pos, ("mat", "neg"): mat_neg,
+})
+
+#: Loss names the norm maps know, in the order of seed 003's figures.
+NORM_LOSSES = ("infonce", "align", "uniform", "dcl", "dcl+", "mpt", "met", "mat")
+
+#: Losses whose map depends on the number of negatives K.
+DEPENDS_ON_K = frozenset({("infonce", "pos"), ("infonce", "neg"), ("uniform", "neg"), ("dcl", "neg"),
+                          ("dcl+", "pos"), ("dcl+", "neg")})
+
+_ALIASES = {"cl": "infonce", "alignment": "align", "uniformity": "uniform", "dclplus": "dcl+",
+            "dcl_plus": "dcl+", "a&u": None}
+
+
+def _canonical(loss: str, part: str) -> str:
+    name = str(loss).lower()
+    name = _ALIASES.get(name, name) or name
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {PARTS}; got {part!r}")
+    # the a&u pair: alignment is its positive part, uniformity its negative part
+    if name in ("align", "uniform"):
+        name = "align" if part == "pos" else "uniform"
+    if name not in DEFAULTS:
+        raise ValueError(f"no gradient-norm map for loss {loss!r}; valid choices: {', '.join(NORM_LOSSES)}")
+    return name
+
+
+def norm_map(loss: str, theta_pos: ArrayLike, theta_neg: ArrayLike, *, part: str = "pos",
+             negatives: int = DEFAULT_NEGATIVES, **params: float) -> Array:
+    """The gradient norm of ``loss``'s alignment (``part="pos"``) or uniformity (``"neg"``) part.
+
+    Args:
+      loss: one of ``NORM_LOSSES`` (``"align"``/``"uniform"`` name the a&u pair: the
+        alignment loss has only a positive part, the uniformity loss only a negative part).
+      theta_pos, theta_neg: θ_ii' and θ_ij' (radians), broadcasting.
+      part: ``"pos"`` (seed 003 Fig. 2) or ``"neg"`` (one negative's share, Fig. 4).
+      negatives: K, the number of negatives (all at θ_ij').
+      **params: the loss's parameters (``tau``, ``m``, ``alpha``, ``t``); defaults from
+        seed 003 Table 2 (see ``DEFAULTS``).
+
+    Returns:
+      The norm, shape of the broadcast of ``theta_pos`` and ``theta_neg``.
+
+    Raises:
+      ValueError: unknown loss / part / parameter, or a bad value.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> float(norm_map("dcl", jnp.pi / 2, 1.0, tau=0.5))
+      2.0
+    """
+    name = _canonical(loss, part)
+    defaults = DEFAULTS[name]
+    unknown = set(params) - set(defaults)
+    if unknown:
+        raise ValueError(f"{name}: unknown parameter(s) {', '.join(sorted(unknown))}; valid: {', '.join(defaults)}")
+    merged = {**defaults, **params}
+    fn = _FUNCS[(name, part)]
+    if (name, part) in DEPENDS_ON_K:
+        merged["negatives"] = negatives
+    else:
+        _check_k(negatives)
+    return fn(theta_pos, theta_neg, **merged)
+
+
+def norm_grid(grid: int = 200, *, lo: float = 0.0, hi: float = math.pi, dtype=jnp.float32):
+    """The angle axes of the maps: ``grid`` points in [lo, hi] for θ_ii' and θ_ij' alike.
+
+    Returns:
+      ``(theta_pos (G,), theta_neg (G,))`` — use ``theta_pos[:, None]`` and
+      ``theta_neg[None, :]`` to get a (G, G) map with θ_ii' on axis 0.
+    """
+    if int(grid) < 2:
+        raise ValueError(f"grid must have at least 2 points; got {grid!r}")
+    if not hi > lo:
+        raise ValueError(f"the angle range must be non-empty; got [{lo}, {hi}]")
+    axis = jnp.linspace(lo, hi, int(grid), dtype=dtype)
+    return axis, axis
+
+
+def norm_result(loss: str, *, part: str = "pos", negatives: int = DEFAULT_NEGATIVES, grid: int = 200,
+                theta_range: tuple[float, float] = (0.0, math.pi), dtype=jnp.float32, **params: float):
+    """A gradient-norm map as a ``gradlab.io.Result`` with dims (theta_pos, theta_neg).
+
+    Args:
+      loss, part, negatives, **params: as in ``norm_map``.
+      grid: points per axis; theta_range: the common range of θ_ii' and θ_ij'.
+      dtype: float dtype of the computation.
+
+    Returns:
+      ``Result`` with ``mean`` (grid, grid) (rows index θ_ii'), ``stderr`` None (exact
+      values) and ``meta`` (statistic ``norm_map``, loss, part, negatives, params).
+
+    Example:
+      >>> r = norm_result("dcl", grid=5)
+      >>> r.dims, r.mean.shape
+      (('theta_pos', 'theta_neg'), (5, 5))
+    """
+    from gradlab.io import Result, runtime_meta
+
+    name = _canonical(loss, part)
+    theta_pos, theta_neg = norm_grid(grid, lo=float(theta_range[0]), hi=float(theta_range[1]), dtype=dtype)
+    values = norm_map(name, theta_pos[:, None], theta_neg[None, :], part=part, negatives=negatives, **params)
+    import numpy as np
+
+    used = {**DEFAULTS[name], **{k: float(v) for k, v in params.items()}}
+    meta = {"statistic": "norm_map", "loss": name, "part": part, "negatives": int(negatives),
+            "params": used, "reference": "seed 003 Eqs. 7-9, 11, 16-22", **runtime_meta()}
+    return Result(dims=("theta_pos", "theta_neg"),
+                  coords={"theta_pos": np.asarray(theta_pos, np.float64), "theta_neg": np.asarray(theta_neg, np.float64)},
+                  mean=np.asarray(values), meta=meta)

@@ -1,0 +1,284 @@
+"""One recipe per paper figure. Each takes Result objects (or the arrays of
+``gradlab.margins``) and returns the matplotlib Figure, so notebooks can restyle it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from gradlab.plot._core import curves, heatmap
+from gradlab.plot._style import AXIS_LABELS, new_figure, set_pi_axis
+
+_TITLES = {"infonce": "InfoNCE", "arccon": "ArcCon", "mpt": "MPT", "met": "MET", "mat": "MAT", "dcl": "DCL",
+           "dcl+": "DCL+", "align": "alignment", "uniform": "uniformity"}
+
+
+def loss_title(name: str) -> str:
+    """Display name of a loss (registry title where known)."""
+    if name in _TITLES:
+        return _TITLES[name]
+    try:
+        from gradlab.losses import get_spec
+
+        return get_spec(name).title
+    except Exception:  # noqa: BLE001 - any unknown name is shown as given
+        return str(name)
+
+
+def _grid_shape(n: int, ncols: int | None):
+    ncols = n if ncols is None else max(1, min(ncols, n))
+    return math.ceil(n / ncols), ncols
+
+
+def _hide_unused(axes, n):
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+
+
+def _params_str(meta: Mapping) -> str:
+    p = meta.get("params") or {}
+    return ", ".join(f"{_sym(k)}={v:.3g}" for k, v in p.items())
+
+
+def _sym(k: str) -> str:
+    return {"tau": "τ", "u": "u", "m": "m", "alpha": "α", "t": "t"}.get(k, k)
+
+
+# --- seed 000 ----------------------------------------------------------------------------------
+def gd_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitle: str | None = None,
+            ncols: int | None = None):
+    """Seed 000 Figs. 2 and 10: mean GD over (μ_pos, μ_neg), one panel per loss (colour 0..1)."""
+    results = list(results)
+    nrows, ncols = _grid_shape(len(results), ncols)
+    fig, axes = new_figure(nrows, ncols, panel=(4.6, 3.6))
+    for i, (ax, r) in enumerate(zip(axes.ravel(), results, strict=False)):
+        name = r.meta.get("loss", "")
+        title = titles[i] if titles else f"{loss_title(name)} ({_params_str(r.meta)})"
+        heatmap(r, quantity="gd", ax=ax, title=title, vmin=0.0, vmax=1.0)
+    _hide_unused(axes, len(results))
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def weight_share_curves(result, *, title: str | None = None):
+    """Seed 000 Fig. 3: mean share of the hardest negative in W vs μ_neg, one curve per τ."""
+    taus = np.asarray(result.coords["tau"], float)
+    mean = result.masked_mean()
+    ys = {f"τ = {t:g}": mean[i] for i, t in enumerate(taus)}
+    se = None if result.stderr is None else {f"τ = {t:g}": result.stderr[i] for i, t in enumerate(taus)}
+    mu_pos = result.meta.get("mu_pos")
+    n = (result.meta.get("protocol") or {}).get("batch_size")
+    default = "hardest negative's share of the weight"
+    if mu_pos is not None:
+        default += f"\n($\\mu_{{pos}}$ = {mu_pos / math.pi:.3g}π" + (f", N = {n})" if n else ")")
+    fig = curves(result.coords["mu_neg"], ys, stderr=se, x_name="mu_neg", ylabel="share of the hardest negative",
+                 title=title or default, cmap="viridis")
+    ax = fig.axes[0]
+    ax.set_ylim(-0.02, 1.02)
+    return fig
+
+
+def ratio_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitle: str | None = None,
+               vmin: float | None = 0.0, vmax: float | None = 3.0, ncols: int | None = None):
+    """Seed 000 Fig. 4: mean dynamic ratio over (μ_pos, μ_neg), shaded where the pairs do
+    not occur in training (μ_pos > μ_neg, and gradient dissipation), contours at R = 1, 2.
+
+    The colour scale is clipped to [vmin, vmax] (the ratios diverge as θ_ii' → 0) so that
+    the band 1 ≤ R ≤ 2 the paper discusses stays readable.
+    """
+    results = list(results)
+    nrows, ncols = _grid_shape(len(results), ncols)
+    fig, axes = new_figure(nrows, ncols, panel=(4.6, 3.6))
+    for i, (ax, r) in enumerate(zip(axes.ravel(), results, strict=False)):
+        name = r.meta.get("loss", "")
+        title = titles[i] if titles else f"{loss_title(name)} ({_params_str(r.meta)})"
+        heatmap(r, quantity="ratio", ax=ax, title=title, vmin=vmin, vmax=vmax, contours=[1.0, 2.0],
+                contour_color="white")
+    _hide_unused(axes, len(results))
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def lemma1_maps(result, *, max_ratios: int = 4):
+    """Lemma 1 over the grid: mean minimum ratio r_low (masked where never feasible), and
+    the fraction of batches a static ratio r satisfies, one panel per r."""
+    r_axis = np.asarray(result.coords.get("r", []), float)[:max_ratios]
+    n = 1 + r_axis.size
+    nrows, ncols = _grid_shape(n, 3)
+    fig, axes = new_figure(nrows, ncols, panel=(4.4, 3.6))
+    lam = result.meta.get("lam")
+    low = np.asarray(result.mean, float)
+    finite = low[np.isfinite(low)]
+    vmax = float(np.quantile(finite, 0.98)) if finite.size else None
+    flat = axes.ravel()
+    heatmap(result, quantity="lemma1", ax=flat[0], vmax=vmax, contours=[1.0],
+            title=f"minimum ratio $r_{{low}}$ (λ = {lam:g})" if lam is not None else "minimum ratio")
+    sat = result.extra.get("satisfied")
+    for k, r in enumerate(r_axis):
+        heatmap(np.asarray(sat[k], float), x=result.coords["mu_neg"], y=result.coords["mu_pos"],
+                x_name="mu_neg", y_name="mu_pos", quantity="feasible", ax=flat[k + 1], vmin=0, vmax=1,
+                title=f"r = {r:g} satisfies Lemma 1", label="fraction of batches")
+    _hide_unused(axes, n)
+    return fig
+
+
+def min_ratio_distribution(result, *, title: str | None = None, xlim=(-1.0, 4.0)):
+    """Seed 000 Fig. 8(a), simulated: density of the minimum ratio r_low per λ, with r = 1 marked.
+
+    The legend gives, per λ, the fraction of feasible batches whose r_low ≤ 1 (a static
+    ratio of 1 satisfies the lemma there) and the feasible fraction.
+    """
+    import matplotlib
+
+    lams = np.asarray(result.coords["lam"], float)
+    edges = np.asarray(result.extra["bin_edges"], float)
+    hist = np.asarray(result.extra["histogram"], float)
+    below = np.asarray(result.extra.get("below", np.zeros(lams.size)), float)
+    feas = np.asarray(result.extra.get("feasible", np.ones(lams.size)), float)
+    fig, axes = new_figure(1, 1, panel=(5.6, 3.8))
+    ax = axes[0, 0]
+    colours = matplotlib.colormaps["plasma"](np.linspace(0.05, 0.85, max(lams.size, 1)))
+    width = np.diff(edges)
+    for k, (lam, colour) in enumerate(zip(lams, colours, strict=False)):
+        mass = hist[k] * width
+        le1 = np.nansum(mass[edges[1:] <= 1.0 + 1e-9]) + (below[k] if np.isfinite(below[k]) else 0.0)
+        ax.stairs(hist[k], edges, color=colour, lw=1.8, fill=False,
+                  label=f"λ = {lam:g}: P($r_{{low}}$ ≤ 1) = {le1:.2f}, feasible {feas[k]:.2f}")
+        ax.stairs(hist[k], edges, color=colour, alpha=0.12, fill=True)
+    ax.axvline(1.0, color="k", ls="--", lw=1.2)
+    ax.set_xlim(*xlim)
+    ax.set_xlabel("minimum ratio $r_{low}$ of Lemma 1")
+    ax.set_ylabel("density")
+    meta = result.meta
+    mp, mn = (_scalar(meta.get(k)) for k in ("mu_pos", "mu_neg"))
+    if title is None:
+        title = "distribution of the minimum ratio (simulated)"
+        if isinstance(mp, (int, float)) and isinstance(mn, (int, float)):
+            title += f"\n$\\mu_{{pos}}$ = {mp / math.pi:.3g}π, $\\mu_{{neg}}$ = {mn / math.pi:.3g}π"
+    ax.set_title(title)
+    ax.legend(frameon=False, fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def _scalar(v):
+    if isinstance(v, list) and len(v) == 1:
+        v = v[0]
+    return v if isinstance(v, (int, float)) else None
+
+
+# --- seed 003 ----------------------------------------------------------------------------------
+def norm_title(result) -> str:
+    m = result.meta
+    name = m.get("loss", "")
+    part = m.get("part", "pos")
+    sym = {"infonce": "cl", "dcl+": "dcl^+"}.get(name, name)
+    if name == "align":
+        head = r"$\|\nabla \mathcal{L}_{align}\|$"
+    elif name == "uniform":
+        head = r"$\|\nabla \mathcal{L}^{j}_{uniform}\|$"
+    else:
+        head = rf"$\|\nabla^{{{'pos' if part == 'pos' else 'neg_j'}}}_{{{sym}}}\|$"
+    bits = [_params_str(m)]
+    if name in ("infonce", "uniform", "dcl+") or (name == "dcl" and part == "neg"):
+        bits.append(f"K = {m.get('negatives')}")
+    return f"{head}  ({', '.join(b for b in bits if b)})"
+
+
+def norm_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitle: str | None = None,
+              ncols: int | None = None):
+    """Seed 003 Figs. 2 and 4: gradient-norm maps over θ_ii' (y) × θ_ij' (x), one panel each,
+    each with its own colour scale (magnitudes differ by orders: 1/τ, 2t/(NK), ...)."""
+    results = list(results)
+    nrows, ncols = _grid_shape(len(results), ncols)
+    fig, axes = new_figure(nrows, ncols, panel=(4.3, 3.5))
+    for i, (ax, r) in enumerate(zip(axes.ravel(), results, strict=False)):
+        heatmap(r, quantity="norm", ax=ax, title=titles[i] if titles else norm_title(r), vmin=0.0)
+    _hide_unused(axes, len(results))
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+# --- seed 002 ----------------------------------------------------------------------------------
+def _np(d, key):
+    return np.asarray(d[key], dtype=float)
+
+
+def margin_gradients(d: Mapping, *, tau: float = 0.25, beta: float = 1.0):
+    """Seed 002 Fig. 1: |∂L̃/∂θ| without margins for a positive (over θ⁺, q⁺) and a
+    negative (over θ⁻, q⁻); ``d`` is ``gradlab.margins.fig1_gradient_magnitudes``'s dict."""
+    theta, q = _np(d, "theta"), _np(d, "q")
+    fig, axes = new_figure(1, 2, panel=(4.6, 3.7))
+    for ax, key, xn, yn, head in ((axes[0, 0], "positive", "theta+", "q+", "positive sample"),
+                                  (axes[0, 1], "negative", "theta-", "q-", "negative sample")):
+        heatmap(_np(d, key).T, x=theta, y=q, x_name=xn, y_name=yn, quantity="margin_grad", ax=ax, vmin=0.0,
+                title=f"{head} (β = {beta:g}, τ = {tau:g})")
+    return fig
+
+
+def _multiplier_norm(values, lo_clip=0.0, hi_clip=None):
+    from matplotlib.colors import TwoSlopeNorm
+
+    finite = values[np.isfinite(values)]
+    lo = float(np.quantile(finite, 0.01)) if finite.size else 0.0
+    hi = float(np.quantile(finite, 0.99)) if finite.size else 2.0
+    if hi_clip is not None:
+        hi = min(hi, hi_clip)
+    lo = max(min(lo, 0.99), lo_clip if lo_clip is not None else lo)
+    hi = max(hi, 1.01)
+    return TwoSlopeNorm(vcenter=1.0, vmin=lo, vmax=hi)
+
+
+def margin_multipliers(d: Mapping, *, tau: float = 0.25, m1: float = 0.4, beta: float = 1.0):
+    """Seed 002 Fig. 2: the angular-margin multipliers over (θ⁺, q̃⁺): left sin(θ⁺+m1)/sin θ⁺
+    (positives only), right (p − βq)/(p − βq̃) (positives and negatives); green where = 1."""
+    theta, q = _np(d, "theta_pos"), _np(d, "q_pos")
+    fig, axes = new_figure(1, 2, panel=(4.6, 3.7))
+    ang = _np(d, "angular").T
+    ratio = _np(d, "ratio_pos").T
+    heatmap(ang, x=theta, y=q, x_name="theta+", y_name="q+", quantity="multiplier", ax=axes[0, 0],
+            norm=_multiplier_norm(ang, lo_clip=None, hi_clip=4.0), contours=[1.0], contour_color="lime",
+            title=r"$\sin(\theta^+ + m_1)/\sin\theta^+$ (positives)")
+    heatmap(ratio, x=theta, y=q, x_name="theta+", y_name="q+", quantity="multiplier", ax=axes[0, 1],
+            norm=_multiplier_norm(ratio), contours=[1.0], contour_color="lime",
+            title=r"$(p-\beta q)/(p-\beta\tilde q)$ (all samples)")
+    fig.suptitle(f"β = {beta:g}, τ = {tau:g}, $m_1$ = {m1:g}")
+    return fig
+
+
+def margin_ratio_grid(d: Mapping, *, beta: float = 1.0):
+    """Seed 002 Fig. 8: (p − βq)/(p − βq̃) over (θ⁺, q̃⁺), one panel per (m1, τ); green where = 1."""
+    theta, q = _np(d, "theta_pos"), _np(d, "q_pos")
+    m1s, taus = _np(d, "m1"), _np(d, "tau")
+    ratio = _np(d, "ratio_pos")
+    fig, axes = new_figure(len(taus), len(m1s), panel=(3.6, 3.0))
+    for a, m1 in enumerate(m1s):
+        for b, tau in enumerate(taus):
+            vals = ratio[a, b].T
+            heatmap(vals, x=theta, y=q, x_name="theta+", y_name="q+", quantity="multiplier", ax=axes[b, a],
+                    norm=_multiplier_norm(vals), contours=[1.0], contour_color="lime",
+                    title=f"$m_1$ = {m1:g}, τ = {tau:g}", label="ratio")
+            set_pi_axis(axes[b, a], "x", float(theta.min()), float(theta.max()), max_ticks=4)
+    return fig
+
+
+__all__ = [
+    "loss_title",
+    "gd_maps",
+    "weight_share_curves",
+    "ratio_maps",
+    "lemma1_maps",
+    "min_ratio_distribution",
+    "norm_maps",
+    "norm_title",
+    "margin_gradients",
+    "margin_multipliers",
+    "margin_ratio_grid",
+    "AXIS_LABELS",
+    "set_pi_axis",
+]

@@ -1,0 +1,293 @@
+"""The gradlab CLI through Typer's CliRunner: the exact library calls, files written,
+one-line errors with exit code 2 for every bad input, --debug tracebacks."""
+
+from __future__ import annotations
+
+import json
+import math
+from unittest import mock
+
+import numpy as np
+import pytest
+from gradlab_cli.app import app
+from typer.testing import CliRunner
+
+from gradlab.io import Result
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def fake_grid(statistic="gd_map", loss="arccon", mask=False, extra=None, extra_dims=None, coords=None):
+    mu_pos = np.linspace(math.pi / 20, math.pi / 2, 3)
+    mu_neg = np.linspace(math.pi / 20, math.pi, 4)
+    mean = np.linspace(0, 1, 12).reshape(3, 4)
+    return Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": mu_pos, "mu_neg": mu_neg, **(coords or {})},
+                  mean=mean, stderr=mean * 0.01, mask=(mean > 0.8) if mask else None, extra=extra or {},
+                  extra_dims=extra_dims or {}, meta={"statistic": statistic, "loss": loss, "params": {"tau": 0.05}})
+
+
+def fake_dist():
+    return Result(dims=("lam",), coords={"lam": np.array([0.1])}, mean=np.array([0.9]),
+                  extra={"histogram": np.ones((1, 6)) / 6, "bin_edges": np.linspace(-2, 4, 7),
+                         "below": np.zeros(1), "feasible": np.ones(1)}, meta={"mu_pos": [0.5], "mu_neg": [1.0]})
+
+
+def one_line_error(result, code=2):
+    assert result.exit_code == code, (result.exit_code, result.output)
+    err = result.stderr.strip()
+    assert err.startswith("Error:") and "\n" not in err, err
+    assert "Traceback" not in result.output
+    return err
+
+
+def test_version_and_help_everywhere():
+    r = run("--version")
+    assert r.exit_code == 0 and r.stdout.startswith("gradlab ")
+    for cmd in ([], ["heatmap"], ["weight"], ["lemma1"], ["norms"], ["losses"], ["figures"]):
+        for flag in ("-h", "--help"):
+            r = run(*cmd, flag)
+            assert r.exit_code == 0, (cmd, r.output)
+            assert "Usage" in r.stdout
+            if cmd:
+                assert "Examples" in r.stdout and f"gradlab {cmd[0]}" in r.stdout
+
+
+def test_heatmap_defaults_call_gd_map_with_the_paper_protocol(tmp_path):
+    from gradlab.losses import get_loss
+    from gradlab.simulate import Protocol
+
+    with mock.patch("gradlab.simulate.gd_map", return_value=fake_grid()) as gd:
+        r = run("heatmap", "--loss", "arccon", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    gd.assert_called_once_with(get_loss("arccon"), Protocol(), exact=False, progress=None)
+    for ext in ("png", "npz", "json"):
+        assert (tmp_path / f"heatmap_arccon_gd.{ext}").exists()
+    with np.load(tmp_path / "heatmap_arccon_gd.npz") as data:
+        assert {"mu_pos", "mu_neg", "mean", "stderr"} <= set(data.files)
+        np.testing.assert_array_equal(data["mean"], fake_grid().mean)
+    meta = json.loads((tmp_path / "heatmap_arccon_gd.json").read_text())
+    assert meta["command"] == "heatmap" and meta["seed"] == 0
+    assert meta["parameters"]["params"] == {"tau": 0.05, "u": pytest.approx(math.pi / 18)}
+    for key in ("command_line", "gradlab_version", "jax_version", "device", "wall_time_s", "dims"):
+        assert key in meta
+    assert meta["dims"]["mean"] == ["mu_pos", "mu_neg"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary files left"
+
+
+def test_heatmap_options_reach_the_library(tmp_path):
+    from gradlab.losses import get_loss
+    from gradlab.simulate import Protocol
+
+    with mock.patch("gradlab.simulate.ratio_map", return_value=fake_grid("ratio_map", "met", mask=True)) as rm:
+        r = run("heatmap", "--loss", "met", "--component", "ratio", "--grid", 7, "--batches", 9, "--batch-size", 5,
+                "--sigma-pos", 0.02, "--sigma-neg", 0.2, "--mu-pos-range", "pi/10", "pi/3", "--mu-neg-range", "0.3", "3",
+                "--seed", 4, "--mode", "independent", "--param", "m=0.3", "--gd-threshold", 0.1, "--out", tmp_path,
+                "--format", "pdf", "--format", "svg")
+    assert r.exit_code == 0, r.output
+    want = Protocol(grid=7, batches=9, batch_size=5, sigma_pos=0.02, sigma_neg=0.2, mu_pos_range=(math.pi / 10, math.pi / 3),
+                    mu_neg_range=(0.3, 3.0), seed=4, mode="independent")
+    rm.assert_called_once_with(get_loss("met", m=0.3), want, gd_threshold=0.1, progress=None)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"heatmap_met_ratio.pdf", "heatmap_met_ratio.svg", "heatmap_met_ratio.npz", "heatmap_met_ratio.json"} <= names
+    assert "heatmap_met_ratio.png" not in names
+    with np.load(tmp_path / "heatmap_met_ratio.npz") as data:
+        assert "mask" in data.files
+
+
+def test_heatmap_exact_and_no_plot(tmp_path):
+    with mock.patch("gradlab.simulate.gd_map", return_value=fake_grid(loss="mpt")) as gd:
+        r = run("heatmap", "--loss", "mpt", "--exact", "--no-plot", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    assert gd.call_args.kwargs["exact"] is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heatmap_mpt_gd.json", "heatmap_mpt_gd.npz"]
+
+
+def test_heatmap_norm_component_runs_for_real(tmp_path):
+    r = run("heatmap", "--loss", "dcl", "--component", "norm", "--grid", 5, "--batch-size", 9, "--out", tmp_path, "--no-plot")
+    assert r.exit_code == 0, r.output
+    from gradlab.norms import dcl_pos
+
+    with np.load(tmp_path / "heatmap_dcl_norm.npz") as data:
+        np.testing.assert_allclose(data["mean"], np.asarray(dcl_pos(data["mu_pos"][:, None] + 0 * data["mu_neg"][None, :],
+                                                                    tau=0.03)), rtol=1e-6)
+
+
+def test_weight_calls_weight_share(tmp_path):
+    from gradlab.losses import get_loss
+    from gradlab.simulate import Protocol
+
+    res = Result(dims=("tau", "mu_neg"), coords={"tau": np.array([0.05, 0.01]), "mu_neg": np.linspace(0.2, 3, 5)},
+                 mean=np.full((2, 5), 0.5), stderr=np.zeros((2, 5)), mask=np.zeros((2, 5), bool),
+                 meta={"mu_pos": math.pi / 4})
+    with mock.patch("gradlab.simulate.weight_share", return_value=res) as ws:
+        r = run("weight", "--tau", 0.05, "--tau", 0.01, "--mu-pos", "pi/4", "--grid", 5, "--batches", 10, "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    ws.assert_called_once_with(Protocol(grid=5, batches=10), taus=[0.05, 0.01], mu_pos=pytest.approx(math.pi / 4),
+                               loss=get_loss("infonce"), gd_gate=None, progress=None)
+    assert (tmp_path / "weight_infonce.png").exists()
+
+
+def test_lemma1_calls_the_map_and_the_distribution(tmp_path):
+    from gradlab.simulate import Protocol
+
+    lmap = fake_grid("lemma1_map", mask=True, coords={"r": np.array([1.0, 1.5])},
+                     extra={"satisfied": np.full((2, 3, 4), 0.25)},
+                     extra_dims={"satisfied": ("r", "mu_pos", "mu_neg")})
+    with mock.patch("gradlab.simulate.lemma1_map", return_value=lmap) as lm, \
+            mock.patch("gradlab.simulate.min_ratio_distribution", return_value=fake_dist()) as md:
+        r = run("lemma1", "--lambda", 0.1, "--ratio", 1, "--ratio", 1.5, "--alpha-law", "pi/4", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    lm.assert_called_once_with(Protocol(), lam=0.1, ratios=[1.0, 1.5], alpha_law=pytest.approx(math.pi / 4), progress=None)
+    md.assert_called_once_with(Protocol(), lams=[0.1], mu_pos=pytest.approx(math.pi / 6), mu_neg=pytest.approx(math.pi / 3),
+                               alpha_law=pytest.approx(math.pi / 4))
+    assert "r = 1: satisfies Lemma 1 (λ = 0.1) in 25.0% of batches" in r.stdout
+    for stem in ("lemma1_map", "lemma1_distribution"):
+        for ext in ("png", "npz", "json"):
+            assert (tmp_path / f"{stem}.{ext}").exists()
+    with np.load(tmp_path / "lemma1_map.npz") as data:
+        assert data["satisfied"].shape == (2, 3, 4) and "r" in data.files
+
+
+def test_lemma1_from_embeddings_uses_the_file(tmp_path):
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(40, 16))
+    hp = h + 0.3 * rng.normal(size=(40, 16))
+    path = tmp_path / "views.npz"
+    np.savez(path, h=h, h_prime=hp)
+    lmap = fake_grid("lemma1_map", coords={"r": np.array([1.0])}, extra={"satisfied": np.ones((1, 3, 4))},
+                     extra_dims={"satisfied": ("r", "mu_pos", "mu_neg")})
+    with mock.patch("gradlab.simulate.lemma1_map", return_value=lmap), \
+            mock.patch("gradlab.simulate.min_ratio_distribution") as md:
+        r = run("lemma1", "--lambda", 0.1, "--embeddings", path, "--out", tmp_path / "o", "--no-plot")
+    assert r.exit_code == 0, r.output
+    md.assert_not_called()
+    meta = json.loads((tmp_path / "o" / "lemma1_distribution.json").read_text())
+    assert meta["result_meta"]["source"] == "embeddings" and meta["result_meta"]["n_anchors"] == 40
+    # the witness: r_low from lemma1_bounds on each anchor's hardest negative, by a plain loop
+    from gradlab.lemma1 import lemma1_bounds
+
+    hn, hpn = h / np.linalg.norm(h, axis=1, keepdims=True), hp / np.linalg.norm(hp, axis=1, keepdims=True)
+    lows = []
+    for i in range(40):
+        c = [hn[i] @ hpn[j] if j != i else -np.inf for j in range(40)]
+        j = int(np.argmax(c))
+        u = hpn[i] - (hn[i] @ hpn[i]) * hn[i]
+        v = hpn[j] - (hn[i] @ hpn[j]) * hn[i]
+        alpha = math.acos(np.clip(u @ v / np.linalg.norm(u) / np.linalg.norm(v), -1, 1))
+        low, _, ok = lemma1_bounds(math.acos(hn[i] @ hpn[i]), math.acos(c[j]), alpha, 0.1)
+        if bool(ok):
+            lows.append(float(low))
+    with np.load(tmp_path / "o" / "lemma1_distribution.npz") as data:
+        np.testing.assert_allclose(data["mean"][0], np.mean(lows), rtol=1e-6)
+
+
+def test_norms_writes_stacked_panels(tmp_path):
+    r = run("norms", "--loss", "infonce", "--loss", "mat", "--negatives", 8, "--negatives", 32, "--part", "pos",
+            "--grid", 6, "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "norms_pos.npz") as data:
+        assert list(data["panel"]) == ["infonce:pos:K=8", "infonce:pos:K=32", "mat:pos:K=8"]
+        assert data["mean"].shape == (3, 6, 6)
+        from gradlab.norms import infonce_pos
+
+        want = infonce_pos(data["theta_pos"][:, None], data["theta_neg"][None, :], negatives=32)
+        np.testing.assert_allclose(data["mean"][1], np.asarray(want), rtol=1e-5, atol=1e-7)
+    assert (tmp_path / "norms_pos.png").exists() and not (tmp_path / "norms_neg.png").exists()
+
+
+def test_losses_table_and_json():
+    r = run("losses")
+    assert r.exit_code == 0 and "arccon" in r.stdout and "sin(θ_p + u) / sin θ_p" in r.stdout
+    r = run("losses", "--family", "effective", "--json")
+    rows = json.loads(r.stdout)
+    assert {row["name"] for row in rows} >= {"infonce", "arccon", "mpt", "met", "mat", "dcl", "dcl+"}
+
+
+def test_figures_quick_one_id(tmp_path):
+    r = run("figures", "--quick", "--only", "s003_fig2b", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s003_fig2b.json", "s003_fig2b.npz", "s003_fig2b.png"]
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["heatmap", "--loss", "nope"], "unknown loss 'nope'"),
+        (["heatmap", "--loss", "arccon", "--batches", "-5"], "--batches must be >= 1"),
+        (["heatmap", "--loss", "arccon", "--mu-pos-range", "1", "0.5"], "--mu-pos-range is empty"),
+        (["heatmap", "--loss", "arccon", "--mu-neg-range", "1", "1"], "--mu-neg-range is empty"),
+        (["heatmap", "--loss", "arccon", "--sigma-pos", "0"], "--sigma-pos must be > 0"),
+        (["heatmap", "--loss", "arccon", "--sigma-neg", "-1"], "--sigma-neg must be > 0"),
+        (["heatmap", "--loss", "arccon", "--batch-size", "1"], "--batch-size N must be >= 2"),
+        (["heatmap", "--loss", "arccon", "--param", "zeta=1"], "unknown parameter(s) zeta"),
+        (["heatmap", "--loss", "arccon", "--param", "tau"], "KEY=VALUE"),
+        (["heatmap", "--loss", "arccon", "--param", "tau=-1"], "must be > 0"),
+        (["heatmap", "--loss", "arccon", "--format", "gif"], "unknown --format 'gif'"),
+        (["heatmap", "--loss", "arccon", "--component", "bogus"], "bogus"),
+        (["heatmap"], "Missing option '--loss'"),
+        (["weight", "--tau", "0"], "--tau must be > 0"),
+        (["lemma1", "--lambda", "-0.1"], "--lambda must be > 0"),
+        (["lemma1", "--embeddings", "/nonexistent/views.npz"], "cannot read embeddings file"),
+        (["norms", "--negatives", "0"], "--negatives must be >= 1"),
+        (["norms", "--loss", "nope"], "no gradient-norm map"),
+        (["figures", "--only", "fig99"], "unknown figure id 'fig99'"),
+        (["nosuchcommand"], "No such command"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
+    with mock.patch("gradlab.simulate.gd_map") as gd:
+        r = run(*args, "--out", tmp_path) if args[0] not in ("nosuchcommand",) and "--out" not in args and args != ["heatmap"] \
+            else run(*args)
+    err = one_line_error(r)
+    assert needle in err, err
+    gd.assert_not_called()
+
+
+def test_bad_embeddings_content_and_unwritable_out(tmp_path):
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"not a zip file")
+    assert "cannot read embeddings file" in one_line_error(run("lemma1", "--embeddings", junk, "--out", tmp_path))
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, a=np.zeros((3, 2)))
+    assert "must hold arrays 'h' and 'h_prime'" in one_line_error(run("lemma1", "--embeddings", wrong, "--out", tmp_path))
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with mock.patch("gradlab.simulate.gd_map") as gd:
+        err = one_line_error(run("heatmap", "--loss", "arccon", "--out", blocker / "sub"))
+    assert "cannot write to output directory" in err
+    gd.assert_not_called()
+
+
+def test_debug_shows_the_traceback():
+    r = run("--debug", "heatmap", "--loss", "nope")
+    assert isinstance(r.exception, ValueError) and "unknown loss" in str(r.exception)
+    r = run("heatmap", "--loss", "nope", "--debug")
+    assert isinstance(r.exception, ValueError)
+    r = run("heatmap", "--loss", "nope")  # the flag does not stick
+    one_line_error(r)
+
+
+def test_internal_errors_are_one_line_exit_1(tmp_path):
+    with mock.patch("gradlab.simulate.gd_map", side_effect=RuntimeError("boom")):
+        r = run("heatmap", "--loss", "arccon", "--out", tmp_path)
+    err = one_line_error(r, code=1)
+    assert "boom" in err and "--debug" in err
+    assert not list(tmp_path.glob("heatmap_*")), "a failed run must leave no file"
+
+
+def test_plugins_register_through_their_register_function():
+    import typer
+    from gradlab_cli import app as app_module
+
+    target = typer.Typer()
+    fake = mock.Mock()
+    with mock.patch.object(app_module, "PLUGINS", ("_fake",)), \
+            mock.patch("importlib.import_module", return_value=mock.Mock(register=fake)):
+        assert app_module._register_plugins(target) == ["_fake"]
+    fake.assert_called_once_with(target)
+    with mock.patch.object(app_module, "PLUGINS", ("_absent_module_xyz",)):
+        assert app_module._register_plugins(target) == []
