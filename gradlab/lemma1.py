@@ -13,12 +13,14 @@ feasibility condition are the two roots of the same quadratic (formulas.md §6).
 from __future__ import annotations
 
 import jax.numpy as jnp
+from typing import NamedTuple
+
 from jax import Array
 from jax.typing import ArrayLike
 
-from gradlab.geometry import safe_sqrt
+from gradlab.geometry import normalize, safe_arccos, safe_sqrt, tangent_project
 
-__all__ = ["lemma1_bounds"]
+__all__ = ["lemma1_bounds", "SphereCheck", "lemma1_sphere_check"]
 
 
 def lemma1_bounds(theta_pos: ArrayLike, theta_neg: ArrayLike, alpha: ArrayLike, lam: ArrayLike):
@@ -54,3 +56,65 @@ def lemma1_bounds(theta_pos: ArrayLike, theta_neg: ArrayLike, alpha: ArrayLike, 
     low = jnp.where(feasible, centre - half, jnp.nan)
     high = jnp.where(feasible, centre + half, jnp.nan)
     return low, high, feasible
+
+
+class SphereCheck(NamedTuple):
+    """The tangent-plane prediction of Lemma 1 against the step taken on the sphere.
+
+    Attributes:
+      approx_closer: the lemma says the step does not increase the distance
+        (feasible and low <= r <= high).
+      true_closer: on the sphere, the angle to the positive did not increase.
+      delta: the true change of the anchor–positive angle (radians; < 0 is closer).
+      disagree: ``approx_closer != true_closer``.
+    """
+
+    approx_closer: Array
+    true_closer: Array
+    delta: Array
+    disagree: Array
+
+
+def _frame(theta_pos, theta_neg, alpha):
+    """Unit vectors h_i, h_i', h_j' in R³ with the given angles (h_i = e1)."""
+    zero, one = jnp.zeros_like(theta_pos), jnp.ones_like(theta_pos)
+    h = jnp.stack([one, zero, zero], axis=-1)
+    hp = jnp.stack([jnp.cos(theta_pos), jnp.sin(theta_pos), zero], axis=-1)
+    st = jnp.sin(theta_neg)
+    hn = jnp.stack([jnp.cos(theta_neg), st * jnp.cos(alpha), st * jnp.sin(alpha)], axis=-1)
+    return h, hp, hn
+
+
+def lemma1_sphere_check(theta_pos: ArrayLike, theta_neg: ArrayLike, alpha: ArrayLike, lam: ArrayLike, r: ArrayLike) -> SphereCheck:
+    """Check Lemma 1's tangent-plane approximation on the sphere itself.
+
+    Builds h_i, h_i', h_j' in R³ with θ_ii' = theta_pos, θ_ij' = theta_neg and the
+    angle ``alpha`` between the planes O h_i h_i' and O h_i h_j'; takes the step
+    h_i + λ (I − h_i h_iᵀ)(r h_i' − h_j') (the tangential direction the paradigm gradient
+    has), retracts it to the sphere (normalizes), and measures the true change of the
+    angle to h_i'. The lemma's prediction is ``feasible & (low <= r <= high)``.
+
+    Args:
+      theta_pos, theta_neg, alpha, lam, r: broadcasting arrays (radians; λ > 0).
+
+    Returns:
+      ``SphereCheck`` of the broadcast shape.
+
+    Example:
+      >>> chk = lemma1_sphere_check(jnp.pi / 6, jnp.pi / 3, 0.0, 0.1, 1.8)
+      >>> bool(chk.approx_closer), bool(chk.true_closer)
+      (True, True)
+    """
+    theta_pos, theta_neg, alpha, lam, r = jnp.broadcast_arrays(
+        *(jnp.asarray(x, dtype=jnp.result_type(float, x)) for x in (theta_pos, theta_neg, alpha, lam, r))
+    )
+    low, high, feasible = lemma1_bounds(theta_pos, theta_neg, alpha, lam)
+    approx = feasible & (low <= r) & (r <= high)
+    h, hp, hn = _frame(theta_pos, theta_neg, alpha)
+    step = lam[..., None] * tangent_project(h, r[..., None] * hp - hn)
+    h_new = normalize(h + step)
+    before = safe_arccos(jnp.sum(h * hp, axis=-1))
+    after = safe_arccos(jnp.sum(h_new * hp, axis=-1))
+    delta = after - before
+    true = delta <= 0
+    return SphereCheck(approx, true, delta, approx != true)

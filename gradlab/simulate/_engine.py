@@ -1,0 +1,237 @@
+"""Chunked, sharded execution of a per-batch statistic over the μ_pos × μ_neg grid.
+
+A statistic is a ``Stat``: ``neg(c_neg (B, K), p) -> tables`` reduces the negatives of
+one μ_neg column (per batch), and ``pair(c_pos (B,), tables, u (B,), p) -> {name: (value
+(B, ...), include (B,) | None)}`` gives per-batch values for one cell. The engine returns,
+per name, the mean over the included batches, its standard error (two-pass variance)
+and the count of included batches.
+
+* common mode: the tables are computed once per μ_neg (O(B·N·G_neg)), the pair stage once
+  per cell (O(B·G²) for factored tables); cos(μ + σz) = cos μ cos σz − sin μ sin σz reuses
+  the sines and cosines of the shared draws.
+* independent mode: every cell draws its own (B, N) normals from ``fold_in(root, cell)``.
+
+Work is split into fixed-shape chunks (``jax.lax.map(batch_size=chunk)``) inside a
+``jax.shard_map`` over all devices (axis ``"cells"``): every chunk runs the same
+computation on the same shapes, so the numbers do not depend on the chunk size or the
+device count. One compiled program per (statistic, shapes, chunk, devices).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from gradlab.simulate._sampling import cell_draws, common_draws
+
+_BUDGET_BYTES = 48 * 2**20  # working-set target per chunk
+_NEG_CHUNK = 4  # μ_neg columns per step in the table stage (fixed: part of the numerics)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Stat:
+    """A per-batch statistic. ``key`` identifies it for the compile cache.
+
+    Attributes:
+      key: hashable identity (same key = same computation).
+      neg: ``(c_neg (B, K), params) -> tables`` (pytree with leading axis B).
+      pair: ``(c_pos (B,), tables, u (B,), params) -> {name: (value, include)}``.
+      width: floats per batch in the tables (for the memory budget); None = N − 1.
+    """
+
+    key: tuple
+    neg: Callable
+    pair: Callable
+    width: int | None = 2
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __eq__(self, other):
+        return isinstance(other, Stat) and self.key == other.key
+
+
+def moments(value, include):
+    """Mean over axis 0 of the included rows, its standard error and the count.
+
+    Args:
+      value: (B, ...) per-batch values.
+      include: (B,) bool or None (all included).
+
+    Returns:
+      ``(mean (...), stderr (...), count ())``; mean is NaN where count = 0, stderr is NaN
+      where count < 2. Two-pass: Σ (v − mean)², no cancellation.
+    """
+    b = value.shape[0]
+    dt = value.dtype
+    if include is None:
+        n = jnp.asarray(b, dt)
+        mean = jnp.sum(value, axis=0) / n
+        m2 = jnp.sum(jnp.square(value - mean), axis=0)
+    else:
+        w = include.reshape(include.shape + (1,) * (value.ndim - 1))
+        n = jnp.sum(include.astype(dt))
+        s = jnp.sum(jnp.where(w, value, 0), axis=0)
+        mean = jnp.where(n > 0, s / jnp.maximum(n, 1), jnp.nan)
+        m2 = jnp.sum(jnp.where(w, jnp.square(value - mean), 0), axis=0)
+    se = jnp.sqrt(m2 / jnp.maximum(n - 1, 1) / jnp.maximum(n, 1))
+    se = jnp.where(n > 1, se, jnp.nan)
+    return mean, se, n
+
+
+def _reduce(outs: dict):
+    return {k: moments(v, inc) for k, (v, inc) in outs.items()}
+
+
+def _n_devices() -> int:
+    return len(jax.devices())
+
+
+def _sharded_map(fn, chunk: int, nd: int, *, vectorize: bool = True):
+    """jit(shard_map(lax.map(fn, batch_size=chunk))) over the leading axis of ``xs``.
+
+    ``vectorize=False`` maps one item at a time (``lax.map`` without ``batch_size``): the
+    per-item program then has the same shapes whatever the chunk, which keeps XLA's
+    fusion, and so the rounding, of reductions inside ``fn`` fixed.
+    """
+    mesh = Mesh(np.array(jax.devices()[:nd]), ("cells",))
+
+    def local(xs, rep):
+        return jax.lax.map(lambda x: fn(x, rep), xs, batch_size=chunk if vectorize else None)
+
+    mapped = jax.shard_map(local, mesh=mesh, in_specs=(P("cells"), P()), out_specs=P("cells"), check_vma=False)
+    return jax.jit(mapped)
+
+
+def _pad(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _run_steps(compiled, items: np.ndarray, rep, step: int, progress):
+    """Run ``compiled`` on fixed-size slices of ``items`` (padded by repeating the last one)."""
+    n = items.shape[0]
+    total = _pad(n, step)
+    padded = np.concatenate([items, np.repeat(items[-1:], total - n, axis=0)]) if total > n else items
+    outs = []
+    n_steps = total // step
+    for i in range(n_steps):
+        outs.append(jax.device_get(compiled(padded[i * step : (i + 1) * step], rep)))
+        if progress is not None:
+            progress(min((i + 1) * step, n), n)
+    joined = jax.tree.map(lambda *xs: np.concatenate(xs, axis=0)[:n], *outs)
+    return joined
+
+
+def _choose_chunk(protocol, per_item_bytes: int, n_items: int, nd: int) -> int:
+    if protocol.chunk is not None:
+        return protocol.chunk
+    chunk = max(1, _BUDGET_BYTES // max(per_item_bytes, 1))
+    return int(min(chunk, max(1, -(-n_items // nd))))
+
+
+def _step_size(chunk: int, nd: int, n_items: int, progress) -> int:
+    unit = chunk * nd
+    if progress is None:
+        return _pad(n_items, unit)
+    # about 20 progress ticks, each a whole number of chunks on every device
+    return max(unit, _pad(-(-n_items // 20), unit))
+
+
+# --- common mode -----------------------------------------------------------------------------
+@functools.lru_cache(maxsize=64)
+def _neg_stage(stat: Stat, nd: int):
+    def fn(mu_q, rep):
+        a, s, p = rep
+        return stat.neg(jnp.cos(mu_q) * a - jnp.sin(mu_q) * s, p)
+
+    return _sharded_map(fn, _NEG_CHUNK, nd)
+
+
+@functools.lru_cache(maxsize=64)
+def _pair_stage(stat: Stat, chunk: int, nd: int):
+    def row(mu_p, rep):
+        cz, sz, u, tables, p = rep
+        c_pos = jnp.cos(mu_p) * cz - jnp.sin(mu_p) * sz
+        per_q = jax.vmap(lambda t: _reduce(stat.pair(c_pos, t, u, p)))
+        return per_q(tables)
+
+    return _sharded_map(row, chunk, nd)
+
+
+def neg_tables(stat: Stat, protocol, mu_neg: np.ndarray, params):
+    """Common-mode tables of every μ_neg column: pytree with leading axes (Q, B)."""
+    dtype = protocol.jnp_dtype()
+    _, z_neg, _ = common_draws(protocol)
+    sn = jnp.asarray(protocol.sigma_neg, dtype)
+    rep = (jnp.cos(sn * z_neg), jnp.sin(sn * z_neg), params)
+    nd = _n_devices()
+    return _run_steps(_neg_stage(stat, nd), np.asarray(mu_neg, dtype), rep, _pad(len(mu_neg), _NEG_CHUNK * nd), None)
+
+
+def run_common(stat: Stat, protocol, mu_pos, mu_neg, params, progress=None):
+    """Common-mode moments on the grid: {name: (mean (P, Q, ...), stderr, count (P, Q))}."""
+    dtype = protocol.jnp_dtype()
+    mu_pos = np.asarray(mu_pos, dtype)
+    mu_neg = np.asarray(mu_neg, dtype)
+    tables = jax.tree.map(jnp.asarray, neg_tables(stat, protocol, mu_neg, params))
+    z_pos, _, u = common_draws(protocol)
+    sp = jnp.asarray(protocol.sigma_pos, dtype)
+    rep = (jnp.cos(sp * z_pos), jnp.sin(sp * z_pos), u, tables, params)
+    nd = _n_devices()
+    width = protocol.n_neg if stat.width is None else stat.width
+    per_row = len(mu_neg) * protocol.batches * (width + 6) * dtype.itemsize
+    chunk = _choose_chunk(protocol, per_row, len(mu_pos), nd)
+    step = _step_size(chunk, nd, len(mu_pos), progress)
+    return _run_steps(_pair_stage(stat, chunk, nd), mu_pos, rep, step, progress)
+
+
+# --- independent mode ------------------------------------------------------------------------
+@functools.lru_cache(maxsize=64)
+def _cell_stage(stat: Stat, chunk: int, nd: int, batches: int, n: int, dtype_name: str, law: str):
+    dtype = jnp.dtype(dtype_name)
+
+    def cell(c, rep):
+        root, mu_pos, mu_neg, sp, sn, p = rep
+        q = mu_neg.shape[0]
+        z_pos, z_neg, u = cell_draws(root, c, batches, n, dtype)
+        c_pos = jnp.cos(mu_pos[c // q] + sp * z_pos)
+        c_neg = jnp.cos(mu_neg[c % q] + sn * z_neg)
+        return _reduce(stat.pair(c_pos, stat.neg(c_neg, p), u, p))
+
+    return _sharded_map(cell, chunk, nd, vectorize=False)
+
+
+def run_independent(stat: Stat, protocol, mu_pos, mu_neg, params, progress=None):
+    """Independent-mode moments: draws per cell from ``fold_in(key(seed), i_pos·Q + i_neg)``."""
+    dtype = protocol.jnp_dtype()
+    p_, q_ = len(mu_pos), len(mu_neg)
+    n_cells = p_ * q_
+    nd = _n_devices()
+    per_cell = protocol.batches * protocol.batch_size * dtype.itemsize * 6
+    chunk = _choose_chunk(protocol, per_cell, n_cells, nd)
+    step = _step_size(chunk, nd, n_cells, progress)
+    rep = (
+        jax.random.key(protocol.seed),
+        jnp.asarray(mu_pos, dtype),
+        jnp.asarray(mu_neg, dtype),
+        jnp.asarray(protocol.sigma_pos, dtype),
+        jnp.asarray(protocol.sigma_neg, dtype),
+        params,
+    )
+    compiled = _cell_stage(stat, chunk, nd, protocol.batches, protocol.batch_size, dtype.name, protocol.law)
+    flat = _run_steps(compiled, np.arange(n_cells, dtype=np.uint32), rep, step, progress)
+    return jax.tree.map(lambda a: a.reshape((p_, q_) + a.shape[1:]), flat)
+
+
+def run(stat: Stat, protocol, mu_pos, mu_neg, params, progress=None):
+    """Moments on the grid in the protocol's mode: {name: (mean, stderr, count)} NumPy arrays."""
+    if protocol.mode == "common":
+        return run_common(stat, protocol, mu_pos, mu_neg, params, progress)
+    return run_independent(stat, protocol, mu_pos, mu_neg, params, progress)

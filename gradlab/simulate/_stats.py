@@ -1,0 +1,485 @@
+"""The statistics of seed 000 Sec. 3.1: GD maps, weight share, dynamic ratio, Lemma 1.
+
+Fast paths. A loss in ``FACTORED`` sees its N − 1 negatives only through one number
+per batch, so the negatives are replaced by a single *effective negative* and the
+loss's own kernel is evaluated on it:
+
+* ``"lse"`` losses (InfoNCE, ArcCon, DCL, DCL+): GD depends on S = Σ_j e^{c_j/τ}; the
+  effective cosine is c_eff = τ · logsumexp(c/τ), so that e^{c_eff/τ} = S; their weight
+  is the softmax, and their ratio does not depend on the negative.
+* ``"max"`` losses (MPT, MET, MAT): GD, the non-zero weight and the ratio depend on the
+  hardest negative (largest cosine) only; c_eff = max_j c_j.
+
+Any other loss with an angle form takes the direct path (the whole (B, N − 1) cosine
+table per cell). The tests check that both paths agree to float rounding.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gradlab.io import Result, runtime_meta
+from gradlab.lemma1 import lemma1_bounds, lemma1_sphere_check
+from gradlab.losses import Loss, get_loss
+from gradlab.simulate._engine import Stat, run
+from gradlab.simulate._protocol import Protocol
+from gradlab.simulate._sampling import cell_draws, common_draws
+
+FACTORED = {
+    "infonce": "lse",
+    "arccon": "lse",
+    "dcl": "lse",
+    "dcl+": "lse",
+    "mpt": "max",
+    "met": "max",
+    "mat": "max",
+}
+
+_STAT_CACHE: dict[tuple, Stat] = {}
+
+
+# --- helpers ---------------------------------------------------------------------------------
+def _as_loss(loss) -> Loss:
+    if isinstance(loss, Loss):
+        return loss
+    if isinstance(loss, str):
+        return get_loss(loss)
+    raise TypeError(f"loss must be a registry name or a gradlab Loss; got {type(loss).__name__}")
+
+
+def _check_angle_form(loss: Loss):
+    if not loss.spec.has_angle_form:
+        raise ValueError(
+            f"{loss.name} has no angle form (its components depend on more of the batch than the "
+            "anchor's angles), so it cannot be simulated from θ_ii' and θ_ij'"
+        )
+
+
+def _path(loss: Loss, method: str) -> str:
+    if method not in ("auto", "factored", "direct"):
+        raise ValueError(f"method must be 'auto', 'factored' or 'direct'; got {method!r}")
+    kind = FACTORED.get(loss.name)
+    if method == "factored":
+        if kind is None:
+            raise ValueError(f"{loss.name} has no factored path; factored losses: {', '.join(FACTORED)}")
+        return kind
+    if method == "direct" or kind is None:
+        return "direct"
+    return kind
+
+
+def _params(loss: Loss, dtype, **extra):
+    p = {k: jnp.asarray(v, dtype) for k, v in loss.params.items()}
+    p.update({k: jnp.asarray(v, dtype) for k, v in extra.items()})
+    return p
+
+
+def _loss_params(p: dict, loss: Loss) -> dict:
+    return {k: p[k] for k in loss.params}
+
+
+def _effective_neg(kind: str, c_neg, p):
+    if kind == "lse":
+        tau = p["tau"]
+        return tau * jax.nn.logsumexp(c_neg / tau, axis=-1)
+    return jnp.max(c_neg, axis=-1)
+
+
+def _kernel_on(loss: Loss, kind: str, c_pos, table, p):
+    """(gd (B,), weight (B, M), ratio (B, M)) from the loss kernel on the negatives' table."""
+    c_neg = table[..., None] if kind != "direct" else table
+    valid = jnp.ones(c_neg.shape, dtype=bool)
+    gd, weight, ratio = loss.spec.kernel(c_pos, c_neg, valid, **_loss_params(p, loss))
+    return gd, weight, jnp.broadcast_to(ratio, weight.shape)
+
+
+def _effective_ratio(weight, ratio):
+    """Σ_j W_j R_j / Σ_j W_j over the last axis (the ratio the weighted gradient sees)."""
+    if weight.shape[-1] == 1:
+        return ratio[..., 0]
+    total = jnp.sum(weight, axis=-1)
+    safe = jnp.where(total != 0, total, 1)
+    return jnp.where(total != 0, jnp.sum(weight * ratio, axis=-1) / safe, jnp.nan)
+
+
+def _stat(key: tuple, build: Callable[[], Stat]) -> Stat:
+    if key not in _STAT_CACHE:
+        _STAT_CACHE[key] = build()
+    return _STAT_CACHE[key]
+
+
+def _meta(statistic: str, protocol: Protocol, loss: Loss | None, **extra) -> dict:
+    meta = {"statistic": statistic}
+    if loss is not None:
+        meta.update(loss=loss.name, params=dict(loss.params), symmetric=loss.symmetric)
+    meta.update(protocol=protocol.to_dict(), seed=protocol.seed, mode=protocol.mode)
+    meta.update(extra)
+    meta.update(runtime_meta())
+    return meta
+
+
+def _check_protocol(protocol) -> Protocol:
+    if not isinstance(protocol, Protocol):
+        raise TypeError(f"protocol must be a gradlab.simulate.Protocol; got {type(protocol).__name__}")
+    return protocol
+
+
+def _stderr_out(se, count):
+    return np.where(count > 1, se, np.nan)
+
+
+# --- GD --------------------------------------------------------------------------------------
+def _gd_stat(loss: Loss, kind: str, with_ratio: bool) -> Stat:
+    def neg(c_neg, p):
+        return c_neg if kind == "direct" else _effective_neg(kind, c_neg, p)
+
+    def pair(c_pos, table, u, p):
+        gd, weight, ratio = _kernel_on(loss, kind, c_pos, table, p)
+        out = {"gd": (gd, None)}
+        if with_ratio:
+            out["ratio"] = (_effective_ratio(weight, ratio), None)
+        return out
+
+    return Stat(key=("gd", loss.spec.name, kind, with_ratio), neg=neg, pair=pair, width=None if kind == "direct" else 1)
+
+
+def gd_map(loss, protocol: Protocol | None = None, *, exact: bool = False, method: str = "auto", progress=None) -> Result:
+    """Mean GD per (μ_pos, μ_neg) cell (seed 000 Figs. 2 and 10).
+
+    Args:
+      loss: registry name or ``gradlab.Loss`` with an angle form.
+      protocol: the ``Protocol`` (default: the paper's).
+      exact: use quadrature instead of Monte Carlo (MPT, MET, MAT; ``stderr`` is None).
+      method: ``"auto"`` (factored where available), ``"factored"`` or ``"direct"``.
+      progress: optional ``callable(done, total)``, called after each step.
+
+    Returns:
+      ``Result`` with dims (mu_pos, mu_neg): ``mean`` (G_pos, G_neg), ``stderr``.
+
+    Example:
+      >>> from gradlab.simulate import Protocol, gd_map
+      >>> r = gd_map("infonce", Protocol(grid=4, batches=16, batch_size=8))
+      >>> r.mean.shape
+      (4, 4)
+    """
+    protocol = _check_protocol(protocol or Protocol())
+    loss = _as_loss(loss)
+    _check_angle_form(loss)
+    if exact:
+        from gradlab.simulate._quadrature import quadrature_gd_map
+
+        return quadrature_gd_map(loss, protocol)
+    kind = _path(loss, method)
+    dtype = protocol.jnp_dtype()
+    stat = _stat(("gd", loss, kind, False), lambda: _gd_stat(loss, kind, False))
+    out = run(stat, protocol, protocol.mu_pos, protocol.mu_neg, _params(loss, dtype), progress)
+    mean, se, _ = out["gd"]
+    return Result(
+        dims=("mu_pos", "mu_neg"),
+        coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg},
+        mean=mean,
+        stderr=se,
+        meta=_meta("gd_map", protocol, loss, method=kind),
+    )
+
+
+# --- ratio -----------------------------------------------------------------------------------
+def ratio_map(loss, protocol: Protocol | None = None, *, gd_threshold: float = 0.05, method: str = "auto", progress=None) -> Result:
+    """Mean effective ratio Σ_j W_j R_j / Σ_j W_j per cell (seed 000 Fig. 4).
+
+    For MET / MAT the weight is on the hardest negative, so this is its ratio; for ArcCon
+    the ratio does not depend on the negative. Cells that do not occur in training are
+    masked: μ_pos > μ_neg, or mean GD < ``gd_threshold`` (gradient switched off).
+
+    Returns:
+      ``Result`` with dims (mu_pos, mu_neg), ``mask``, and extra arrays ``gd`` (mean GD)
+      and ``gd_stderr``.
+    """
+    protocol = _check_protocol(protocol or Protocol())
+    loss = _as_loss(loss)
+    _check_angle_form(loss)
+    if not isinstance(gd_threshold, numbers.Real) or not np.isfinite(gd_threshold):
+        raise ValueError(f"gd_threshold must be a finite number; got {gd_threshold!r}")
+    kind = _path(loss, method)
+    dtype = protocol.jnp_dtype()
+    stat = _stat(("gd", loss, kind, True), lambda: _gd_stat(loss, kind, True))
+    out = run(stat, protocol, protocol.mu_pos, protocol.mu_neg, _params(loss, dtype), progress)
+    mean, se, _ = out["ratio"]
+    gd, gd_se, _ = out["gd"]
+    mask = (protocol.mu_pos[:, None] > protocol.mu_neg[None, :]) | (gd < gd_threshold)
+    return Result(
+        dims=("mu_pos", "mu_neg"),
+        coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg},
+        mean=mean,
+        stderr=se,
+        mask=mask,
+        extra={"gd": gd, "gd_stderr": gd_se},
+        extra_dims={"gd": ("mu_pos", "mu_neg"), "gd_stderr": ("mu_pos", "mu_neg")},
+        meta=_meta("ratio_map", protocol, loss, method=kind, gd_threshold=float(gd_threshold)),
+    )
+
+
+# --- weight share ----------------------------------------------------------------------------
+def _weight_stat(loss: Loss, kind: str, gated: bool) -> Stat:
+    def neg(c_neg, p):
+        if kind == "direct":
+            return c_neg
+        return (_effective_neg(kind, c_neg, p), jnp.max(c_neg, axis=-1))
+
+    def pair(c_pos, table, u, p):
+        if kind == "direct":
+            gd, weight, _ = _kernel_on(loss, kind, c_pos, table, p)
+            hard = jnp.argmax(table, axis=-1)
+            w_hard = jnp.take_along_axis(weight, hard[..., None], axis=-1)[..., 0]
+            total = jnp.sum(weight, axis=-1)
+            share = jnp.where(total != 0, w_hard / jnp.where(total != 0, total, 1), jnp.nan)
+        else:
+            c_eff, c_max = table
+            gd, _, _ = _kernel_on(loss, kind, c_pos, c_eff, p)
+            if kind == "lse":  # softmax share of the hardest negative: e^{c_max/τ} / S
+                share = jnp.exp((c_max - c_eff) / p["tau"])
+            else:  # all the weight is on the hardest negative
+                share = jnp.ones_like(c_max)
+        include = gd >= p["gd_gate"] if gated else None
+        return {"share": (share, include), "gd": (gd, None)}
+
+    return Stat(key=("weight", loss.spec.name, kind, gated), neg=neg, pair=pair, width=None if kind == "direct" else 2)
+
+
+def weight_share(
+    protocol: Protocol | None = None,
+    *,
+    taus: Sequence[float] = (0.3, 0.1, 0.05, 0.03, 0.01, 0.005),
+    mu_pos: float = math.pi / 6,
+    loss="infonce",
+    gd_gate: float | None = None,
+    method: str = "auto",
+    progress=None,
+) -> Result:
+    """Mean share of the hardest negative (largest cosine) in the weight (seed 000 Fig. 3).
+
+    μ_pos is fixed; μ_neg runs over the protocol's μ_neg axis; τ over ``taus`` (the loss
+    must have a ``tau`` parameter). With ``gd_gate = g`` only batches whose GD is >= g
+    count; a cell where none passes is masked (mean and stderr NaN there).
+
+    Returns:
+      ``Result`` with dims (tau, mu_neg), ``mask`` (no batch passed), extra ``passed``
+      (fraction of batches that passed the gate) and ``gd`` (mean GD).
+    """
+    protocol = _check_protocol(protocol or Protocol())
+    loss = _as_loss(loss)
+    _check_angle_form(loss)
+    if "tau" not in loss.params:
+        raise ValueError(f"{loss.name} has no temperature parameter 'tau'; weight_share sweeps τ")
+    taus = [float(t) for t in np.atleast_1d(np.asarray(taus, dtype=float))]
+    if not taus or any(not (np.isfinite(t) and t > 0) for t in taus):
+        raise ValueError(f"taus must be positive finite numbers; got {taus}")
+    if gd_gate is not None and not (isinstance(gd_gate, numbers.Real) and np.isfinite(gd_gate)):
+        raise ValueError(f"gd_gate must be None or a finite number; got {gd_gate!r}")
+    kind = _path(loss, method)
+    dtype = protocol.jnp_dtype()
+    gated = gd_gate is not None
+    stat = _stat(("weight", loss, kind, gated), lambda: _weight_stat(loss, kind, gated))
+    rows = {"mean": [], "se": [], "count": [], "gd": []}
+    for i, tau in enumerate(taus):
+        lp = get_loss(loss.name, symmetric=loss.symmetric, **{**loss.params, "tau": tau})
+        p = _params(lp, dtype, gd_gate=gd_gate if gated else 0.0)
+        sub = None if progress is None else (lambda d, t, i=i: progress(i * t + d, len(taus) * t))
+        out = run(stat, protocol, np.asarray([mu_pos], float), protocol.mu_neg, p, sub)
+        m, s, c = out["share"]
+        rows["mean"].append(m[0])
+        rows["se"].append(s[0])
+        rows["count"].append(np.broadcast_to(c, m.shape)[0])
+        rows["gd"].append(out["gd"][0][0])
+    mean, se, count = (np.stack(rows[k]) for k in ("mean", "se", "count"))
+    mask = count == 0
+    return Result(
+        dims=("tau", "mu_neg"),
+        coords={"tau": np.asarray(taus), "mu_neg": protocol.mu_neg},
+        mean=np.where(mask, np.nan, mean),
+        stderr=np.where(mask, np.nan, _stderr_out(se, count)),
+        mask=mask,
+        extra={"passed": count / protocol.batches, "gd": np.stack(rows["gd"])},
+        extra_dims={"passed": ("tau", "mu_neg"), "gd": ("tau", "mu_neg")},
+        meta=_meta("weight_share", protocol, loss, method=kind, mu_pos=float(mu_pos),
+                   gd_gate=None if gd_gate is None else float(gd_gate)),
+    )
+
+
+# --- Lemma 1 ---------------------------------------------------------------------------------
+def _alpha_fn(alpha_law):
+    """Map uniforms u in [0, 1) to α: 'uniform' -> π u; a number -> that α; a callable -> it."""
+    if isinstance(alpha_law, str):
+        if alpha_law != "uniform":
+            raise ValueError(f"alpha_law must be 'uniform', a number or a callable; got {alpha_law!r}")
+        return ("uniform",), lambda u: jnp.pi * u
+    if isinstance(alpha_law, numbers.Real) and not isinstance(alpha_law, bool):
+        a = float(alpha_law)
+        return ("fixed", a), lambda u: jnp.full_like(u, a)
+    if callable(alpha_law):
+        return ("callable", alpha_law), alpha_law
+    raise ValueError(f"alpha_law must be 'uniform', a number or a callable; got {alpha_law!r}")
+
+
+def _lemma_stat(alpha_key, alpha: Callable) -> Stat:
+    def neg(c_neg, p):
+        return jnp.max(c_neg, axis=-1)  # the hardest negative: smallest angle θ_ij'
+
+    def pair(c_pos, c_max, u, p):
+        from gradlab.geometry import safe_arccos
+
+        theta_pos, theta_min, a = safe_arccos(c_pos), safe_arccos(c_max), alpha(u)
+        low, high, feasible = lemma1_bounds(theta_pos, theta_min, a, p["lam"])
+        r = p["ratios"]
+        sat = feasible[:, None] & (low[:, None] <= r) & (r <= high[:, None])
+        chk = lemma1_sphere_check(theta_pos[:, None], theta_min[:, None], a[:, None], p["lam"], r)
+        dt = c_pos.dtype
+        return {
+            "low": (low, feasible),
+            "feasible": (feasible.astype(dt), None),
+            "satisfied": (sat.astype(dt), None),
+            "sphere_closer": (chk.true_closer.astype(dt), None),
+            "sphere_disagree": (chk.disagree.astype(dt), None),
+        }
+
+    return Stat(key=("lemma1",) + alpha_key, neg=neg, pair=pair, width=1)
+
+
+def lemma1_map(
+    protocol: Protocol | None = None,
+    *,
+    lam: float = 0.1,
+    ratios: Sequence[float] = (1, 1.25, 1.5, 1.75, 2),
+    alpha_law="uniform",
+    progress=None,
+) -> Result:
+    """Lemma-1 statistics per cell, for each batch's hardest negative (smallest θ_ij').
+
+    α (the angle between the planes O h_i h_i' and O h_i h_j') is drawn per batch from
+    ``alpha_law``: ``"uniform"`` on [0, π] (default), a fixed number, or a callable
+    mapping uniforms u ∈ [0, 1) (array) to α (an inverse CDF).
+
+    Returns:
+      ``Result`` with dims (mu_pos, mu_neg): ``mean`` = mean minimum ratio r_low over the
+      feasible batches (masked where none is feasible); extra ``feasible`` (fraction of
+      feasible batches) and ``satisfied`` (r, mu_pos, mu_neg): the fraction of batches with
+      r_low <= r <= r_high, with axis ``r``; ``sphere_closer`` (r, mu_pos, mu_neg): the
+      fraction where the step, taken on the sphere and retracted, truly does not increase
+      the angle to the positive; ``sphere_disagree``: the fraction where the tangent-plane
+      lemma and the sphere disagree (``gradlab.lemma1.lemma1_sphere_check``).
+    """
+    protocol = _check_protocol(protocol or Protocol())
+    if not (isinstance(lam, numbers.Real) and np.isfinite(lam) and lam > 0):
+        raise ValueError(f"lam must be a positive finite number; got {lam!r}")
+    r = np.atleast_1d(np.asarray(ratios, dtype=float))
+    if r.ndim != 1 or r.size == 0 or not np.all(np.isfinite(r)):
+        raise ValueError(f"ratios must be a non-empty 1-D sequence of finite numbers; got {ratios!r}")
+    alpha_key, alpha = _alpha_fn(alpha_law)
+    dtype = protocol.jnp_dtype()
+    stat = _stat(("lemma1",) + alpha_key, lambda: _lemma_stat(alpha_key, alpha))
+    p = {"lam": jnp.asarray(lam, dtype), "ratios": jnp.asarray(r, dtype)}
+    out = run(stat, protocol, protocol.mu_pos, protocol.mu_neg, p, progress)
+    low, low_se, n_feas = out["low"]
+    mask = n_feas == 0
+    sat, closer, disagree = (np.moveaxis(out[k][0], -1, 0) for k in ("satisfied", "sphere_closer", "sphere_disagree"))
+    rdims = ("r", "mu_pos", "mu_neg")
+    return Result(
+        dims=("mu_pos", "mu_neg"),
+        coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg, "r": r},
+        mean=np.where(mask, np.nan, low),
+        stderr=np.where(mask, np.nan, _stderr_out(low_se, n_feas)),
+        mask=mask,
+        extra={"feasible": out["feasible"][0], "satisfied": sat, "sphere_closer": closer, "sphere_disagree": disagree},
+        extra_dims={"feasible": ("mu_pos", "mu_neg"), "satisfied": rdims, "sphere_closer": rdims, "sphere_disagree": rdims},
+        meta=_meta("lemma1_map", protocol, None, lam=float(lam), alpha_law=str(alpha_law)),
+    )
+
+
+def min_ratio_distribution(
+    protocol: Protocol | None = None,
+    *,
+    lams: Sequence[float] = (0.01, 0.1, 0.5, 1.0),
+    mu_pos: float | Sequence[float] = math.pi / 6,
+    mu_neg: float | Sequence[float] = math.pi / 3,
+    bins=None,
+    quantiles: Sequence[float] = (0.05, 0.25, 0.5, 0.75, 0.95),
+    alpha_law="uniform",
+    return_samples: bool = False,
+) -> Result:
+    """Distribution of the Lemma-1 minimum ratio r_low per λ (seed 000 Fig. 8a, simulated).
+
+    Batches of the cell(s) (μ_pos, μ_neg) (scalars, or 1-D arrays pooled over their
+    Cartesian product) give one r_low each (hardest negative, α from ``alpha_law``).
+    Infeasible batches have no r_low; their fraction is reported.
+
+    Returns:
+      ``Result`` with dims (lam,): ``mean`` r_low over feasible samples, ``stderr``; extra
+      ``feasible`` (lam,), ``histogram`` (lam, bin) as a density over ``bin_edges``,
+      ``below`` / ``above`` (lam,) fractions outside the bins, ``quantiles`` (lam, q)
+      (NaN where nothing is feasible), and with ``return_samples`` ``samples`` (lam, sample)
+      (NaN where infeasible).
+    """
+    protocol = _check_protocol(protocol or Protocol())
+    lams = np.atleast_1d(np.asarray(lams, dtype=float))
+    if lams.ndim != 1 or lams.size == 0 or not np.all(np.isfinite(lams) & (lams > 0)):
+        raise ValueError(f"lams must be positive finite numbers; got {lams!r}")
+    edges = np.linspace(-2.0, 4.0, 61) if bins is None else np.asarray(bins, dtype=float)
+    if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0):
+        raise ValueError(f"bins must be increasing edges (at least 2); got shape {edges.shape}")
+    qs = np.asarray(quantiles, dtype=float)
+    _, alpha = _alpha_fn(alpha_law)
+    dtype = protocol.jnp_dtype()
+    mp = np.atleast_1d(np.asarray(mu_pos, float))
+    mn = np.atleast_1d(np.asarray(mu_neg, float))
+    cp, cn = (np.repeat(mp, mn.size), np.tile(mn, mp.size))
+    samples = []
+    for i, (a, b) in enumerate(zip(cp, cn, strict=True)):
+        if protocol.mode == "common":
+            z_pos, z_neg, u = common_draws(protocol)
+        else:
+            z_pos, z_neg, u = cell_draws(protocol.seed, i, protocol.batches, protocol.batch_size, dtype)
+        theta_pos = jnp.arccos(jnp.cos(jnp.asarray(a, dtype) + protocol.sigma_pos * z_pos))
+        c_max = jnp.max(jnp.cos(jnp.asarray(b, dtype) + protocol.sigma_neg * z_neg), axis=-1)
+        theta_min = jnp.arccos(c_max)
+        low, _, feas = lemma1_bounds(theta_pos[None], theta_min[None], alpha(u)[None], jnp.asarray(lams, dtype)[:, None])
+        samples.append(np.where(np.asarray(feas), np.asarray(low), np.nan))
+    s = np.concatenate(samples, axis=1)  # (lam, samples)
+    feas = ~np.isnan(s)
+    n = feas.sum(axis=1)
+    mean = np.array([s[k][feas[k]].mean() if n[k] else np.nan for k in range(len(lams))])
+    se = np.array([s[k][feas[k]].std(ddof=1) / np.sqrt(n[k]) if n[k] > 1 else np.nan for k in range(len(lams))])
+    hist = np.stack([np.histogram(s[k][feas[k]], bins=edges)[0] for k in range(len(lams))]).astype(float)
+    width = np.diff(edges)
+    density = np.where(n[:, None] > 0, hist / np.maximum(n, 1)[:, None] / width, np.nan)
+    quant = np.stack([np.quantile(s[k][feas[k]], qs) if n[k] else np.full(qs.shape, np.nan) for k in range(len(lams))])
+    below = np.array([(s[k][feas[k]] < edges[0]).mean() if n[k] else np.nan for k in range(len(lams))])
+    above = np.array([(s[k][feas[k]] > edges[-1]).mean() if n[k] else np.nan for k in range(len(lams))])
+    extra = {
+        "feasible": feas.mean(axis=1),
+        "histogram": density,
+        "bin_edges": edges,
+        "quantiles": quant,
+        "below": below,
+        "above": above,
+    }
+    extra_dims = {"feasible": ("lam",), "histogram": ("lam", "bin"), "quantiles": ("lam", "q")}
+    if return_samples:
+        extra["samples"] = s
+        extra_dims["samples"] = ("lam", "sample")
+    return Result(
+        dims=("lam",),
+        coords={"lam": lams, "q": qs},
+        mean=mean,
+        stderr=se,
+        mask=n == 0,
+        extra=extra,
+        extra_dims=extra_dims,
+        meta=_meta("min_ratio_distribution", protocol, None, mu_pos=mp.tolist(), mu_neg=mn.tolist(),
+                   alpha_law=str(alpha_law)),
+    )
