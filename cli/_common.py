@@ -199,3 +199,25 @@ class Writer:
     def report(self) -> None:
         for p in self.written:
             typer.echo(str(p))
+
+
+def load_views(path: Path):
+    """Read ``h`` and ``h_prime`` (N, D) from an .npz; one-line errors for anything unreadable."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            keys = set(data.files)
+            if not {"h", "h_prime"} <= keys:
+                raise fail(f"embeddings file {str(path)!r} must hold arrays 'h' and 'h_prime'; found {sorted(keys)}")
+            h, hp = np.asarray(data["h"], float), np.asarray(data["h_prime"], float)
+    except OSError as exc:
+        raise fail(f"cannot read embeddings file {str(path)!r}: {exc.strerror or exc}") from None
+    except (ValueError, EOFError) as exc:
+        raise fail(f"cannot read embeddings file {str(path)!r}: not a valid .npz ({exc})") from None
+    if h.ndim != 2 or h.shape != hp.shape:
+        raise fail(f"embeddings 'h' and 'h_prime' must both have shape (N, D); got {h.shape} and {hp.shape}")
+    if h.shape[0] < 2:
+        raise fail(f"embeddings need N >= 2 pairs; got N = {h.shape[0]}")
+    if not (np.all(np.isfinite(h)) and np.all(np.isfinite(hp))):
+        raise fail("embeddings contain non-finite values")
+    return h, hp

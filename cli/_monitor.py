@@ -61,7 +61,7 @@ def track(
     with guard(debug):
         if batch_size < 2:
             raise fail(f"--batch-size N must be >= 2; got {batch_size}")
-        from gradlab_cli._lemma1_real import load_views
+        from gradlab_cli._common import load_views
         from gradlab_cli.app import _writer
 
         from gradlab.monitor import DEFAULT_LAMBDAS, DEFAULT_TAUS, analyze

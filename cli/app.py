@@ -427,7 +427,7 @@ def lemma1(
         protocol = _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, mu_pos_range, mu_neg_range, seed, mode)
         views = None
         if embeddings is not None:
-            from gradlab_cli._lemma1_real import load_views
+            from gradlab_cli._common import load_views
 
             views = load_views(embeddings)
         mp, mn = parse_number(dist_mu_pos, "--dist-mu-pos"), parse_number(dist_mu_neg, "--dist-mu-neg")
@@ -439,9 +439,9 @@ def lemma1(
         with progress_bar("Lemma-1 map") as cb:
             lmap = simulate.lemma1_map(protocol, lam=lams[0], ratios=ratios, alpha_law=law, progress=cb)
         if views is not None:
-            from gradlab_cli._lemma1_real import min_ratio_from_embeddings
+            from gradlab import monitor
 
-            dist = min_ratio_from_embeddings(*views, lams=lams)
+            dist = monitor.min_ratio_distribution(*views, lams=lams)
         else:
             dist = simulate.min_ratio_distribution(protocol, lams=lams, mu_pos=mp, mu_neg=mn, alpha_law=law)
         figs = (None, None)

@@ -12,8 +12,10 @@ feasibility condition are the two roots of the same quadratic (formulas.md §6).
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
 
 from jax import Array
 from jax.typing import ArrayLike
@@ -118,3 +120,68 @@ def lemma1_sphere_check(theta_pos: ArrayLike, theta_neg: ArrayLike, alpha: Array
     delta = after - before
     true = delta <= 0
     return SphereCheck(approx, true, delta, approx != true)
+
+
+DEFAULT_BIN_EDGES = tuple(float(x) for x in np.linspace(-2.0, 4.0, 61))
+
+
+def summarize_min_ratio(samples, lams, *, bins=None, quantiles=(0.05, 0.25, 0.5, 0.75, 0.95), meta=None,
+                        return_samples: bool = False):
+    """Summarize minimum-ratio samples (one row per λ, NaN where infeasible) as a ``Result``.
+
+    The one home of the Fig. 8a summary, shared by the simulated distribution
+    (``gradlab.simulate.min_ratio_distribution``) and the measured one
+    (``gradlab.monitor.min_ratio_distribution``).
+
+    Args:
+      samples: (L, S) r_low per λ and sample; NaN marks an infeasible sample.
+      lams: (L,) the step sizes.
+      bins: histogram edges (default: 60 bins on [-2, 4]).
+      quantiles: the quantiles to report.
+      meta: metadata for the Result.
+      return_samples: keep the samples as ``extra["samples"]``.
+
+    Returns:
+      ``Result`` with dims (lam,): ``mean`` r_low over feasible samples, ``stderr``; extra
+      ``feasible`` (lam,), ``histogram`` (lam, bin) as a density over ``bin_edges``,
+      ``below`` / ``above`` (lam,) fractions outside the bins, ``quantiles`` (lam, q)
+      (NaN where nothing is feasible); ``mask`` where no sample is feasible.
+    """
+    from gradlab.io import Result
+
+    s = np.asarray(samples, dtype=float)
+    lams = np.asarray(lams, dtype=float)
+    edges = np.asarray(DEFAULT_BIN_EDGES if bins is None else bins, dtype=float)
+    if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0):
+        raise ValueError(f"bins must be increasing edges (at least 2); got shape {edges.shape}")
+    qs = np.asarray(quantiles, dtype=float)
+    rows = [row[~np.isnan(row)] for row in s]
+    n = np.array([r.size for r in rows])
+
+    def per_row(fn, empty=np.nan):
+        return np.array([fn(r) if r.size else empty for r in rows])
+
+    hist = np.stack([np.histogram(r, bins=edges)[0] for r in rows]).astype(float)
+    density = np.where(n[:, None] > 0, hist / np.maximum(n, 1)[:, None] / np.diff(edges), np.nan)
+    extra = {
+        "feasible": (n / s.shape[1]) if s.shape[1] else np.full(len(rows), np.nan),
+        "histogram": density,
+        "bin_edges": edges,
+        "quantiles": np.stack([np.quantile(r, qs) if r.size else np.full(qs.shape, np.nan) for r in rows]),
+        "below": per_row(lambda r: (r < edges[0]).mean()),
+        "above": per_row(lambda r: (r > edges[-1]).mean()),
+    }
+    extra_dims = {"feasible": ("lam",), "histogram": ("lam", "bin"), "quantiles": ("lam", "q")}
+    if return_samples:
+        extra["samples"] = s
+        extra_dims["samples"] = ("lam", "sample")
+    return Result(
+        dims=("lam",),
+        coords={"lam": lams, "q": qs},
+        mean=per_row(np.mean),
+        stderr=np.array([r.std(ddof=1) / np.sqrt(r.size) if r.size > 1 else np.nan for r in rows]),
+        mask=n == 0,
+        extra=extra,
+        extra_dims=extra_dims,
+        meta=dict(meta or {}),
+    )

@@ -182,7 +182,8 @@ def test_lemma1_from_embeddings_uses_the_file(tmp_path):
         if bool(ok):
             lows.append(float(low))
     with np.load(tmp_path / "o" / "lemma1_distribution.npz") as data:
-        np.testing.assert_allclose(data["mean"][0], np.mean(lows), rtol=1e-6)
+        # the monitor measures in float32 (its default); the witness loop runs in float64
+        np.testing.assert_allclose(data["mean"][0], np.mean(lows), rtol=5e-5)
 
 
 def test_norms_writes_stacked_panels(tmp_path):

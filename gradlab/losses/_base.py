@@ -285,7 +285,7 @@ class Loss:
         return _jitted(self.spec.name, "paradigm_gradient", False)(dict(self.params), h, h_prime)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jitted(name: str, method: str, symmetric: bool):
     """One jitted function per (loss, method): parameters are traced, so new values never recompile."""
     spec = get_spec(name)

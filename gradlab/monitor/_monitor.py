@@ -16,6 +16,7 @@ from gradlab.monitor._stats import LossEntry, StatsConfig, batch_statistics_fn
 __all__ = [
     "ParadigmMonitor",
     "analyze",
+    "min_ratio_distribution",
     "DEFAULT_LOSSES",
     "DEFAULT_RATIO_LOSSES",
     "DEFAULT_TAUS",
@@ -443,3 +444,29 @@ def analyze(
     res["batch_size"] = int(batch_size)
     res["dropped"] = m - n_batches * batch_size
     return res
+
+
+def min_ratio_distribution(h, h_prime, *, lams=(0.01, 0.1, 0.5, 1.0), batch_size: int = 128, bins=None,
+                           quantiles=(0.05, 0.25, 0.5, 0.75, 0.95), dtype=np.float32):
+    """Seed 000 Fig. 8a from real embeddings: the Lemma-1 minimum ratio of every anchor with its hardest negative.
+
+    The pairs are split into batches of ``batch_size`` as in ``analyze`` (App. A.2); α is
+    measured from the embeddings. The summary is the simulator's
+    (``gradlab.lemma1.summarize_min_ratio``), so the two distributions compare directly.
+
+    Returns:
+      ``gradlab.io.Result`` with dims (lam,), as ``gradlab.simulate.min_ratio_distribution``.
+    """
+    from gradlab.lemma1 import summarize_min_ratio
+
+    lams = _positive_tuple(lams, "lams")
+    batch_size = min(int(batch_size), int(np.shape(h)[0]))
+    res = analyze(h, h_prime, batch_size=batch_size, losses=(), ratio_losses=(), taus=(), lambdas=lams,
+                  margin=None, dtype=dtype)
+    per_anchor = res["lemma1_min_ratio_per_anchor"]
+    samples = np.stack([np.asarray(v, dtype=float).reshape(-1) for v in per_anchor.values()])
+    return summarize_min_ratio(samples, lams, bins=bins, quantiles=quantiles, meta={
+        "statistic": "min_ratio_distribution", "source": "embeddings", "batch_size": batch_size,
+        "n_anchors": int(res["n_batches"]) * batch_size,
+        "n_batches": int(res["n_batches"]), "dropped": int(res["dropped"]),
+    })

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradlab.io import Result, runtime_meta
-from gradlab.lemma1 import lemma1_bounds, lemma1_sphere_check
+from gradlab.lemma1 import lemma1_bounds, lemma1_sphere_check, summarize_min_ratio
 from gradlab.losses import Loss, get_loss
 from gradlab.simulate._engine import Stat, run
 from gradlab.simulate._protocol import Protocol
@@ -450,36 +450,8 @@ def min_ratio_distribution(
         low, _, feas = lemma1_bounds(theta_pos[None], theta_min[None], alpha(u)[None], jnp.asarray(lams, dtype)[:, None])
         samples.append(np.where(np.asarray(feas), np.asarray(low), np.nan))
     s = np.concatenate(samples, axis=1)  # (lam, samples)
-    feas = ~np.isnan(s)
-    n = feas.sum(axis=1)
-    mean = np.array([s[k][feas[k]].mean() if n[k] else np.nan for k in range(len(lams))])
-    se = np.array([s[k][feas[k]].std(ddof=1) / np.sqrt(n[k]) if n[k] > 1 else np.nan for k in range(len(lams))])
-    hist = np.stack([np.histogram(s[k][feas[k]], bins=edges)[0] for k in range(len(lams))]).astype(float)
-    width = np.diff(edges)
-    density = np.where(n[:, None] > 0, hist / np.maximum(n, 1)[:, None] / width, np.nan)
-    quant = np.stack([np.quantile(s[k][feas[k]], qs) if n[k] else np.full(qs.shape, np.nan) for k in range(len(lams))])
-    below = np.array([(s[k][feas[k]] < edges[0]).mean() if n[k] else np.nan for k in range(len(lams))])
-    above = np.array([(s[k][feas[k]] > edges[-1]).mean() if n[k] else np.nan for k in range(len(lams))])
-    extra = {
-        "feasible": feas.mean(axis=1),
-        "histogram": density,
-        "bin_edges": edges,
-        "quantiles": quant,
-        "below": below,
-        "above": above,
-    }
-    extra_dims = {"feasible": ("lam",), "histogram": ("lam", "bin"), "quantiles": ("lam", "q")}
-    if return_samples:
-        extra["samples"] = s
-        extra_dims["samples"] = ("lam", "sample")
-    return Result(
-        dims=("lam",),
-        coords={"lam": lams, "q": qs},
-        mean=mean,
-        stderr=se,
-        mask=n == 0,
-        extra=extra,
-        extra_dims=extra_dims,
+    return summarize_min_ratio(
+        s, lams, bins=edges, quantiles=qs, return_samples=return_samples,
         meta=_meta("min_ratio_distribution", protocol, None, mu_pos=mp.tolist(), mu_neg=mn.tolist(),
                    alpha_law=str(alpha_law)),
     )
