@@ -16,7 +16,6 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
-
 from jax import Array
 from jax.typing import ArrayLike
 

@@ -19,7 +19,7 @@ def unit(x):
 
 
 def _dot(a, b):
-    return float(sum(x * y for x, y in zip(a, b)))
+    return float(sum(x * y for x, y in zip(a, b, strict=True)))
 
 
 def _cosines(h, hp, i):
@@ -50,7 +50,7 @@ def value(name, h, hp, **p):
         elif name == "mpt":
             out.append(max(0.0, -c_p + max(c[j] for j in negs) + p["m"]))
         elif name == "met":
-            d = lambda a, b: float(np.sqrt(sum((x - y) ** 2 for x, y in zip(a, b))))  # noqa: E731
+            d = lambda a, b: float(np.sqrt(sum((x - y) ** 2 for x, y in zip(a, b, strict=True))))  # noqa: E731
             out.append(max(0.0, d(h[i], hp[i]) - min(d(h[i], hp[j]) for j in negs) + p["m"]))
         elif name == "mat":
             out.append(max(0.0, _acos(c_p) - min(_acos(c[j]) for j in negs) + p["m"]))

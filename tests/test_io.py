@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 from gradlab import io as gio
-from gradlab.io import Result, atomic_write_bytes, atomic_write_text, save_json_atomic, save_npz_atomic
+from gradlab.io import (
+    Result,
+    atomic_write_bytes,
+    atomic_write_text,
+    save_json_atomic,
+    save_npz_atomic,
+)
 
 
 def _result(**over):
@@ -67,7 +73,7 @@ def test_attribute_access_and_masked_mean():
     np.testing.assert_array_equal(r.mu_pos, r.coords["mu_pos"])
     np.testing.assert_array_equal(r.feasible, r.extra["feasible"])
     with pytest.raises(AttributeError, match="nope"):
-        r.nope
+        _ = r.nope
     mm = r.masked_mean()
     assert np.all(np.isnan(mm[r.mask])) and np.array_equal(mm[~r.mask], r.mean[~r.mask])
     assert r.shape == (3, 4)

