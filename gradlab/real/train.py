@@ -1,0 +1,466 @@
+"""Fine-tune a sentence encoder with any gradlab loss (SimCSE-style dropout views), in JAX + optax.
+
+Each step draws a batch of N unlabelled sentences, encodes it twice with two dropout
+keys (h, h' — the two views of SimCSE, Gao et al. 2021), evaluates the registered loss
+``gradlab.get_loss(name)(h, h')`` and takes one optax step. Every ``eval_every`` steps
+the STS-B dev Spearman is measured; the parameters with the best dev score are kept
+(the protocol of the papers). A ``gradlab.monitor.ParadigmMonitor`` watches the views
+when that module is available.
+
+Files written to ``out_dir`` (when given):
+  ``train_log.jsonl``   one record per step (loss, grad norm, seconds) and per evaluation
+  ``paradigm_monitor.jsonl``  the monitor's records
+  ``best_params.npz``   the best checkpoint (flattened pytree; keys are paths)
+  ``train.json``        config, best step, dev / test scores, timings, versions
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gradlab.real._deps import require
+
+__all__ = [
+    "TrainConfig",
+    "TrainResult",
+    "load_encoder",
+    "train",
+    "make_train_step",
+    "flatten_params",
+    "unflatten_params",
+    "DEFAULT_LR",
+]
+
+DEFAULT_LR = {"light": 1e-3, "minilm": 3e-5}
+
+
+def load_encoder(name: str, *, seed: int = 0, path: str | Path | None = None, **kwargs: Any):
+    """An encoder by name: ``"minilm"`` (all-MiniLM-L6-v2) or ``"light"`` (see :mod:`gradlab.real.light`).
+
+    Both follow the training-loop protocol: ``params`` (trainable pytree), ``frozen``,
+    ``forward(params, frozen, ids, mask, key)``, ``tokenize(sentences)``,
+    ``encode(sentences, params=...)``.
+    """
+    if name == "minilm":
+        from gradlab.real.minilm import load_minilm
+
+        if kwargs:
+            raise ValueError(f"minilm takes no options; got {sorted(kwargs)}")
+        return load_minilm(path)
+    if name == "light":
+        from gradlab.real.light import load_light
+
+        return load_light(path, seed=seed, **kwargs)
+    raise ValueError(f"unknown encoder {name!r}; choose from minilm, light")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """What a training run does.
+
+    Attributes:
+      loss: registered loss name (``gradlab.list_losses()``).
+      loss_params: parameters passed to ``gradlab.get_loss``.
+      symmetric: average both directions of the loss.
+      encoder: ``"light"`` or ``"minilm"``.
+      steps: optimizer steps.
+      batch_size: N sentences per step (two views each).
+      lr: Adam learning rate (None: 1e-3 light, 3e-5 minilm).
+      eval_every: steps between STS-B dev evaluations (0: only at the end).
+      seed: seeds the initial projection (light), batch order and dropout.
+      corpus: ``"NewsArticles"``, ``"News100"``, or a path (zip/CSV/.txt/dir).
+      max_sentences: use at most this many corpus sentences (seeded sample); None = all.
+      dev_pairs: evaluate on the first this-many dev pairs (None = all 1,500).
+      eval_test: also score STS-B test before training and with the best checkpoint.
+      monitor: attach a ParadigmMonitor if ``gradlab.monitor`` is importable.
+      monitor_every: monitor every this many steps.
+      fixed_length: pad every batch to the corpus-wide length bucket (one compilation per
+        run) instead of the batch's own bucket; None = True for the light encoder (cheap per
+        token), False for MiniLM (attention cost grows with the length).
+    """
+
+    loss: str = "infonce"
+    loss_params: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    symmetric: bool = False
+    encoder: str = "light"
+    steps: int = 200
+    batch_size: int = 64
+    lr: float | None = None
+    eval_every: int = 50
+    seed: int = 0
+    corpus: str = "NewsArticles"
+    max_sentences: int | None = None
+    dev_pairs: int | None = None
+    eval_test: bool = True
+    monitor: bool = True
+    monitor_every: int = 10
+    fixed_length: bool | None = None
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
+        if self.batch_size < 2:
+            raise ValueError(f"batch_size must be >= 2 (in-batch negatives); got {self.batch_size}")
+        if not isinstance(self.eval_every, int) or self.eval_every < 0:
+            raise ValueError(f"eval_every must be an integer >= 0; got {self.eval_every!r}")
+        if not isinstance(self.monitor_every, int) or self.monitor_every < 1:
+            raise ValueError(f"monitor_every must be an integer >= 1; got {self.monitor_every!r}")
+        if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite number > 0; got {self.lr!r}")
+        if self.encoder not in DEFAULT_LR:
+            raise ValueError(f"unknown encoder {self.encoder!r}; choose from {', '.join(DEFAULT_LR)}")
+        if self.max_sentences is not None and self.max_sentences < self.batch_size:
+            raise ValueError(f"max_sentences={self.max_sentences} is smaller than batch_size={self.batch_size}")
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.lr if self.lr is not None else DEFAULT_LR[self.encoder])
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["loss_params"] = dict(self.loss_params)
+        d["learning_rate"] = self.learning_rate
+        return d
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """Outcome of :func:`train`.
+
+    Attributes:
+      params: the best parameters (by dev Spearman; the last ones if never evaluated).
+      best_step: step of the best checkpoint (0 = before training).
+      best_dev: its dev Spearman × 100.
+      dev_before: dev Spearman before training.
+      test_before, test_after: STS-B test Spearman before / with the best checkpoint (None if skipped).
+      losses: (steps,) training loss per step.
+      evals: list of ``{"step", "dev_spearman"}``.
+      seconds: wall time of the whole run.
+      monitor: ``"attached"`` or why not.
+      out_dir: where files went (None if not written).
+    """
+
+    params: Any
+    best_step: int
+    best_dev: float
+    dev_before: float
+    test_before: float | None
+    test_after: float | None
+    losses: np.ndarray
+    evals: list[dict[str, float]]
+    seconds: float
+    monitor: str
+    out_dir: Path | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "best_step": self.best_step,
+            "best_dev_spearman": self.best_dev,
+            "dev_spearman_before": self.dev_before,
+            "test_spearman_before": self.test_before,
+            "test_spearman_after": self.test_after,
+            "loss_first": float(self.losses[0]) if len(self.losses) else None,
+            "loss_last": float(self.losses[-1]) if len(self.losses) else None,
+            "evals": self.evals,
+            "seconds": self.seconds,
+            "monitor": self.monitor,
+        }
+
+
+# --------------------------------------------------------------------------- pytree files
+
+
+def flatten_params(params: Any) -> dict[str, np.ndarray]:
+    """Pytree -> ``{"layers/q_w": array, ...}`` (for ``np.savez``)."""
+    flat = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        key = "/".join(str(getattr(p, "key", getattr(p, "idx", p))) for p in path)
+        flat[key] = np.asarray(leaf)
+    return flat
+
+
+def unflatten_params(flat: Mapping[str, np.ndarray], like: Any) -> Any:
+    """Inverse of :func:`flatten_params`, given a pytree of the same structure."""
+    paths = jax.tree_util.tree_leaves_with_path(like)
+    leaves = []
+    for path, leaf in paths:
+        key = "/".join(str(getattr(p, "key", getattr(p, "idx", p))) for p in path)
+        if key not in flat:
+            raise ValueError(f"checkpoint lacks {key!r}")
+        arr = np.asarray(flat[key])
+        if arr.shape != leaf.shape:
+            raise ValueError(f"checkpoint {key!r} has shape {arr.shape}, expected {leaf.shape}")
+        leaves.append(jnp.asarray(arr, dtype=leaf.dtype))
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def make_train_step(encoder, loss: Callable, optimizer) -> Callable:
+    """A jitted SimCSE step: ``(params, opt_state, frozen, ids, mask, key) -> (params, opt_state, aux)``.
+
+    ``aux`` holds ``loss`` (), ``grad_norm`` (), and the two views ``h``, ``h_prime`` (N, D).
+    """
+    optax = require("optax", purpose="training")
+
+    def objective(params, frozen, ids, mask, key):
+        k1, k2 = jax.random.split(key)
+        h = encoder.forward(params, frozen, ids, mask, k1)
+        h_prime = encoder.forward(params, frozen, ids, mask, k2)
+        return loss(h, h_prime), (h, h_prime)
+
+    @jax.jit
+    def step(params, opt_state, frozen, ids, mask, key):
+        (value, (h, h_prime)), grads = jax.value_and_grad(objective, has_aux=True)(params, frozen, ids, mask, key)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree_util.tree_leaves(grads)))
+        aux = {"loss": value, "grad_norm": grad_norm, "h": h, "h_prime": h_prime}
+        return params, opt_state, aux
+
+    return step
+
+
+def _attach_monitor(loss, out_dir: Path | None, every: int):
+    """A ParadigmMonitor (or None) and a status string. Never raises."""
+    try:
+        from gradlab.monitor import ParadigmMonitor
+    except Exception as exc:  # noqa: BLE001 - the monitor is optional
+        return None, f"unavailable ({type(exc).__name__}: {exc})"
+    sink = str(out_dir / "paradigm_monitor.jsonl") if out_dir is not None else None
+    losses: list[Any] = []
+    try:
+        from gradlab.monitor import DEFAULT_LOSSES
+
+        losses = list(DEFAULT_LOSSES)
+    except Exception:  # noqa: BLE001
+        losses = ["infonce"]
+    spec = loss.spec
+    if spec.kernel is not None and spec.negatives == "h_prime" and spec.name not in losses:
+        losses.append(loss)
+    elif spec.name in losses:
+        losses[losses.index(spec.name)] = loss  # watch it with the training parameters
+    for attempt in (losses, None):
+        try:
+            kwargs = {"every": every, "sink": sink}
+            if attempt is not None:
+                kwargs["losses"] = attempt
+            return ParadigmMonitor(**kwargs), "attached"
+        except Exception as exc:  # noqa: BLE001
+            err = f"{type(exc).__name__}: {exc}"
+    return None, f"failed to start ({err})"
+
+
+def _batch_order(n: int, steps: int, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+    """(steps, batch_size) sentence indices: reshuffled epochs, no repeats within a batch."""
+    need = steps * batch_size
+    chunks, total = [], 0
+    while total < need:
+        perm = rng.permutation(n)
+        usable = (n // batch_size) * batch_size
+        chunks.append(perm[:usable])
+        total += usable
+    return np.concatenate(chunks)[:need].reshape(steps, batch_size)
+
+
+def train(
+    config: TrainConfig,
+    *,
+    encoder: Any = None,
+    sentences: Sequence[str] | None = None,
+    out_dir: str | Path | None = None,
+    progress: Callable[[int, dict[str, Any]], None] | None = None,
+    token_ids: Sequence[Sequence[int]] | None = None,
+) -> TrainResult:
+    """Fine-tune an encoder with a gradlab loss; keep the best checkpoint by STS-B dev Spearman.
+
+    Args:
+      config: a :class:`TrainConfig`.
+      encoder: an already loaded encoder (default: ``load_encoder(config.encoder, seed=config.seed)``);
+        its ``params`` are the starting point and are not modified.
+      sentences: training sentences (default: the corpus named in ``config``).
+      out_dir: write logs, checkpoint and summary here (None: write nothing).
+      progress: called as ``progress(step, record)`` after every step and evaluation.
+      token_ids: ``encoder.token_ids(sentences)`` if already computed (saves re-tokenizing
+        the corpus when many runs share it); must match ``sentences`` after sampling.
+
+    Returns:
+      A :class:`TrainResult`.
+    """
+    optax = require("optax", purpose="training")
+    from gradlab.losses import get_loss
+    from gradlab.real.data import load_news_sentences, load_stsb, sample_sentences
+    from gradlab.real.stsb import stsb_spearman
+
+    t_start = time.perf_counter()
+    loss = get_loss(config.loss, symmetric=config.symmetric, **dict(config.loss_params))
+    if encoder is None:
+        encoder = load_encoder(config.encoder, seed=config.seed)
+    if sentences is None:
+        if config.corpus in ("NewsArticles", "News100"):
+            sentences = load_news_sentences(config.corpus)
+        else:
+            sentences = load_news_sentences(path=config.corpus)
+    if config.max_sentences is not None:
+        sentences = sample_sentences(sentences, config.max_sentences, seed=config.seed)
+    sentences = list(sentences)
+    if len(sentences) < config.batch_size:
+        raise ValueError(f"{len(sentences)} training sentences is fewer than batch_size={config.batch_size}")
+
+    dev = load_stsb("dev")
+    if config.dev_pairs is not None:
+        from gradlab.real.data import STSPairs
+
+        k = config.dev_pairs
+        dev = STSPairs(dev.sentence1[:k], dev.sentence2[:k], dev.score[:k], dev.genre[:k])
+
+    out = Path(out_dir) if out_dir is not None else None
+    log = None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        log = open(out / "train_log.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+
+    def emit(rec: dict[str, Any]) -> None:
+        if log is not None:
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+        if progress is not None:
+            progress(int(rec["step"]), rec)
+
+    def dev_score(params) -> float:
+        return stsb_spearman(lambda s: encoder.encode(s, params=params), pairs=dev)
+
+    monitor, monitor_status = (None, "off")
+    if config.monitor:
+        monitor, monitor_status = _attach_monitor(loss, out, config.monitor_every)
+        if monitor is None:
+            warnings.warn(f"training without the ParadigmMonitor: {monitor_status}", RuntimeWarning, stacklevel=2)
+
+    # Pre-tokenize once; batches are padded to a few length buckets (few compilations).
+    from gradlab.real.minilm import length_bucket
+
+    if token_ids is None:
+        token_ids = encoder.token_ids(sentences)
+    elif len(token_ids) != len(sentences):
+        raise ValueError(f"token_ids has {len(token_ids)} entries for {len(sentences)} sentences")
+    max_len = encoder.max_seq_length
+    from gradlab.real.light import LightEncoder
+
+    fixed = config.fixed_length if config.fixed_length is not None else isinstance(encoder, LightEncoder)
+    corpus_len = length_bucket(max(max(1, len(t)) for t in token_ids), max_len) if fixed else None
+    params0 = encoder.params
+    frozen = encoder.frozen
+    optimizer = optax.adam(config.learning_rate)
+    opt_state = optimizer.init(params0)
+    step_fn = make_train_step(encoder, loss, optimizer)
+    rng = np.random.default_rng(config.seed)
+    order = _batch_order(len(sentences), config.steps, config.batch_size, rng)
+    root = jax.random.key(config.seed)
+
+    test_before = stsb_spearman(lambda s: encoder.encode(s, params=params0), "test") if config.eval_test else None
+    dev_before = dev_score(params0)
+    evals = [{"step": 0, "dev_spearman": dev_before}]
+    emit({"step": 0, "event": "eval", "dev_spearman": dev_before, "test_spearman": test_before})
+    best_params, best_step, best_dev = params0, 0, dev_before
+
+    params = params0
+    losses = np.zeros(config.steps, dtype=np.float64)
+    try:
+        for step in range(1, config.steps + 1):
+            idx = order[step - 1]
+            lens = [max(1, len(token_ids[i])) for i in idx]
+            L = corpus_len if fixed else length_bucket(max(lens), max_len)
+            ids = np.zeros((config.batch_size, L), dtype=np.int32)
+            mask = np.zeros((config.batch_size, L), dtype=np.int32)
+            for r, i in enumerate(idx):
+                t = token_ids[i][:L]
+                ids[r, : len(t)] = t
+                mask[r, : max(1, len(t))] = 1
+            t0 = time.perf_counter()
+            params, opt_state, aux = step_fn(params, opt_state, frozen, ids, mask, jax.random.fold_in(root, step))
+            value = float(aux["loss"])
+            losses[step - 1] = value
+            rec = {"step": step, "event": "step", "loss": value, "grad_norm": float(aux["grad_norm"]),
+                   "seconds": time.perf_counter() - t0}
+            if not math.isfinite(value):
+                emit({**rec, "event": "abort", "reason": "non-finite loss"})
+                losses = losses[:step]
+                break
+            if monitor is not None:
+                try:
+                    mrec = monitor.update(step, aux["h"], aux["h_prime"])
+                except Exception as exc:  # noqa: BLE001 - the monitor never stops training
+                    mrec = None
+                    monitor_status = f"stopped at step {step} ({type(exc).__name__}: {exc})"
+                    monitor = None
+                if mrec is not None and mrec.get("valid"):
+                    for key in ("mu_pos", "mu_neg", "cos_pos_mean", "align", "uniform"):
+                        if key in mrec:
+                            rec[key] = mrec[key]
+            emit(rec)
+            last = step == config.steps
+            if (config.eval_every and step % config.eval_every == 0) or (last and config.eval_every == 0) or (
+                last and config.eval_every and step % config.eval_every != 0
+            ):
+                d = dev_score(params)
+                evals.append({"step": step, "dev_spearman": d})
+                emit({"step": step, "event": "eval", "dev_spearman": d})
+                if d > best_dev:
+                    best_params, best_step, best_dev = params, step, d
+    finally:
+        if log is not None:
+            log.close()
+        if monitor is not None and hasattr(monitor, "close"):
+            monitor.close()
+
+    test_after = (
+        stsb_spearman(lambda s: encoder.encode(s, params=best_params), "test") if config.eval_test else None
+    )
+    result = TrainResult(
+        params=best_params, best_step=best_step, best_dev=best_dev, dev_before=dev_before,
+        test_before=test_before, test_after=test_after, losses=losses, evals=evals,
+        seconds=time.perf_counter() - t_start, monitor=monitor_status, out_dir=out,
+    )
+    if out is not None:
+        _write_outputs(out, config, result, n_sentences=len(sentences))
+    return result
+
+
+def _write_outputs(out: Path, config: TrainConfig, result: TrainResult, *, n_sentences: int) -> None:
+    try:
+        from gradlab.io import runtime_meta, save_json_atomic, save_npz_atomic
+    except ImportError:  # pragma: no cover - gradlab.io is part of the core package
+        runtime_meta = dict
+        save_json_atomic = None
+        save_npz_atomic = None
+    flat = flatten_params(result.params)
+    if save_npz_atomic is not None:
+        save_npz_atomic(out / "best_params.npz", **flat)
+    else:  # pragma: no cover
+        np.savez(out / "best_params.npz", **flat)
+    summary = {
+        "config": config.to_dict(),
+        "n_sentences": n_sentences,
+        **result.summary(),
+        "files": {"log": "train_log.jsonl", "checkpoint": "best_params.npz",
+                  "monitor": "paradigm_monitor.jsonl" if result.monitor == "attached" else None},
+        "meta": runtime_meta(),
+    }
+    if save_json_atomic is not None:
+        save_json_atomic(out / "train.json", summary)
+    else:  # pragma: no cover
+        (out / "train.json").write_text(json.dumps(summary, indent=2, default=str))

