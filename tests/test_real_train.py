@@ -142,3 +142,22 @@ def test_unknown_loss_is_a_value_error(base, sentences):
     enc = light_mod.light_from_minilm(base, dim=8)
     with pytest.raises(ValueError, match="unknown loss"):
         train_mod.train(TrainConfig(loss="nope", steps=1, batch_size=4), encoder=enc, sentences=sentences)
+
+
+def test_seed002_transforms_plug_into_the_training_loop(base, sentences):
+    """The loop accepts a gradient-scaling transform: 'none' trains exactly as InfoNCE does;
+    'emphasize' leaves the first loss value unchanged (Eq. 9) but changes the update."""
+    kw = dict(steps=2, batch_size=8, lr=1e-2, eval_every=0, seed=0, dev_pairs=20, eval_test=False, monitor=False)
+
+    def run(**cfg):
+        enc = light_mod.light_from_minilm(base, dim=16, seed=0, dropout=0.3)
+        return train_mod.train(TrainConfig(**kw, **cfg), encoder=enc, sentences=sentences)
+
+    ref = run(loss="infonce", loss_params={"tau": 0.1})
+    none = run(loss="infonce", loss_params={"tau": 0.1}, transform="none")
+    emph = run(loss="infonce", loss_params={"tau": 0.1, "s": 3.0}, transform="emphasize")
+    np.testing.assert_allclose(none.losses, ref.losses, rtol=1e-5)
+    assert emph.losses[0] == pytest.approx(ref.losses[0], rel=1e-5)
+    assert not np.allclose(np.asarray(emph.params["w"]), np.asarray(ref.params["w"]), rtol=1e-4, atol=1e-7)
+    with pytest.raises(ValueError, match="loss must be 'infonce'"):
+        TrainConfig(loss="mb", transform="emphasize")

@@ -85,6 +85,11 @@ class TrainConfig:
       eval_test: also score STS-B test before training and with the best checkpoint.
       monitor: attach a ParadigmMonitor if ``gradlab.monitor`` is importable.
       monitor_every: monitor every this many steps.
+      transform: a seed-002 gradient-scaling transform (``gradlab.margins.TRANSFORMS``:
+        emphasize, curvature, ratio, attenuate_i, attenuate_ii, margins, none). The trained
+        objective is then ``gradlab.margins.apply_transform(transform, **loss_params)``, the
+        generalized InfoNCE with its gradient rescaled (Eqs. 8–12, Algorithms 3–6); ``loss``
+        must stay ``"infonce"``, which the monitor watches at the same τ.
       fixed_length: pad every batch to the corpus-wide length bucket (one compilation per
         run) instead of the batch's own bucket; None = True for the light encoder (cheap per
         token), False for MiniLM (attention cost grows with the length).
@@ -106,8 +111,11 @@ class TrainConfig:
     monitor: bool = True
     monitor_every: int = 10
     fixed_length: bool | None = None
+    transform: str | None = None
 
     def __post_init__(self):
+        if self.transform is not None and self.loss != "infonce":
+            raise ValueError(f"a transform rescales InfoNCE's gradient: loss must be 'infonce'; got {self.loss!r}")
         for name in ("steps", "batch_size"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -307,7 +315,13 @@ def train(
     from gradlab.real.stsb import stsb_spearman
 
     t_start = time.perf_counter()
-    loss = get_loss(config.loss, symmetric=config.symmetric, **dict(config.loss_params))
+    if config.transform is None:
+        loss = watched = get_loss(config.loss, symmetric=config.symmetric, **dict(config.loss_params))
+    else:
+        from gradlab.margins import apply_transform
+
+        loss = apply_transform(config.transform, symmetric=config.symmetric, **dict(config.loss_params))
+        watched = get_loss("infonce", tau=float(dict(config.loss_params).get("tau", 0.25)))
     if encoder is None:
         encoder = load_encoder(config.encoder, seed=config.seed)
     if sentences is None:
@@ -346,7 +360,7 @@ def train(
 
     monitor, monitor_status = (None, "off")
     if config.monitor:
-        monitor, monitor_status = _attach_monitor(loss, out, config.monitor_every)
+        monitor, monitor_status = _attach_monitor(watched, out, config.monitor_every)
         if monitor is None:
             warnings.warn(f"training without the ParadigmMonitor: {monitor_status}", RuntimeWarning, stacklevel=2)
 
