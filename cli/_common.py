@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -14,12 +15,35 @@ from typing import Any
 
 import numpy as np
 import typer
-from gradlab_cli._clickcompat import ClickException, echo
+from gradlab_cli._clickcompat import ClickException, echo, get_current_context
 
 FORMATS = ("png", "pdf", "svg")
 
-#: The command line as typed (set by ``app.main``; a best guess from sys.argv otherwise).
+#: The command line as typed (set by ``app.main``); see ``command_line``.
 COMMAND_LINE: list[str] | None = None
+
+
+def command_line() -> str:
+    """The command line for metadata: as typed when run as ``gradlab``; otherwise (the app
+    invoked in-process, e.g. by a test or a notebook) rebuilt from the click context."""
+    if COMMAND_LINE is not None:
+        return shlex.join(["gradlab", *COMMAND_LINE])
+    ctx = get_current_context(silent=True)
+    if ctx is None:
+        return "gradlab"
+    words = ["gradlab", *ctx.command_path.split()[1:]]
+    for key, value in ctx.params.items():
+        if value is None or value is False or value == () or value == []:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            words.append(flag)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                words += [flag, str(v)]
+        else:
+            words += [flag, str(value)]
+    return shlex.join(words)
 
 
 class CLIError(ClickException):
@@ -176,7 +200,7 @@ class Writer:
 
         npz = save_npz_atomic(self.out / f"{stem}.npz", **{k: np.asarray(v) for k, v in arrays.items()})
         meta = {
-            "command_line": " ".join(["gradlab", *(COMMAND_LINE if COMMAND_LINE is not None else sys.argv[1:])]),
+            "command_line": command_line(),
             "command": self.command,
             "parameters": self.parameters,
             "seed": self.parameters.get("seed"),

@@ -102,18 +102,15 @@ def report_cmd(
 
       gradlab report run/monitor.jsonl --out report/ --format pdf
     """
-    from gradlab_cli._common import COMMAND_LINE, check_formats, check_out_dir
+    from gradlab_cli._common import check_formats, check_out_dir, command_line
     from gradlab_cli.app import guard
 
     with guard(debug):
         formats = check_formats(fmt)
         check_out_dir(out)
-        import sys
-
         from gradlab.monitor import report
 
-        line = " ".join(["gradlab", *(COMMAND_LINE if COMMAND_LINE is not None else sys.argv[1:])])
-        meta = report(log, out, formats=formats, plot=not no_plot, extra_meta={"command_line": line})
+        meta = report(log, out, formats=formats, plot=not no_plot, extra_meta={"command_line": command_line()})
         for path in meta["files"]:
             typer.echo(path)
 
