@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import tempfile
 import time
@@ -99,6 +100,8 @@ def main(argv=None):
         print(f"{name:<18}{med * 1e3:>12.2f}{p90 * 1e3:>10.2f}")
     target = dict((r[0], r[1]) for r in rows)["update"] * 1e3
     print(f"target < 20 ms per update: {'met' if target < 20 else 'NOT met'} ({target:.2f} ms median)")
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    print(f"peak RSS of this process (JAX runtime + compiled monitor + all rows): {peak_mb:.0f} MB")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"n": args.n, "d": args.d, "repeats": args.repeats, "compile_s": compile_s,
