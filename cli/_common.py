@@ -11,13 +11,19 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import typer
 from gradlab_cli._clickcompat import ClickException, echo, get_current_context
 
 FORMATS = ("png", "pdf", "svg")
+
+# Options every command shares.
+Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory (created if missing).")]
+Formats = Annotated[list[str] | None, typer.Option("--format", "-f", help="Figure format: png, pdf or svg (repeatable).")]
+NoPlot = Annotated[bool, typer.Option("--no-plot", help="Write the data and metadata only, no figure.")]
+Debug = Annotated[bool, typer.Option("--debug", help="Show a traceback on errors.")]
 
 #: The command line as typed (set by ``app.main``); see ``command_line``.
 COMMAND_LINE: list[str] | None = None

@@ -10,13 +10,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from gradlab_cli._common import Debug, Formats, NoPlot, Out
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
-_Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory (created if missing).")]
-_Formats = Annotated[list[str] | None, typer.Option("--format", "-f", help="Figure format: png, pdf or svg (repeatable).")]
-_NoPlot = Annotated[bool, typer.Option("--no-plot", help="Write the data and metadata only, no figure.")]
-_Debug = Annotated[bool, typer.Option("--debug", help="Show a traceback on errors.")]
 
 
 def _flat_arrays(tree, prefix=""):
@@ -38,10 +35,10 @@ def track(
     tau: Annotated[list[float] | None, typer.Option("--tau", help="Temperature of the hardest-negative share (repeatable; default 0.3 0.1 0.05 0.03 0.01 0.005).")] = None,
     lam: Annotated[list[float] | None, typer.Option("--lambda", help="Lemma-1 step size λ (repeatable; default 0.1 0.5 1).")] = None,
     margin: Annotated[float, typer.Option("--margin", help="Margin m of the baseline's GD gate (seed 000 Eq. 5).")] = 0.3,
-    out: _Out = Path("."),
-    fmt: _Formats = None,
-    no_plot: _NoPlot = False,
-    debug: _Debug = False,
+    out: Out = Path("."),
+    fmt: Formats = None,
+    no_plot: NoPlot = False,
+    debug: Debug = False,
 ):
     """The monitor's statistics on saved embeddings, per batch of N (seed 000 Sec. 3.2, App. A.2).
 
@@ -86,10 +83,10 @@ def track(
 
 def report_cmd(
     log: Annotated[Path, typer.Argument(help="A JSON Lines log written by ParadigmMonitor.")],
-    out: _Out = Path("."),
-    fmt: _Formats = None,
-    no_plot: _NoPlot = False,
-    debug: _Debug = False,
+    out: Out = Path("."),
+    fmt: Formats = None,
+    no_plot: NoPlot = False,
+    debug: Debug = False,
 ):
     """Plot a monitor log over training steps (seed 000 Figs. 5, 7, 8, 9; seed 004's m_o / m_r).
 

@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from gradlab_cli._common import Writer, fail, parse_params, progress_bar
+from gradlab_cli._common import (
+    Debug,
+    Formats,
+    NoPlot,
+    Out,
+    Writer,
+    fail,
+    parse_params,
+    progress_bar,
+)
 
 ENCODERS = ("minilm", "light")
 SPLITS = ("train", "dev", "test")
@@ -26,10 +35,6 @@ def _choice(value: str, choices: tuple[str, ...], option: str) -> str:
     return v
 
 
-Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory (created if missing).")]
-Formats = Annotated[list[str] | None, typer.Option("--format", "-f", help="Figure format: png, pdf or svg (repeatable).")]
-NoPlot = Annotated[bool, typer.Option("--no-plot", help="Write the data and metadata only, no figure.")]
-Debug = Annotated[bool, typer.Option("--debug", help="Show a traceback on errors.")]
 EncoderOpt = Annotated[str, typer.Option("--encoder", "-e", help="minilm: all-MiniLM-L6-v2 in JAX; light: its token embeddings mean-pooled + a trainable projection.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seeds the light encoder's projection, batch order and dropout.")]
 Dim = Annotated[int, typer.Option("--dim", help="light only: output dimension of the projection.")]

@@ -37,7 +37,18 @@ from gradlab_cli._clickcompat import (
     UsageError,
     echo,
 )
-from gradlab_cli._common import CLIError, Writer, fail, parse_number, parse_params, progress_bar
+from gradlab_cli._common import (
+    CLIError,
+    Debug,
+    Formats,
+    NoPlot,
+    Out,
+    Writer,
+    fail,
+    parse_number,
+    parse_params,
+    progress_bar,
+)
 from typer.core import TyperGroup
 
 PLUGINS = ("_monitor", "_real")
@@ -160,10 +171,6 @@ class Mode(str, Enum):
     independent = "independent"
 
 
-Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory (created if missing).")]
-Formats = Annotated[list[str] | None, typer.Option("--format", "-f", help="Figure format: png, pdf or svg (repeatable).")]
-NoPlot = Annotated[bool, typer.Option("--no-plot", help="Write the data and metadata only, no figure.")]
-Debug = Annotated[bool, typer.Option("--debug", help="Show a traceback on errors.")]
 Params = Annotated[list[str] | None, typer.Option("--param", "-p", help="Loss parameter KEY=VALUE (repeatable); values may use pi, e.g. u=pi/18.")]
 Grid = Annotated[int, typer.Option("--grid", help="Points per μ axis (the paper: 100).")]
 Batches = Annotated[int, typer.Option("--batches", help="Batches per (μ_pos, μ_neg) cell (the paper: 1000).")]

@@ -292,3 +292,21 @@ def test_plugins_register_through_their_register_function():
     fake.assert_called_once_with(target)
     with mock.patch.object(app_module, "PLUGINS", ("_absent_module_xyz",)):
         assert app_module._register_plugins(target) == []
+
+
+def test_heatmap_weight_component_stacks_the_engine_rows(tmp_path):
+    """--component weight: row i is weight_share at μ_pos = mu_pos[i] (gated by --gd-threshold)."""
+    from gradlab import simulate
+    from gradlab.losses import get_loss
+
+    r = run("heatmap", "--loss", "infonce", "--component", "weight", "--grid", 3, "--batches", 20, "--batch-size", 8,
+            "--gd-threshold", 0.01, "--out", tmp_path, "--no-plot")
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "heatmap_infonce_weight.npz") as data:
+        mean, mu_pos = data["mean"], data["mu_pos"]
+    p = simulate.Protocol(grid=3, batches=20, batch_size=8)
+    for i in range(3):
+        row = simulate.weight_share(p, taus=(0.05,), mu_pos=float(mu_pos[i]), loss=get_loss("infonce"), gd_gate=0.01)
+        np.testing.assert_array_equal(mean[i], row.mean[0])
+    bad = run("heatmap", "--loss", "mpt", "--component", "weight", "--grid", 3, "--out", tmp_path, "--no-plot")
+    assert bad.exit_code == 2 and "tau" in bad.output

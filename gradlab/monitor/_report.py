@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gradlab.monitor._sinks import atomic_write_bytes, atomic_write_text, flatten, read_log
+from gradlab.io import atomic_write_bytes, atomic_write_text
+from gradlab.monitor._sinks import flatten, read_log
 
 __all__ = ["report", "log_series", "track_figure"]
 

@@ -16,11 +16,10 @@ import io
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["JSONLSink", "CSVSink", "make_sink", "read_log", "flatten", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["JSONLSink", "CSVSink", "make_sink", "read_log", "flatten"]
 
 
 def _clean(x):
@@ -176,24 +175,3 @@ def read_log(path) -> list[dict]:
     return list(iter_log(path))
 
 
-def atomic_write_bytes(path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def atomic_write_text(path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))

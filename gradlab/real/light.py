@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from gradlab.real.minilm import MiniLM, length_bucket, load_minilm
+from gradlab.real.minilm import MiniLM, length_bucket, load_minilm, pad_ids
 
 __all__ = ["LightEncoder", "load_light", "light_from_minilm", "init_projection"]
 
@@ -71,17 +71,7 @@ class LightEncoder:
 
     def tokenize(self, sentences: Sequence[str], pad_to: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(input_ids, attention_mask), (B, L) int32, right-padded."""
-        ids = self.token_ids(sentences)
-        longest = max((len(x) for x in ids), default=1)
-        L = pad_to if pad_to is not None else length_bucket(max(longest, 1), self.max_seq_length)
-        if longest > L:
-            raise ValueError(f"pad_to={L} is shorter than the longest tokenized sentence ({longest})")
-        out = np.zeros((len(ids), L), dtype=np.int32)
-        mask = np.zeros((len(ids), L), dtype=np.int32)
-        for i, x in enumerate(ids):
-            out[i, : len(x)] = x
-            mask[i, : len(x)] = 1
-        return out, mask
+        return pad_ids(self.token_ids(sentences), self.max_seq_length, pad_to)
 
     @property
     def frozen(self) -> Array:

@@ -286,6 +286,23 @@ def length_bucket(n: int, max_len: int) -> int:
     return max_len
 
 
+def pad_ids(ids: Sequence[Sequence[int]], max_len: int, pad_to: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad token-id lists with 0: (input_ids, attention_mask), both (B, L) int32.
+
+    L is ``pad_to`` or the length bucket of the longest list (at most ``max_len``).
+    """
+    longest = max((len(x) for x in ids), default=1)
+    L = pad_to if pad_to is not None else length_bucket(max(longest, 1), max_len)
+    if longest > L:
+        raise ValueError(f"pad_to={L} is shorter than the longest tokenized sentence ({longest})")
+    out = np.zeros((len(ids), L), dtype=np.int32)
+    mask = np.zeros((len(ids), L), dtype=np.int32)
+    for i, x in enumerate(ids):
+        out[i, : len(x)] = x
+        mask[i, : len(x)] = 1
+    return out, mask
+
+
 @dataclasses.dataclass
 class MiniLM:
     """A sentence-transformers BERT model in JAX (all-MiniLM-L6-v2 by default).
@@ -316,17 +333,7 @@ class MiniLM:
 
         L is ``pad_to`` or the length bucket of the longest sentence.
         """
-        ids = self.token_ids(sentences)
-        longest = max((len(x) for x in ids), default=1)
-        L = pad_to if pad_to is not None else length_bucket(longest, self.max_seq_length)
-        if longest > L:
-            raise ValueError(f"pad_to={L} is shorter than the longest tokenized sentence ({longest})")
-        out = np.zeros((len(ids), L), dtype=np.int32)
-        mask = np.zeros((len(ids), L), dtype=np.int32)
-        for i, x in enumerate(ids):
-            out[i, : len(x)] = x
-            mask[i, : len(x)] = 1
-        return out, mask
+        return pad_ids(self.token_ids(sentences), self.max_seq_length, pad_to)
 
     # -- the model as a pure function ----------------------------------------------
     @property
