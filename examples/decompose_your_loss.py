@@ -7,10 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-jax.config.update("jax_enable_x64", True)  # verify in float64: the residual is then ~1e-15
-
 import gradlab
 from gradlab.geometry import normalize
+
+jax.config.update("jax_enable_x64", True)  # verify in float64: the residual is then ~1e-15
 
 TAU = 0.1
 
