@@ -22,7 +22,7 @@ from jax import Array
 from gradlab._validation import check_pair
 from gradlab.geometry import normalize, tangent_project
 
-__all__ = ["Components", "Decomposition", "reconstruct", "anchor_gradient", "decompose", "NEGATIVES"]
+__all__ = ["Components", "Decomposition", "reconstruct", "anchor_gradient", "decompose", "fit_paradigm", "NEGATIVES"]
 
 NEGATIVES = ("h_prime", "h")
 
@@ -104,6 +104,32 @@ def anchor_gradient(per_anchor_fn: Callable[[Array, Array], Array], h: Array, h_
     return tangent_project(h, g)
 
 
+def fit_paradigm(g: Array, h: Array, h_prime: Array, negatives: str = "h_prime"):
+    """Least-squares paradigm coefficients of tangential gradients ``g`` (N, D). Traceable.
+
+    For each anchor i, fits g_i ≈ Σ_{j≠i} a_ij P_i n_j − b_i P_i h_i' (P_i = I − h_i h_iᵀ)
+    on unit rows ``h``, ``h_prime``. Returns ``coef`` (N, N), with a_ij off the diagonal and
+    b_i on it, and ``residual`` (N,) = ‖g_i − fit_i‖ / ‖g_i‖ (0 where g_i = 0). Unique for
+    D > N; otherwise ``lstsq``'s minimum-norm fit.
+    """
+    n = h.shape[0]
+    neg = h_prime if negatives == "h_prime" else h
+    eye = jnp.eye(n, dtype=bool)
+
+    def fit_one(i):
+        hi = h[i]
+        # Basis: N-1 negatives (slot i replaced by -h_i'), all projected on the tangent plane at h_i.
+        basis = jnp.where(eye[i][:, None], -h_prime[i][None, :], neg)
+        basis = basis - (basis @ hi)[:, None] * hi[None, :]
+        coef, *_ = jnp.linalg.lstsq(basis.T, g[i])
+        fit = coef @ basis
+        gnorm = jnp.linalg.norm(g[i])
+        res = jnp.where(gnorm > 0, jnp.linalg.norm(g[i] - fit) / jnp.where(gnorm > 0, gnorm, 1.0), 0.0)
+        return coef, res
+
+    return jax.vmap(fit_one)(jnp.arange(n))
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class Decomposition:
@@ -176,21 +202,8 @@ def decompose(
     h = normalize(h)
     h_prime = normalize(h_prime)
     g = anchor_gradient(per_anchor_fn, h, h_prime) if gradient is None else tangent_project(h, gradient)
-    neg = h_prime if negatives == "h_prime" else h
+    coef, residual = fit_paradigm(g, h, h_prime, negatives)
     eye = jnp.eye(n, dtype=bool)
-
-    def fit_one(i):
-        hi = h[i]
-        # Basis: N-1 negatives (slot i replaced by -h_i'), all projected on the tangent plane at h_i.
-        basis = jnp.where(eye[i][:, None], -h_prime[i][None, :], neg)
-        basis = basis - (basis @ hi)[:, None] * hi[None, :]
-        coef, *_ = jnp.linalg.lstsq(basis.T, g[i])
-        fit = coef @ basis
-        gnorm = jnp.linalg.norm(g[i])
-        res = jnp.where(gnorm > 0, jnp.linalg.norm(g[i] - fit) / jnp.where(gnorm > 0, gnorm, 1.0), 0.0)
-        return coef, res
-
-    coef, residual = jax.vmap(fit_one)(jnp.arange(n))
     gd_weight = jnp.where(eye, 0.0, coef)
     pull = jnp.diagonal(coef)
     wsum = jnp.sum(gd_weight, axis=1)

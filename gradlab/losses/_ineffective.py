@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from gradlab.geometry import cosine_matrix, distance_from_cos, safe_sqrt, tangent_project
 from gradlab.losses._base import LossSpec, register
 from gradlab.losses._effective import hardest, hardest_cos
-from gradlab.paradigm import Components
+from gradlab.paradigm import Components, fit_paradigm
 
 __all__ = [
     "alignment_per_anchor",
@@ -119,18 +119,8 @@ def _least_squares_components(batch_fn, h, hp, negatives="h", **p):
     The fit is unique for D > N; for D ≤ N ``lstsq`` returns the minimum-norm fit.
     """
     g = tangent_project(h, jax.grad(lambda x: batch_fn(x, hp, **p))(h))
-    n = h.shape[0]
-    neg = hp if negatives == "h_prime" else h
-    eye = jnp.eye(n, dtype=bool)
-
-    def fit_one(i):
-        basis = jnp.where(eye[i][:, None], -hp[i][None, :], neg)
-        basis = tangent_project(h[i][None, :], basis)
-        coef, *_ = jnp.linalg.lstsq(basis.T, g[i])
-        return coef
-
-    coef = jax.vmap(fit_one)(jnp.arange(n))
-    weight = jnp.where(eye, 0.0, coef)
+    coef, _ = fit_paradigm(g, h, hp, negatives)
+    weight = jnp.where(jnp.eye(h.shape[0], dtype=bool), 0.0, coef)
     return _components(weight, jnp.diagonal(coef), negatives, h.dtype)
 
 
