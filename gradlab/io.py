@@ -55,6 +55,16 @@ PathLike = str | os.PathLike
 
 
 # --- atomic writes ---------------------------------------------------------------------
+def _file_mode() -> int:
+    """The mode ``open()`` would give a new file: 0o666 less the process umask.
+
+    ``mkstemp`` creates files 0o600; without this, every output would be private.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def _atomic_write(path: PathLike, write) -> Path:
     """Run ``write(fileobj)`` on a temp file beside ``path``, fsync, then ``os.replace``."""
     path = Path(path)
@@ -65,6 +75,7 @@ def _atomic_write(path: PathLike, write) -> Path:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
+            os.fchmod(fh.fileno(), _file_mode())
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:

@@ -150,3 +150,16 @@ def test_runtime_meta_has_versions():
     assert m["gradlab_version"] == gradlab.__version__
     assert m["jax_version"] == jax.__version__
     assert m["device_count"] >= 1 and isinstance(m["device"], str)
+
+
+def test_atomic_writes_get_the_umask_mode_not_mkstemp_private(tmp_path):
+    """An output file is readable like one made by open(): 0o666 less the umask (mkstemp gives 0o600)."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        path = atomic_write_text(tmp_path / "a.json", "{}")
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+    finally:
+        os.umask(old)
