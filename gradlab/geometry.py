@@ -8,6 +8,7 @@ would not be selected, so its gradient there is zero instead of NaN.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import Array
 from jax.typing import ArrayLike
@@ -38,8 +39,15 @@ def safe_norm(x: ArrayLike, axis: int = -1, keepdims: bool = False) -> Array:
 
 
 def normalize(x: ArrayLike, axis: int = -1) -> Array:
-    """Project rows onto the unit sphere. A zero row stays zero (and finite)."""
+    """Project rows onto the unit sphere. A zero row stays zero (and finite).
+
+    Rows are first divided by their largest absolute entry (held constant: the map is
+    scale-invariant, so value and gradient are unchanged), so that the sum of squares
+    neither underflows for tiny rows nor overflows for huge ones (float32: 1e-23, 1e30).
+    """
     x = jnp.asarray(x)
+    scale = jax.lax.stop_gradient(jnp.max(jnp.abs(x), axis=axis, keepdims=True))
+    x = x / jnp.where(scale > 0, scale, 1.0)
     norm = safe_norm(x, axis=axis, keepdims=True)
     return x / jnp.where(norm > 0, norm, 1.0)
 
@@ -53,7 +61,8 @@ def safe_arccos(c: ArrayLike) -> Array:
     c = jnp.asarray(c)
     inside = jnp.abs(c) < 1
     theta = jnp.arccos(jnp.where(inside, c, 0.0))
-    return jnp.where(inside, theta, jnp.where(c > 0, 0.0, jnp.pi))
+    pole = jnp.where(c > 0, 0.0, jnp.pi)
+    return jnp.where(inside, theta, jnp.where(jnp.isnan(c), c, pole))  # NaN stays NaN
 
 
 def sin_from_cos(c: ArrayLike) -> Array:

@@ -46,3 +46,16 @@ def test_tangent_project_is_orthogonal_and_idempotent():
     p = np.asarray(g.tangent_project(h, v))
     np.testing.assert_allclose((p * h).sum(1), 0, atol=1e-12)
     np.testing.assert_allclose(np.asarray(g.tangent_project(h, p)), p, atol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-23, 1e-30, 1e30, 1e36])
+def test_normalize_survives_extreme_scales_in_float32(scale):
+    x = (np.array([[3.0, 4.0], [1.0, 0.0]]) * scale).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(g.normalize(x)), [[0.6, 0.8], [1.0, 0.0]], rtol=1e-6)
+    grad = jax.grad(lambda x: g.normalize(x)[0, 0])(x)
+    # d(x0/|x|)/dx at (3, 4)·s is (16, −12)/(125 s): homogeneous of degree −1
+    np.testing.assert_allclose(np.asarray(grad[0]) * scale, [16 / 125, -12 / 125], rtol=1e-5)
+
+
+def test_safe_arccos_propagates_nan():
+    assert np.isnan(float(g.safe_arccos(np.nan)))

@@ -63,13 +63,26 @@ def infonce_kernel(c_pos, c_neg, valid, *, tau):
     return gd, weight, jnp.ones_like(c_pos)[..., None]
 
 
-# --- ArcCon --------------------------------------------------------------------------
-def _arc_pos_logit(c_pos, u, tau):
-    return jnp.cos(safe_arccos(c_pos) + u) / tau
+# --- ArcCon ---------------------------------------------------------------------------
+def shifted_cos(c_pos, shift):
+    """cos(θ_p + shift) from c_p = cos θ_p: c_p cos(shift) − sin θ_p sin(shift) (no arccos round trip)."""
+    return c_pos * jnp.cos(shift) - sin_from_cos(c_pos) * jnp.sin(shift)
+
+
+def angular_factor(c_pos, shift):
+    """sin(θ_p + shift) / sin θ_p = cos(shift) + sin(shift) cot θ_p = ∂ cos(θ_p + shift) / ∂ c_p.
+
+    Where sin θ_p = 0 to working precision (h_i' = ±h_i) the cot term is dropped: the
+    pull direction P_i h_i' vanishes there, and this is what autodiff of ``shifted_cos``
+    (a zero-gradient ``safe_sqrt`` at the pole) gives, so gradient and paradigm agree.
+    """
+    s = sin_from_cos(c_pos)
+    ok = s > 0
+    return jnp.cos(shift) + jnp.sin(shift) * jnp.where(ok, c_pos / jnp.where(ok, s, 1.0), 0.0)
 
 
 def arccon_value(c_pos, c_neg, valid, *, tau, u):
-    pos = _arc_pos_logit(c_pos, u, tau)
+    pos = shifted_cos(c_pos, u) / tau
     logits_neg = jnp.where(valid, c_neg / tau, _NEG_INF)
     all_logits = jnp.concatenate([pos[..., None], logits_neg], axis=-1)
     return jax.nn.logsumexp(all_logits, axis=-1) - pos
@@ -77,10 +90,15 @@ def arccon_value(c_pos, c_neg, valid, *, tau, u):
 
 def arccon_kernel(c_pos, c_neg, valid, *, tau, u):
     lse_neg = masked_logsumexp(c_neg / tau, valid)
-    gd = jax.nn.sigmoid(lse_neg - _arc_pos_logit(c_pos, u, tau))
+    gd = jax.nn.sigmoid(lse_neg - shifted_cos(c_pos, u) / tau)
     weight = masked_softmax(c_neg / tau, valid) / tau
-    ratio = jnp.sin(safe_arccos(c_pos) + u) / _floor(sin_from_cos(c_pos))
-    return gd, weight, ratio[..., None]
+    return gd, weight, angular_factor(c_pos, u)[..., None]
+
+
+def _ratio_to_positive(num, den):
+    """num / den with den the positive's sine or distance; 0 where den = 0 (the pull direction vanishes)."""
+    ok = den > 0
+    return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
 
 
 # --- MPT / MET / MAT (triplet losses with the hardest negative) ------------------------
@@ -105,7 +123,7 @@ def met_kernel(c_pos, c_neg, valid, *, m):
     gd = (distance_from_cos(hardest_cos(c_neg, valid)) - d_pos < m).astype(c_neg.dtype)
     onehot = hardest(c_neg, valid)
     weight = onehot / _floor(d_neg)
-    ratio = d_neg / _floor(d_pos)[..., None]
+    ratio = _ratio_to_positive(d_neg, d_pos[..., None])
     return gd, weight, ratio
 
 
@@ -120,7 +138,7 @@ def mat_kernel(c_pos, c_neg, valid, *, m):
     gd = (safe_arccos(hardest_cos(c_neg, valid)) - theta_pos < m).astype(c_neg.dtype)
     s_neg = sin_from_cos(c_neg)
     weight = hardest(c_neg, valid) / _floor(s_neg)
-    ratio = s_neg / _floor(sin_from_cos(c_pos))[..., None]
+    ratio = _ratio_to_positive(s_neg, sin_from_cos(c_pos)[..., None])
     return gd, weight, ratio
 
 

@@ -52,9 +52,9 @@ import math
 import jax
 import jax.numpy as jnp
 
-from gradlab.geometry import sin_from_cos
 from gradlab.losses._base import LossSpec, register
-from gradlab.losses._effective import masked_logsumexp, masked_softmax
+from gradlab.losses._effective import angular_factor as _angular_factor
+from gradlab.losses._effective import masked_logsumexp, masked_softmax, shifted_cos
 
 __all__ = [
     "MARGIN_DEFAULTS",
@@ -70,20 +70,13 @@ MARGIN_DEFAULTS = {"tau": 0.25, "beta": 1.0, "m1": 0.5, "m2": 0.4}
 
 
 def margin_pos_cos(c_pos, *, m1):
-    """cos(θ_p + m1) from c_p = cos θ_p, (...,): c_p cos m1 − sin θ_p sin m1 (exact at m1 = 0)."""
-    return c_pos * jnp.cos(m1) - sin_from_cos(c_pos) * jnp.sin(m1)
+    """cos(θ_p + m1) from c_p = cos θ_p, (...,) (exact at m1 = 0); the one formula is ArcCon's."""
+    return shifted_cos(c_pos, m1)
 
 
 def angular_factor(c_pos, *, m1):
-    """A = sin(θ_p + m1)/sin θ_p = cos m1 + sin m1 · cot θ_p, (...,); cot term 0 where sin θ_p = 0.
-
-    This is ∂ cos(θ_p + m1)/∂ c_p, the factor the angular margin puts on the pull
-    (seed 002 Theorem 4.1's sin(θ + m1 p)/sin θ for the positive).
-    """
-    s = sin_from_cos(c_pos)
-    ok = s > 0
-    cot = jnp.where(ok, c_pos / jnp.where(ok, s, 1.0), 0.0)
-    return jnp.cos(m1) + jnp.sin(m1) * cot
+    """A = sin(θ_p + m1)/sin θ_p, (...,): seed 002 Theorem 4.1's factor on the pull (ArcCon's ratio)."""
+    return _angular_factor(c_pos, m1)
 
 
 def _pos_logit(c_pos, tau, m1, m2):
