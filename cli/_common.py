@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import math
+import operator
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -79,25 +82,44 @@ def parse_params(items: Sequence[str] | None) -> dict[str, float]:
     return out
 
 
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def _arith(node):
+    """Evaluate + − × ÷, unary ±, numbers and π; nothing else (no powers, names or calls)."""
+    if isinstance(node, ast.Expression):
+        return _arith(node.body)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.Name) and node.id == "pi":
+        return math.pi
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
+        v = _arith(node.operand)
+        return v if isinstance(node.op, ast.UAdd) else -v
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return _BINARY[type(node.op)](_arith(node.left), _arith(node.right))
+    raise ValueError("unsupported expression")
+
+
 def parse_number(raw: str, what: str) -> float:
-    """A float, also written with π: ``0.15pi``, ``pi/18``, ``3*pi/4``."""
+    """A finite float, also written with π: ``0.15pi``, ``pi/18``, ``3*pi/4``, ``-pi/2``."""
     text = str(raw).strip().lower().replace("π", "pi")
+    text = re.sub(r"(?<=[0-9.])\s*(?=pi|\()", "*", text)  # 0.15pi -> 0.15*pi, 2(pi) -> 2*(pi)
+    text = re.sub(r"(?<=\))\s*(?=[0-9.(]|pi)", "*", text)  # (1)(2) -> (1)*(2)
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        expr = text.replace("pi", f"({math.pi!r})")
-        if not set(expr) <= set("0123456789.+-*/() e"):
-            raise ValueError
-        expr = expr.replace(")(", ")*(")
-        for d in "0123456789.":
-            expr = expr.replace(f"{d}(", f"{d}*(")
-        value = float(eval(expr, {"__builtins__": {}}, {}))  # noqa: S307 - digits, π and arithmetic only
-    except Exception:  # noqa: BLE001
+        value = _arith(ast.parse(text, mode="eval"))
+    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, RecursionError):
         raise fail(f"{what}: not a number: {raw!r}") from None
     if not math.isfinite(value):
         raise fail(f"{what}: not a finite number: {raw!r}")
+    return value
+
+
+def parse_angle(raw: str, what: str) -> float:
+    """``parse_number`` for an angle between unit vectors: must lie in [0, π]."""
+    value = parse_number(raw, what)
+    if not 0 <= value <= math.pi:
+        raise fail(f"{what} must lie within [0, pi]; got {value:g}")
     return value
 
 
@@ -239,7 +261,11 @@ def load_views(path: Path):
             keys = set(data.files)
             if not {"h", "h_prime"} <= keys:
                 raise fail(f"embeddings file {str(path)!r} must hold arrays 'h' and 'h_prime'; found {sorted(keys)}")
-            h, hp = np.asarray(data["h"], float), np.asarray(data["h_prime"], float)
+            raw = {k: np.asarray(data[k]) for k in ("h", "h_prime")}
+            for k, arr in raw.items():
+                if arr.dtype.kind not in "fiu":
+                    raise fail(f"embeddings {k!r} must be a real numeric array; got dtype {arr.dtype}")
+            h, hp = raw["h"].astype(float), raw["h_prime"].astype(float)
     except OSError as exc:
         raise fail(f"cannot read embeddings file {str(path)!r}: {exc.strerror or exc}") from None
     except (ValueError, EOFError) as exc:

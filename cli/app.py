@@ -45,6 +45,7 @@ from gradlab_cli._common import (
     Out,
     Writer,
     fail,
+    parse_angle,
     parse_number,
     parse_params,
     progress_bar,
@@ -199,6 +200,8 @@ def _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, mu_pos_range, mu_
         lo_v, hi_v = parse_number(lo, name), parse_number(hi, name)
         if not hi_v > lo_v:
             raise fail(f"{name} is empty: LO = {lo_v:g} must be < HI = {hi_v:g}")
+        if lo_v < 0 or hi_v > math.pi:
+            raise fail(f"{name} must lie within [0, pi] (angles between unit vectors); got {lo_v:g} {hi_v:g}")
         ranges[name] = (lo_v, hi_v)
     if seed < 0:
         raise fail(f"--seed must be >= 0; got {seed}")
@@ -370,7 +373,7 @@ def weight(
         bad = [t for t in taus if not (math.isfinite(t) and t > 0)]
         if bad:
             raise fail(f"--tau must be > 0; got {bad[0]:g}")
-        mp = parse_number(mu_pos, "--mu-pos")
+        mp = parse_angle(mu_pos, "--mu-pos")
         params = parse_params(param)
         protocol = _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, ("pi/20", "pi/2"), mu_neg_range, seed, mode)
         the_loss = _loss(loss, params)
@@ -430,14 +433,14 @@ def lemma1(
         ratios = list(ratio) if ratio else [1.0, 1.25, 1.5, 1.75, 2.0]
         if not all(math.isfinite(r) for r in ratios):
             raise fail("--ratio must be finite")
-        law = alpha_law if alpha_law == "uniform" else parse_number(alpha_law, "--alpha-law")
+        law = alpha_law if alpha_law == "uniform" else parse_angle(alpha_law, "--alpha-law")
         protocol = _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, mu_pos_range, mu_neg_range, seed, mode)
         views = None
         if embeddings is not None:
             from gradlab_cli._common import load_views
 
             views = load_views(embeddings)
-        mp, mn = parse_number(dist_mu_pos, "--dist-mu-pos"), parse_number(dist_mu_neg, "--dist-mu-neg")
+        mp, mn = parse_angle(dist_mu_pos, "--dist-mu-pos"), parse_angle(dist_mu_neg, "--dist-mu-neg")
         writer = _writer(out, fmt, no_plot, "lemma1", lams=lams, ratios=ratios, alpha_law=law, protocol=protocol.to_dict(),
                          seed=seed, embeddings=None if embeddings is None else str(embeddings),
                          dist_mu_pos=mp, dist_mu_neg=mn)
@@ -534,7 +537,8 @@ def _norm_panels(names, parts, ks, params, grid):
                 k_list = [ks[0] if ks else gn.DEFAULT_NEGATIVES]
             for k in k_list:
                 panels.append(gn.norm_result(canon, part=p, negatives=k, grid=grid, **own))
-    unknown = set(params) - {k for n in names for k in gn.DEFAULTS.get(gn._canonical(n, parts[0]), {})}
+    allowed = {k for n in names for p in parts for k in gn.DEFAULTS.get(gn._canonical(n, p), {})}
+    unknown = set(params) - allowed
     if unknown:
         raise fail(f"unknown --param {sorted(unknown)[0]!r} for {', '.join(names)}")
     if not panels:

@@ -237,6 +237,13 @@ def test_figures_quick_one_id(tmp_path):
         (["norms", "--loss", "nope"], "no gradient-norm map"),
         (["figures", "--only", "fig99"], "unknown figure id 'fig99'"),
         (["nosuchcommand"], "No such command"),
+        (["heatmap", "--loss", "arccon", "--param", "tau=9**9**9"], "not a number"),  # no eval: cannot hang
+        (["heatmap", "--loss", "arccon", "--param", "tau=__import__('os')"], "not a number"),
+        (["heatmap", "--loss", "arccon", "--param", "tau=nan"], "not a number"),
+        (["heatmap", "--loss", "arccon", "--mu-pos-range", "-5", "10"], "must lie within [0, pi]"),
+        (["weight", "--mu-pos", "-3"], "--mu-pos must lie within [0, pi]"),
+        (["weight", "--mu-pos", "inf"], "--mu-pos: not a number"),
+        (["lemma1", "--alpha-law", "7"], "--alpha-law must lie within [0, pi]"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
@@ -252,6 +259,9 @@ def test_bad_embeddings_content_and_unwritable_out(tmp_path):
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a zip file")
     assert "cannot read embeddings file" in one_line_error(run("lemma1", "--embeddings", junk, "--out", tmp_path))
+    cplx = tmp_path / "complex.npz"
+    np.savez(cplx, h=np.ones((4, 3)) * 1j, h_prime=np.ones((4, 3)))
+    assert "must be a real numeric array" in one_line_error(run("lemma1", "--embeddings", cplx, "--out", tmp_path))
     wrong = tmp_path / "wrong.npz"
     np.savez(wrong, a=np.zeros((3, 2)))
     assert "must hold arrays 'h' and 'h_prime'" in one_line_error(run("lemma1", "--embeddings", wrong, "--out", tmp_path))
@@ -310,3 +320,16 @@ def test_heatmap_weight_component_stacks_the_engine_rows(tmp_path):
         np.testing.assert_array_equal(mean[i], row.mean[0])
     bad = run("heatmap", "--loss", "mpt", "--component", "weight", "--grid", 3, "--out", tmp_path, "--no-plot")
     assert bad.exit_code == 2 and "tau" in bad.output
+
+
+@pytest.mark.parametrize("text,value", [("0.05", 0.05), ("pi/18", math.pi / 18), ("0.15pi", 0.15 * math.pi),
+                                        ("3*pi/4", 0.75 * math.pi), ("-pi/2", -math.pi / 2), ("π/20", math.pi / 20)])
+def test_numbers_may_be_written_with_pi(text, value):
+    from gradlab_cli._common import parse_number
+
+    assert parse_number(text, "x") == pytest.approx(value, rel=1e-15)
+
+
+def test_norms_accepts_a_parameter_of_any_requested_part(tmp_path):
+    r = run("norms", "--loss", "uniform", "--param", "t=3", "--grid", 8, "--no-plot", "--out", tmp_path)
+    assert r.exit_code == 0, r.output

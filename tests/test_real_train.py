@@ -161,3 +161,18 @@ def test_seed002_transforms_plug_into_the_training_loop(base, sentences):
     assert not np.allclose(np.asarray(emph.params["w"]), np.asarray(ref.params["w"]), rtol=1e-4, atol=1e-7)
     with pytest.raises(ValueError, match="loss must be 'infonce'"):
         TrainConfig(loss="mb", transform="emphasize")
+
+
+def test_a_second_run_in_the_same_folder_owns_its_logs(base, sentences, tmp_path):
+    """Rerunning into one folder must not interleave the runs' records (report sorts by step)."""
+    cfg = TrainConfig(loss="infonce", steps=4, batch_size=8, lr=1e-2, eval_every=0, seed=0, dev_pairs=20,
+                      eval_test=False, monitor_every=2)
+    for _ in range(2):
+        enc = light_mod.light_from_minilm(base, dim=16, seed=0, dropout=0.3)
+        res = train_mod.train(cfg, encoder=enc, sentences=sentences, out_dir=tmp_path)
+    steps = [json.loads(x)["step"] for x in (tmp_path / "train_log.jsonl").read_text().splitlines()
+             if json.loads(x)["event"] == "step"]
+    assert steps == [1, 2, 3, 4]
+    if res.monitor == "attached":
+        mon = [json.loads(x)["step"] for x in (tmp_path / "paradigm_monitor.jsonl").read_text().splitlines()]
+        assert mon == [2, 4]

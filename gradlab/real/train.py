@@ -346,7 +346,10 @@ def train(
     log = None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        log = open(out / "train_log.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        # A run owns its logs: a previous run's records in the same folder would interleave
+        # with this one's by step. Each file is still appended record by record (crash-safe).
+        (out / "paradigm_monitor.jsonl").unlink(missing_ok=True)
+        log = open(out / "train_log.jsonl", "w", encoding="utf-8")  # noqa: SIM115
 
     def emit(rec: dict[str, Any]) -> None:
         if log is not None:
