@@ -192,11 +192,14 @@ class Loss:
         sym = ", symmetric=True" if self.symmetric else ""
         return f"Loss({self.spec.name!r}{', ' if ps else ''}{ps}{sym})"
 
+    def _key(self):
+        return (self.spec.name, tuple(self.params.items()), self.symmetric)
+
     def __hash__(self):
-        return hash((self.spec.name, tuple(self.params.items()), self.symmetric))
+        return hash(self._key())
 
     def __eq__(self, other):
-        return isinstance(other, Loss) and hash(self) == hash(other)
+        return isinstance(other, Loss) and self._key() == other._key()
 
     # --- values -----------------------------------------------------------------
     def _objective(self, h: Array, h_prime: Array) -> Array:

@@ -182,11 +182,14 @@ def align_uniform_components(h, hp, *, lam, alpha, t):
 
 
 # --- alignment + ν·MHE (seed 000 Sec. 4, App. D.2 Eqs. 7-8, Table 2) ---------------------
-def mhe_uniformity(h):
-    """L^{u,MHE} = log (2/(N(N−1))) Σ_{k<l} exp(−‖h_k − h_l‖²), same view."""
+def mhe_uniformity(h, tau=0.5):
+    """L^{u,MHE} = log (2/(N(N−1))) Σ_{k<l} exp(−‖h_k − h_l‖²/(2τ)), same view.
+
+    τ = 1/2 is seed 000's MHE (Sec. 4); other τ give the tempered form of mMHE (App. E).
+    """
     n = h.shape[0]
     upper = jnp.triu(jnp.ones((n, n), dtype=bool), k=1)
-    logits = -(2.0 - 2.0 * cosine_matrix(h, h))
+    logits = (cosine_matrix(h, h) - 1.0) / tau  # −‖h_k − h_l‖²/(2τ) on unit rows
     return _masked_lse(logits, upper) + math.log(2.0 / (n * (n - 1)))
 
 

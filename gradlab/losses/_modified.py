@@ -26,23 +26,18 @@ The baseline (Eq. 5) is a cosine-family loss and has one.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 
 from gradlab.geometry import cosine_matrix, distance_from_cos
 from gradlab.losses._base import LossSpec, register
-from gradlab.losses._effective import hardest, hardest_cos, masked_softmax
+from gradlab.losses._effective import _floor, hardest, hardest_cos, masked_softmax
+from gradlab.losses._ineffective import _offdiag, _sq_dist_pos, mhe_uniformity
 from gradlab.paradigm import Components
 
 __all__ = ["gate", "baseline_value", "baseline_kernel"]
 
 sg = jax.lax.stop_gradient
-
-
-def _offdiag(n: int):
-    return ~jnp.eye(n, dtype=bool)
 
 
 def gate(h, hp, m):
@@ -61,10 +56,6 @@ def _pair_weights(c, tau, pairs):
     logits = c / tau
     lse = jax.nn.logsumexp(jnp.where(mask, logits, -jnp.inf))
     return jnp.where(off, jnp.exp(jnp.where(off, logits, 0.0) - lse), 0.0)
-
-
-def _sq_dist_pos(h, hp):
-    return jnp.sum(jnp.square(h - hp), axis=-1)
 
 
 def _components(gd, weight, r, dtype):
@@ -117,11 +108,8 @@ def mv_components(h, hp, *, m, tau, r):
 
 # --- mMHE (Eqs. 14, 16) ------------------------------------------------------------
 def mmhe_uniformity(h, tau):
-    """L^{u,mMHE} = log (2 Σ_{k<l} e^{−‖h_k − h_l‖²/(2τ)} / (N(N−1))), same view."""
-    n = h.shape[0]
-    upper = jnp.triu(jnp.ones((n, n), dtype=bool), k=1)
-    logits = (cosine_matrix(h, h) - 1.0) / tau  # −‖h_k − h_l‖²/(2τ) on unit rows
-    return jax.nn.logsumexp(jnp.where(upper, logits, -jnp.inf)) + math.log(2.0 / (n * (n - 1)))
+    """L^{u,mMHE} = log (2 Σ_{k<l} e^{−‖h_k − h_l‖²/(2τ)} / (N(N−1))), same view (App. E)."""
+    return mhe_uniformity(h, tau)
 
 
 def _mmhe_align_coef(h, tau, r):
@@ -157,10 +145,6 @@ def mmhe_components(h, hp, *, m, tau, r):
 
 
 # --- mMHS (Eqs. 15, 17; "min", not "max", in L^{a,mMHS}) ------------------------------
-def _floor(x):
-    return jnp.maximum(x, jnp.finfo(x.dtype).tiny)
-
-
 def _mmhs(h, hp, neg, m, r):
     n = h.shape[0]
     d = gate(h, hp, m)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gradlab.io import atomic_write_bytes, atomic_write_text
+from gradlab.io import atomic_write_bytes, atomic_write_text, save_npz_atomic
 from gradlab.monitor._sinks import flatten, read_log
 
 __all__ = ["report", "log_series", "track_figure"]
@@ -267,10 +267,7 @@ def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", 
             for key in ("cos_pos", "cos_neg"):
                 data[f"histograms/{key}/{tag}"] = np.asarray([v or 0 for v in rec["histograms"][key]], dtype=float)
         data["histograms/edges_cos"] = np.asarray(first["histograms"]["edges_cos"], dtype=float)
-    buf = io.BytesIO()
-    np.savez(buf, **data)
-    npz = out_dir / f"{prefix}.npz"
-    atomic_write_bytes(npz, buf.getvalue())
+    npz = save_npz_atomic(out_dir / f"{prefix}.npz", **data)
     files.append(str(npz))
 
     if plot:

@@ -22,12 +22,13 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
-from gradlab.io import Result, runtime_meta
+from gradlab.io import Result
 
 INDICATOR_LOSSES = ("mpt", "met", "mat")
 
 
 def _fold(theta):
+    """NumPy twin of ``geometry.fold_angle``: the quadrature must stay float64 whatever jax_enable_x64 says."""
     return np.abs(np.mod(theta + np.pi, 2 * np.pi) - np.pi)
 
 
@@ -100,7 +101,6 @@ def quadrature_gd_map(loss, protocol) -> Result:
     mean = mean_gd_exact(loss.name, loss.params["m"], protocol.mu_pos, protocol.mu_neg,
                          protocol.sigma_pos, protocol.sigma_neg, protocol.n_neg)
     meta = _meta("gd_map", protocol, loss, method="quadrature")
-    meta.update(runtime_meta())
     return Result(
         dims=("mu_pos", "mu_neg"),
         coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg},

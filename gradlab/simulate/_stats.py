@@ -439,9 +439,10 @@ def min_ratio_distribution(
     mn = np.atleast_1d(np.asarray(mu_neg, float))
     cp, cn = (np.repeat(mp, mn.size), np.tile(mn, mp.size))
     samples = []
+    shared = common_draws(protocol) if protocol.mode == "common" else None
     for i, (a, b) in enumerate(zip(cp, cn, strict=True)):
-        if protocol.mode == "common":
-            z_pos, z_neg, u = common_draws(protocol)
+        if shared is not None:
+            z_pos, z_neg, u = shared
         else:
             z_pos, z_neg, u = cell_draws(protocol.seed, i, protocol.batches, protocol.batch_size, dtype)
         theta_pos = jnp.arccos(jnp.cos(jnp.asarray(a, dtype) + protocol.sigma_pos * z_pos))
