@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 import gradlab
 from gradlab.geometry import normalize
 from gradlab.losses import Loss, get_spec
+from tests._batches import batch as _batch
+from tests._reference_effective import unit
 
 EXACT = ["alignment", "uniformity", "align_uniform", "align_mhe", "align_mhs", "barlow_twins"]
 APPROX = ["barlow_twins_pearson", "vicreg", "vicreg_nc"]
@@ -44,18 +46,6 @@ SHAPES = [(2, 3), (5, 9)]
 
 
 # --- helpers -----------------------------------------------------------------------
-def _batch(n, d, seed, noise=1.0, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    h = rng.normal(size=(n, d))
-    hp = h + noise * rng.normal(size=(n, d))
-    return h.astype(dtype), hp.astype(dtype)
-
-
-def unit(x):
-    x = np.asarray(x, dtype=np.float64)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
 def _raw_scale(c):
     """max_i of |GD_i| Σ_j |W_ij| (1 + |R_ij|) + |pull_i|: the size of the untangented paradigm vector."""
     w = jnp.abs(c.weight)

@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 import gradlab
 from gradlab.geometry import normalize, tangent_project
 from gradlab.losses import Loss, get_spec
+from tests._batches import batch as _batch
+from tests._reference_effective import unit
 
 GATED = ["mmhe", "mmhs", "mb", "mv"]
 ALL_MODIFIED = GATED + ["baseline"]
@@ -30,18 +32,6 @@ PARAMS = {
     "tau": st.floats(1e-3, 10.0),
     "r": st.floats(0.0, 3.0),
 }
-
-
-def _batch(n, d, seed, noise=1.0, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    h = rng.normal(size=(n, d))
-    hp = h + noise * rng.normal(size=(n, d))
-    return h.astype(dtype), hp.astype(dtype)
-
-
-def unit(x):
-    x = np.asarray(x, dtype=np.float64)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 def _raw_scale(c):

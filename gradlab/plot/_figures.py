@@ -46,21 +46,25 @@ def _sym(k: str) -> str:
     return {"tau": "τ", "u": "u", "m": "m", "alpha": "α", "t": "t"}.get(k, k)
 
 
-# --- seed 000 ----------------------------------------------------------------------------------
-def gd_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitle: str | None = None,
-            ncols: int | None = None):
-    """Seed 000 Figs. 2 and 10: mean GD over (μ_pos, μ_neg), one panel per loss (colour 0..1)."""
+def _loss_panels(results, titles, suptitle, ncols, **heatmap_kw):
+    """One (μ_pos, μ_neg) heatmap panel per loss's Result, titled by loss and parameters."""
     results = list(results)
     nrows, ncols = _grid_shape(len(results), ncols)
     fig, axes = new_figure(nrows, ncols, panel=(4.6, 3.6))
     for i, (ax, r) in enumerate(zip(axes.ravel(), results, strict=False)):
-        name = r.meta.get("loss", "")
-        title = titles[i] if titles else f"{loss_title(name)} ({_params_str(r.meta)})"
-        heatmap(r, quantity="gd", ax=ax, title=title, vmin=0.0, vmax=1.0)
+        title = titles[i] if titles else f"{loss_title(r.meta.get('loss', ''))} ({_params_str(r.meta)})"
+        heatmap(r, ax=ax, title=title, **heatmap_kw)
     _hide_unused(axes, len(results))
     if suptitle:
         fig.suptitle(suptitle)
     return fig
+
+
+# --- seed 000 ----------------------------------------------------------------------------------
+def gd_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitle: str | None = None,
+            ncols: int | None = None):
+    """Seed 000 Figs. 2 and 10: mean GD over (μ_pos, μ_neg), one panel per loss (colour 0..1)."""
+    return _loss_panels(results, titles, suptitle, ncols, quantity="gd", vmin=0.0, vmax=1.0)
 
 
 def weight_share_curves(result, *, title: str | None = None):
@@ -89,18 +93,8 @@ def ratio_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptit
     The colour scale is clipped to [vmin, vmax] (the ratios diverge as θ_ii' → 0) so that
     the band 1 ≤ R ≤ 2 the paper discusses stays readable.
     """
-    results = list(results)
-    nrows, ncols = _grid_shape(len(results), ncols)
-    fig, axes = new_figure(nrows, ncols, panel=(4.6, 3.6))
-    for i, (ax, r) in enumerate(zip(axes.ravel(), results, strict=False)):
-        name = r.meta.get("loss", "")
-        title = titles[i] if titles else f"{loss_title(name)} ({_params_str(r.meta)})"
-        heatmap(r, quantity="ratio", ax=ax, title=title, vmin=vmin, vmax=vmax, contours=[1.0, 2.0],
-                contour_color="white")
-    _hide_unused(axes, len(results))
-    if suptitle:
-        fig.suptitle(suptitle)
-    return fig
+    return _loss_panels(results, titles, suptitle, ncols, quantity="ratio", vmin=vmin, vmax=vmax,
+                        contours=[1.0, 2.0], contour_color="white")
 
 
 def lemma1_maps(result, *, max_ratios: int = 4):
