@@ -24,4 +24,8 @@ def test_decompose_example_finds_the_paradigm():
 @pytest.mark.slow
 def test_simulate_example_agrees_with_quadrature():
     out = _run("simulate_gd_map.py", timeout=900)
-    assert "Monte-Carlo vs quadrature: 100.0% of cells" in out or "99." in out
+    within = float(out.split("Monte-Carlo vs quadrature:")[1].split("%")[0])
+    p_adjusted = float(out.split("over the cells:")[1].split()[0])
+    # every cell's count is consistent with the exact Binomial(B, p) law; the 4-standard-error
+    # rule fails only in the tails (p within ~1e-4 of 0 or 1), where it is not a valid test
+    assert p_adjusted > 1e-3 and within >= 95.0, (p_adjusted, within)

@@ -9,7 +9,8 @@ and the count of included batches.
 * common mode: the tables are computed once per μ_neg (O(B·N·G_neg)), the pair stage once
   per cell (O(B·G²) for factored tables); cos(μ + σz) = cos μ cos σz − sin μ sin σz reuses
   the sines and cosines of the shared draws.
-* independent mode: every cell draws its own (B, N) normals from ``fold_in(root, cell)``.
+* independent mode: every cell draws its own (B, N) normals from ``fold_in(root, cell)``;
+  the per-element work is the draw and one cosine (``_trig.cos_f32`` in float32).
 
 Work is split into fixed-shape chunks (``jax.lax.map(batch_size=chunk)``) inside a
 ``jax.shard_map`` over all devices (axis ``"cells"``): every chunk runs the same
@@ -29,7 +30,8 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from gradlab.simulate._sampling import cell_draws, common_draws
+from gradlab.simulate._sampling import cell_draws, common_draws, normal_bound
+from gradlab.simulate._trig import cos_for
 
 _BUDGET_BYTES = 48 * 2**20  # working-set target per chunk
 _NEG_CHUNK = 4  # μ_neg columns per step in the table stage (fixed: part of the numerics)
@@ -194,15 +196,16 @@ def run_common(stat: Stat, protocol, mu_pos, mu_neg, params, progress=None):
 
 # --- independent mode ------------------------------------------------------------------------
 @functools.lru_cache(maxsize=64)
-def _cell_stage(stat: Stat, chunk: int, nd: int, batches: int, n: int, dtype_name: str, law: str):
+def _cell_stage(stat: Stat, chunk: int, nd: int, batches: int, n: int, dtype_name: str, cos: Callable):
     dtype = jnp.dtype(dtype_name)
 
     def cell(c, rep):
         root, mu_pos, mu_neg, sp, sn, p = rep
         q = mu_neg.shape[0]
         z_pos, z_neg, u = cell_draws(root, c, batches, n, dtype)
-        c_pos = jnp.cos(mu_pos[c // q] + sp * z_pos)
-        c_neg = jnp.cos(mu_neg[c % q] + sn * z_neg)
+        # the sampling law does not enter: cos of a reflected angle is cos of the raw one
+        c_pos = cos(mu_pos[c // q] + sp * z_pos)
+        c_neg = cos(mu_neg[c % q] + sn * z_neg)
         return _reduce(stat.pair(c_pos, stat.neg(c_neg, p), u, p))
 
     return _sharded_map(cell, chunk, nd, vectorize=False)
@@ -225,7 +228,10 @@ def run_independent(stat: Stat, protocol, mu_pos, mu_neg, params, progress=None)
         jnp.asarray(protocol.sigma_neg, dtype),
         params,
     )
-    compiled = _cell_stage(stat, chunk, nd, protocol.batches, protocol.batch_size, dtype.name, protocol.law)
+    z = normal_bound(dtype.name)
+    bound = max(np.max(np.abs(mu_pos)) + protocol.sigma_pos * z, np.max(np.abs(mu_neg)) + protocol.sigma_neg * z)
+    cos = cos_for(dtype, float(bound))
+    compiled = _cell_stage(stat, chunk, nd, protocol.batches, protocol.batch_size, dtype.name, cos)
     flat = _run_steps(compiled, np.arange(n_cells, dtype=np.uint32), rep, step, progress)
     return jax.tree.map(lambda a: a.reshape((p_, q_) + a.shape[1:]), flat)
 

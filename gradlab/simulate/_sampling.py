@@ -9,15 +9,23 @@ Key tree (root = ``jax.random.key(seed)``):
   the same way into (B, N) normals and (B,) uniforms.
 
 Draws depend only on the seed and (b or c), never on chunking or devices.
+
+The normals have ``jax.random.normal``'s law *and* its map from 32-bit (float64: 64-bit)
+words to numbers (``normal_from_bits``); only the words come cheaper. JAX's default
+partitionable Threefry spends one Threefry-2x32 block per 32-bit word and keeps the XOR
+of its two outputs; ``standard_normal`` keeps both outputs, so a block gives two words.
+That halves the hashing, which was 0.32 ms of an independent-mode cell's 0.88 ms.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.random import threefry_2x32
 
 from gradlab.geometry import fold_angle
 
@@ -28,9 +36,57 @@ def root_key(seed: int):
     return jax.random.key(seed)
 
 
+def normal_from_bits(bits, dtype):
+    """Standard normals from uniformly random words, by ``jax.random.normal``'s own map.
+
+    The top mantissa bits give u in [−1 + ulp, 1) and z = √2 · erfinv(u). Args: ``bits``,
+    uint32 words for float32, uint64 for float64; ``dtype``, the float dtype.
+    """
+    dtype = jnp.dtype(dtype)
+    finfo = jnp.finfo(dtype)
+    nbits = finfo.bits
+    uint = bits.dtype
+    one = np.array(1.0, dtype).view(uint)
+    float_bits = jax.lax.shift_right_logical(bits, np.array(nbits - finfo.nmant, uint)) | one
+    floats = jax.lax.bitcast_convert_type(float_bits, dtype) - np.array(1.0, dtype)
+    lo = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
+    u = jnp.maximum(lo, floats * (np.array(1.0, dtype) - lo) + lo)
+    return np.array(np.sqrt(2), dtype) * jax.lax.erf_inv(u)
+
+
+def standard_normal(key, shape, dtype):
+    """Standard normals of ``shape``: ``jax.random.normal``'s law and word-to-number map,
+    with two words per Threefry-2x32 block instead of one (see the module docstring).
+
+    A key of another PRNG implementation falls back to ``jax.random.normal``.
+    """
+    dtype = jnp.dtype(dtype)
+    if str(jax.random.key_impl(key)) != "threefry2x32":
+        return jax.random.normal(key, shape, dtype)
+    n = math.prod(shape)
+    words_per = jnp.finfo(dtype).bits // 32
+    count = n * words_per
+    words = threefry_2x32(jax.random.key_data(key), jnp.arange(count + count % 2, dtype=jnp.uint32))[:count]
+    if words_per == 2:  # float64: one 64-bit word from a block's two outputs
+        half = words.reshape(2, n).astype(jnp.uint64)
+        bits = (half[0] << np.uint64(32)) | half[1]
+    else:
+        bits = words
+    return normal_from_bits(bits.reshape(shape), dtype)
+
+
+@functools.cache
+def normal_bound(dtype_name: str) -> float:
+    """The largest |z| ``normal_from_bits`` can return for ``dtype_name`` (its extreme words)."""
+    dtype = jnp.dtype(dtype_name)
+    uint = jnp.uint64 if dtype.itemsize == 8 else jnp.uint32
+    extremes = jnp.asarray([0, np.iinfo(uint).max], uint)
+    return float(jnp.max(jnp.abs(normal_from_bits(extremes, dtype))))
+
+
 def _split_draws(key, shape, n, dtype):
     k_angle, k_alpha = jax.random.split(key)
-    z = jax.random.normal(k_angle, (*shape, n), dtype)
+    z = standard_normal(k_angle, (*shape, n), dtype)
     u = jax.random.uniform(k_alpha, shape, dtype)
     return z, u
 

@@ -1,0 +1,139 @@
+"""The simulation's own numerics: the float32 cosine and the standard-normal sampler.
+
+Witnesses: float64 NumPy cos (exact to far below a float32 ulp), jax.random.normal's own
+word-to-number map, a NumPy Threefry-2x32 written from the Random123 specification, and
+a Kolmogorov–Smirnov test of the law.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+import gradlab
+from gradlab.simulate import Protocol, gd_map, sample_angles
+from gradlab.simulate._sampling import normal_bound, normal_from_bits, standard_normal
+from gradlab.simulate._trig import COS_F32_LIMIT, cos_f32, cos_for
+
+
+# --- cos_f32 -----------------------------------------------------------------------------
+def _ulp_error(got, x):
+    truth = np.cos(x.astype(np.float64))
+    ulp = np.spacing(np.abs(truth).astype(np.float32)).astype(np.float64)
+    err = np.abs(np.asarray(got, np.float64) - truth)
+    return err, err / ulp
+
+
+def test_cos_f32_within_2_5_ulp_over_its_range():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([
+        rng.uniform(-COS_F32_LIMIT, COS_F32_LIMIT, 400_000),
+        rng.uniform(-4, 4, 200_000),
+        rng.normal(0, 1e-3, 1000),
+        [0.0, -0.0, COS_F32_LIMIT, -COS_F32_LIMIT],
+    ]).astype(np.float32)
+    err, ulps = _ulp_error(jax.jit(cos_f32)(x), x)
+    assert ulps.max() <= 2.5 and err.max() <= 1e-7, (ulps.max(), err.max())
+    assert float(cos_f32(np.float32(0))) == 1.0
+
+
+def test_cos_f32_keeps_its_digits_next_to_the_zeros_of_cos():
+    # the float32 numbers nearest k·π/2: |cos| is down to 1e-8, where a two-part split
+    # of π/2 (or float64 π/2 itself, for large k) leaves no correct digit
+    k = np.arange(-2600, 2601)
+    near = (k * np.pi / 2).astype(np.float32)
+    x = np.concatenate([near, np.nextafter(near, np.float32(np.inf)), np.nextafter(near, np.float32(-np.inf))])
+    _, ulps = _ulp_error(jax.jit(cos_f32)(x), x)
+    assert ulps.max() <= 2.5, ulps.max()
+
+
+def test_cos_for_picks_the_fast_cosine_only_where_it_is_accurate():
+    assert cos_for(jnp.float32, 4.0) is cos_f32
+    assert cos_for(jnp.float32, COS_F32_LIMIT + 1) is jnp.cos
+    assert cos_for(jnp.float32, math.inf) is jnp.cos
+    assert cos_for(jnp.float64, 4.0) is jnp.cos
+
+
+# --- the standard-normal sampler -------------------------------------------------------------
+def _rotl(x, r):
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def threefry2x32_numpy(key, x0, x1):
+    """Threefry-2x32, 20 rounds (Salmon et al., SC'11 / Random123), in NumPy uint32."""
+    rot = (13, 15, 26, 6, 17, 29, 16, 24)
+    ks = (np.uint32(key[0]), np.uint32(key[1]), np.uint32(key[0] ^ key[1] ^ 0x1BD11BDA))
+    x0, x1 = x0 + ks[0], x1 + ks[1]
+    with np.errstate(over="ignore"):
+        for i in range(5):
+            for r in rot[4 * (i % 2) : 4 * (i % 2) + 4]:
+                x0 = x0 + x1
+                x1 = _rotl(x1, r) ^ x0
+            x0 = x0 + ks[(i + 1) % 3]
+            x1 = x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x0, x1
+
+
+def test_standard_normal_is_threefry_words_through_jax_map():
+    key = jax.random.key(7)
+    n = 1000  # float32: n words = both outputs of n/2 blocks on counters (i, n/2 + i)
+    kd = np.asarray(jax.random.key_data(key), np.uint32)
+    i = np.arange(n // 2, dtype=np.uint32)
+    w0, w1 = threefry2x32_numpy(kd, i, i + np.uint32(n // 2))
+    words = np.concatenate([w0, w1])
+    got = standard_normal(key, (n,), jnp.float32)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(normal_from_bits(jnp.asarray(words), jnp.float32)))
+    # float64: one 64-bit word per block, high half from the first output
+    got64 = standard_normal(key, (n // 2,), jnp.float64)
+    bits64 = (w0.astype(np.uint64) << np.uint64(32)) | w1.astype(np.uint64)
+    np.testing.assert_array_equal(np.asarray(got64), np.asarray(normal_from_bits(jnp.asarray(bits64), jnp.float64)))
+
+
+@pytest.mark.parametrize("dtype, uint", [(jnp.float32, jnp.uint32), (jnp.float64, jnp.uint64)])
+def test_normal_from_bits_is_jax_random_normal_map(dtype, uint):
+    # jax.random.normal(key) == its map applied to jax.random.bits(key): our map is that map
+    key = jax.random.key(11)
+    want = jax.random.normal(key, (64, 33), dtype)
+    got = normal_from_bits(jax.random.bits(key, (64, 33), uint), dtype)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_standard_normal_law(dtype):
+    z = np.asarray(standard_normal(jax.random.key(3), (400, 501), dtype))
+    assert z.dtype == dtype and z.shape == (400, 501)
+    assert stats.kstest(z.ravel(), "norm").pvalue > 1e-3
+    assert abs(np.corrcoef(z[:, :-1].ravel(), z[:, 1:].ravel())[0, 1]) < 0.01  # neighbours uncorrelated
+    assert np.abs(z).max() <= normal_bound(np.dtype(dtype).name)
+    other = np.asarray(standard_normal(jax.random.key(4), (400, 501), dtype))
+    assert abs(np.corrcoef(z.ravel(), other.ravel())[0, 1]) < 0.01  # keys give unrelated streams
+
+
+def test_standard_normal_other_prng_falls_back_to_jax():
+    key = jax.random.key(0, impl="rbg")
+    np.testing.assert_array_equal(np.asarray(standard_normal(key, (5, 3), jnp.float32)),
+                                  np.asarray(jax.random.normal(key, (5, 3), jnp.float32)))
+
+
+# --- the independent-mode cell kernel, float32, against XLA's cosine -------------------------
+def _loop_gd(loss, protocol):
+    loss = gradlab.get_loss(loss)
+    out = np.zeros(protocol.grid_shape)
+    for i, mp in enumerate(protocol.mu_pos):
+        for j, mn in enumerate(protocol.mu_neg):
+            tp, tn = sample_angles(protocol, mp, mn, cell=i * len(protocol.mu_neg) + j)
+            out[i, j] = np.mean(np.asarray(loss.components_from_angles(tp, tn).gd, np.float64))
+    return out
+
+
+@pytest.mark.parametrize("mu_neg_range", [(0.2, 3.1), (5000.0, 5001.0)])  # fast cos, then jnp.cos
+def test_independent_float32_gd_matches_loop(mu_neg_range):
+    p = Protocol(grid=(3, 4), batches=50, batch_size=16, mode="independent", mu_neg_range=mu_neg_range)
+    for name in ("infonce", "arccon"):
+        got = gd_map(name, p).mean
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, _loop_gd(name, p), atol=2e-5)
