@@ -451,15 +451,15 @@ def lemma1(
         if views is not None:
             from gradlab import monitor
 
-            dist = monitor.min_ratio_distribution(*views, lams=lams)
+            dist = monitor.min_ratio_distribution(*views, lams=lams, ratios=ratios)
         else:
-            dist = simulate.min_ratio_distribution(protocol, lams=lams, mu_pos=mp, mu_neg=mn, alpha_law=law)
+            dist = simulate.min_ratio_distribution(protocol, lams=lams, mu_pos=mp, mu_neg=mn, alpha_law=law, ratios=ratios)
         figs = (None, None)
         if not no_plot:
             from gradlab import plot
 
             figs = (plot.lemma1_maps(lmap), plot.min_ratio_distribution(
-                dist, title="distribution of the minimum ratio (embeddings)" if views is not None else None))
+                dist, ratio=ratios[0], title="distribution of the minimum ratio (embeddings)" if views is not None else None))
         writer.result("lemma1_map", lmap, figs[0])
         writer.result("lemma1_distribution", dist, figs[1])
         import numpy as np

@@ -125,7 +125,7 @@ DEFAULT_BIN_EDGES = tuple(float(x) for x in np.linspace(-2.0, 4.0, 61))
 
 
 def summarize_min_ratio(samples, lams, *, bins=None, quantiles=(0.05, 0.25, 0.5, 0.75, 0.95), meta=None,
-                        return_samples: bool = False):
+                        return_samples: bool = False, ratios=(1.0, 1.25, 1.5, 1.75, 2.0)):
     """Summarize minimum-ratio samples (one row per λ, NaN where infeasible) as a ``Result``.
 
     The one home of the Fig. 8a summary, shared by the simulated distribution
@@ -139,12 +139,14 @@ def summarize_min_ratio(samples, lams, *, bins=None, quantiles=(0.05, 0.25, 0.5,
       quantiles: the quantiles to report.
       meta: metadata for the Result.
       return_samples: keep the samples as ``extra["samples"]``.
+      ratios: static ratios r at which to report the empirical CDF of r_low.
 
     Returns:
       ``Result`` with dims (lam,): ``mean`` r_low over feasible samples, ``stderr``; extra
       ``feasible`` (lam,), ``histogram`` (lam, bin) as a density over ``bin_edges``,
-      ``below`` / ``above`` (lam,) fractions outside the bins, ``quantiles`` (lam, q)
-      (NaN where nothing is feasible); ``mask`` where no sample is feasible.
+      ``below`` / ``above`` (lam,) fractions outside the bins, ``quantiles`` (lam, q),
+      ``cdf`` (lam, ratio): the fraction of feasible samples with r_low ≤ r (NaN where
+      nothing is feasible); ``mask`` where no sample is feasible.
     """
     from gradlab.io import Result
 
@@ -154,6 +156,7 @@ def summarize_min_ratio(samples, lams, *, bins=None, quantiles=(0.05, 0.25, 0.5,
     if edges.ndim != 1 or edges.size < 2 or np.any(np.diff(edges) <= 0):
         raise ValueError(f"bins must be increasing edges (at least 2); got shape {edges.shape}")
     qs = np.asarray(quantiles, dtype=float)
+    rs = np.atleast_1d(np.asarray(ratios, dtype=float))
     rows = [row[~np.isnan(row)] for row in s]
     n = np.array([r.size for r in rows])
 
@@ -169,14 +172,15 @@ def summarize_min_ratio(samples, lams, *, bins=None, quantiles=(0.05, 0.25, 0.5,
         "quantiles": np.stack([np.quantile(r, qs) if r.size else np.full(qs.shape, np.nan) for r in rows]),
         "below": per_row(lambda r: (r < edges[0]).mean()),
         "above": per_row(lambda r: (r > edges[-1]).mean()),
+        "cdf": np.stack([(r[:, None] <= rs).mean(0) if r.size else np.full(rs.shape, np.nan) for r in rows]),
     }
-    extra_dims = {"feasible": ("lam",), "histogram": ("lam", "bin"), "quantiles": ("lam", "q")}
+    extra_dims = {"feasible": ("lam",), "histogram": ("lam", "bin"), "quantiles": ("lam", "q"), "cdf": ("lam", "ratio")}
     if return_samples:
         extra["samples"] = s
         extra_dims["samples"] = ("lam", "sample")
     return Result(
         dims=("lam",),
-        coords={"lam": lams, "q": qs},
+        coords={"lam": lams, "q": qs, "ratio": rs},
         mean=per_row(np.mean),
         stderr=np.array([r.std(ddof=1) / np.sqrt(r.size) if r.size > 1 else np.nan for r in rows]),
         mask=n == 0,

@@ -143,7 +143,7 @@ def test_lemma1_calls_the_map_and_the_distribution(tmp_path):
     assert r.exit_code == 0, r.output
     lm.assert_called_once_with(Protocol(), lam=0.1, ratios=[1.0, 1.5], alpha_law=pytest.approx(math.pi / 4), progress=None)
     md.assert_called_once_with(Protocol(), lams=[0.1], mu_pos=pytest.approx(math.pi / 6), mu_neg=pytest.approx(math.pi / 3),
-                               alpha_law=pytest.approx(math.pi / 4))
+                               alpha_law=pytest.approx(math.pi / 4), ratios=[1.0, 1.5])
     assert "r = 1: satisfies Lemma 1 (λ = 0.1) in 25.0% of batches" in r.stdout
     for stem in ("lemma1_map", "lemma1_distribution"):
         for ext in ("png", "npz", "json"):

@@ -136,3 +136,34 @@ def test_import_gradlab_does_not_import_matplotlib():
     code = "import sys, gradlab, gradlab.plot, gradlab.norms; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_plotting_leaves_the_callers_matplotlib_settings_alone():
+    # a notebook's rcParams and backend are the user's: recipes style only their own figure
+    code = (
+        "import matplotlib as mpl, numpy as np\n"
+        "mpl.rcParams['font.size'] = 17.0\n"
+        "backend = mpl.get_backend()\n"
+        "from gradlab import plot\n"
+        "fig = plot.heatmap(np.eye(4), x=np.linspace(0, 3, 4), y=np.linspace(0, 1.5, 4))\n"
+        "title_size = fig.axes[0].xaxis.label.get_fontsize()\n"
+        "print(mpl.rcParams['font.size'], mpl.get_backend() == backend, title_size,"
+        " 'matplotlib.pyplot' in __import__('sys').modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "MPLBACKEND": "Agg"}).stdout.split()
+    assert out[0] == "17.0" and out[1] == "True"
+    assert float(out[2]) == 12.0  # gradlab's axes.labelsize inside its own figure
+    assert out[3] == "False"  # no pyplot state touched
+
+
+def test_min_ratio_legend_reads_the_exact_cdf_at_the_chosen_ratio():
+    from gradlab.lemma1 import summarize_min_ratio
+
+    samples = np.array([[0.5, 0.9, 1.2, 1.33, 3.0, np.nan]])  # 5 feasible; 2 of them ≤ 1, 4 ≤ 1.4
+    res = summarize_min_ratio(samples, [0.1], ratios=(1.0, 1.4))
+    labels = lambda fig: [t.get_text() for t in fig.axes[0].get_legend().get_texts()]  # noqa: E731
+    assert "P($r_{low}$ ≤ 1) = 0.40" in labels(plot.min_ratio_distribution(res))[0]
+    assert "P($r_{low}$ ≤ 1.4) = 0.80" in labels(plot.min_ratio_distribution(res, ratio=1.4))[0]
+    # a ratio that is neither reported nor a bin edge: no made-up fraction
+    assert "P(" not in labels(plot.min_ratio_distribution(res, ratio=1.37))[0]

@@ -307,3 +307,10 @@ def test_min_ratio_distribution():
     total = (res.histogram * widths).sum(-1) + res.below + res.above
     np.testing.assert_allclose(total, 1.0)
     assert res.quantiles.shape == (2, 5)
+    # the empirical CDF at the static ratios, counted here sample by sample
+    assert res.coords["ratio"].tolist() == [1.0, 1.25, 1.5, 1.75, 2.0] and res.cdf.shape == (2, 5)
+    for k in range(2):
+        for m, r in enumerate(res.coords["ratio"]):
+            assert res.cdf[k, m] == sum(1 for v in s[k] if v <= r) / s.shape[1]
+    odd = min_ratio_distribution(p.replace(batches=50), lams=(0.1,), ratios=(0.7,), alpha_law=0.0)
+    assert odd.cdf.shape == (1, 1)

@@ -447,7 +447,8 @@ def analyze(
 
 
 def min_ratio_distribution(h, h_prime, *, lams=(0.01, 0.1, 0.5, 1.0), batch_size: int = 128, bins=None,
-                           quantiles=(0.05, 0.25, 0.5, 0.75, 0.95), dtype=np.float32):
+                           quantiles=(0.05, 0.25, 0.5, 0.75, 0.95), ratios=(1.0, 1.25, 1.5, 1.75, 2.0),
+                           dtype=np.float32):
     """Seed 000 Fig. 8a from real embeddings: the Lemma-1 minimum ratio of every anchor with its hardest negative.
 
     The pairs are split into batches of ``batch_size`` as in ``analyze`` (App. A.2); α is
@@ -465,7 +466,7 @@ def min_ratio_distribution(h, h_prime, *, lams=(0.01, 0.1, 0.5, 1.0), batch_size
                   margin=None, dtype=dtype)
     per_anchor = res["lemma1_min_ratio_per_anchor"]
     samples = np.stack([np.asarray(v, dtype=float).reshape(-1) for v in per_anchor.values()])
-    return summarize_min_ratio(samples, lams, bins=bins, quantiles=quantiles, meta={
+    return summarize_min_ratio(samples, lams, bins=bins, quantiles=quantiles, ratios=ratios, meta={
         "statistic": "min_ratio_distribution", "source": "embeddings", "batch_size": batch_size,
         "n_anchors": int(res["n_batches"]) * batch_size,
         "n_batches": int(res["n_batches"]), "dropped": int(res["dropped"]),

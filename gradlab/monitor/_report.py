@@ -22,7 +22,6 @@ versions, files). Every file is written atomically.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import time
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gradlab.io import atomic_write_bytes, atomic_write_text, save_npz_atomic
+from gradlab.io import atomic_write_text, save_npz_atomic
 from gradlab.monitor._sinks import flatten, read_log
 
 __all__ = ["report", "log_series", "track_figure"]
@@ -73,9 +72,9 @@ def _keys(series, stat):
 
 
 def _savefig(fig, path: Path, fmt: str):
-    buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, dpi=120, bbox_inches="tight")
-    atomic_write_bytes(path, buf.getvalue())
+    from gradlab.plot._style import save_figure
+
+    save_figure(fig, path, fmt, dpi=120)
 
 
 def _curves_figure(s):

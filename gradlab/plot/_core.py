@@ -6,7 +6,15 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from gradlab.plot._style import AXIS_LABELS, CMAPS, LABELS, is_angle_axis, new_figure, set_pi_axis
+from gradlab.plot._style import (
+    AXIS_LABELS,
+    CMAPS,
+    LABELS,
+    is_angle_axis,
+    new_figure,
+    set_pi_axis,
+    styled,
+)
 
 
 def _as_grid(data, x, y, mask, x_name, y_name):
@@ -51,6 +59,7 @@ def shade_mask(ax, x, y, mask, *, color="0.55", alpha=0.55, hatch="///"):
             ax.contourf(x, y, mask.astype(float), levels=[0.5, 1.5], colors="none", hatches=[hatch])
 
 
+@styled
 def heatmap(data, *, x=None, y=None, mask=None, quantity: str = "gd", ax=None, title: str | None = None,
             label: str | None = None, cmap: str | None = None, vmin=None, vmax=None, norm=None,
             contours: Sequence[float] | None = None, contour_color: str = "lime",
@@ -109,6 +118,7 @@ def heatmap(data, *, x=None, y=None, mask=None, quantity: str = "gd", ax=None, t
     return fig
 
 
+@styled
 def curves(x, ys: Mapping[str, np.ndarray], *, stderr: Mapping[str, np.ndarray] | None = None, ax=None,
            x_name: str | None = None, xlabel: str | None = None, ylabel: str | None = None,
            title: str | None = None, cmap: str = "viridis", legend_title: str | None = None):

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from gradlab.plot._core import curves, heatmap
-from gradlab.plot._style import AXIS_LABELS, new_figure, set_pi_axis
+from gradlab.plot._style import AXIS_LABELS, new_figure, set_pi_axis, styled
 
 _TITLES = {"infonce": "InfoNCE", "arccon": "ArcCon", "mpt": "MPT", "met": "MET", "mat": "MAT", "dcl": "DCL",
            "dcl+": "DCL+", "align": "alignment", "uniform": "uniformity"}
@@ -61,12 +61,14 @@ def _loss_panels(results, titles, suptitle, ncols, **heatmap_kw):
 
 
 # --- seed 000 ----------------------------------------------------------------------------------
+@styled
 def gd_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitle: str | None = None,
             ncols: int | None = None):
     """Seed 000 Figs. 2 and 10: mean GD over (μ_pos, μ_neg), one panel per loss (colour 0..1)."""
     return _loss_panels(results, titles, suptitle, ncols, quantity="gd", vmin=0.0, vmax=1.0)
 
 
+@styled
 def weight_share_curves(result, *, title: str | None = None):
     """Seed 000 Fig. 3: mean share of the hardest negative in W vs μ_neg, one curve per τ."""
     taus = np.asarray(result.coords["tau"], float)
@@ -85,6 +87,7 @@ def weight_share_curves(result, *, title: str | None = None):
     return fig
 
 
+@styled
 def ratio_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitle: str | None = None,
                vmin: float | None = 0.0, vmax: float | None = 3.0, ncols: int | None = None):
     """Seed 000 Fig. 4: mean dynamic ratio over (μ_pos, μ_neg), shaded where the pairs do
@@ -97,6 +100,7 @@ def ratio_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptit
                         contours=[1.0, 2.0], contour_color="white")
 
 
+@styled
 def lemma1_maps(result, *, max_ratios: int = 4):
     """Lemma 1 over the grid: mean minimum ratio r_low (masked where never feasible), and
     the fraction of batches a static ratio r satisfies, one panel per r."""
@@ -120,11 +124,15 @@ def lemma1_maps(result, *, max_ratios: int = 4):
     return fig
 
 
-def min_ratio_distribution(result, *, title: str | None = None, xlim=(-1.0, 4.0)):
-    """Seed 000 Fig. 8(a), simulated: density of the minimum ratio r_low per λ, with r = 1 marked.
+@styled
+def min_ratio_distribution(result, *, ratio: float = 1.0, title: str | None = None, xlim=(-1.0, 4.0)):
+    """Seed 000 Fig. 8(a), simulated: density of the minimum ratio r_low per λ, with a
+    static ratio ``ratio`` marked.
 
-    The legend gives, per λ, the fraction of feasible batches whose r_low ≤ 1 (a static
-    ratio of 1 satisfies the lemma there) and the feasible fraction.
+    The legend gives, per λ, the fraction of feasible batches whose r_low ≤ ``ratio``
+    (a static ratio satisfies the lemma only there; from ``extra["cdf"]`` when the result
+    has that ratio, else from the histogram when ``ratio`` is a bin edge, else left out)
+    and the feasible fraction.
     """
     import matplotlib
 
@@ -133,17 +141,15 @@ def min_ratio_distribution(result, *, title: str | None = None, xlim=(-1.0, 4.0)
     hist = np.asarray(result.extra["histogram"], float)
     below = np.asarray(result.extra.get("below", np.zeros(lams.size)), float)
     feas = np.asarray(result.extra.get("feasible", np.ones(lams.size)), float)
+    at = _cdf_at(result, ratio, edges, hist, below)
     fig, axes = new_figure(1, 1, panel=(5.6, 3.8))
     ax = axes[0, 0]
     colours = matplotlib.colormaps["plasma"](np.linspace(0.05, 0.85, max(lams.size, 1)))
-    width = np.diff(edges)
     for k, (lam, colour) in enumerate(zip(lams, colours, strict=False)):
-        mass = hist[k] * width
-        le1 = np.nansum(mass[edges[1:] <= 1.0 + 1e-9]) + (below[k] if np.isfinite(below[k]) else 0.0)
-        ax.stairs(hist[k], edges, color=colour, lw=1.8, fill=False,
-                  label=f"λ = {lam:g}: P($r_{{low}}$ ≤ 1) = {le1:.2f}, feasible {feas[k]:.2f}")
+        share = "" if at is None else f"P($r_{{low}}$ ≤ {ratio:g}) = {at[k]:.2f}, "
+        ax.stairs(hist[k], edges, color=colour, lw=1.8, fill=False, label=f"λ = {lam:g}: {share}feasible {feas[k]:.2f}")
         ax.stairs(hist[k], edges, color=colour, alpha=0.12, fill=True)
-    ax.axvline(1.0, color="k", ls="--", lw=1.2)
+    ax.axvline(ratio, color="k", ls="--", lw=1.2)
     ax.set_xlim(*xlim)
     ax.set_xlabel("minimum ratio $r_{low}$ of Lemma 1")
     ax.set_ylabel("density")
@@ -157,6 +163,17 @@ def min_ratio_distribution(result, *, title: str | None = None, xlim=(-1.0, 4.0)
     ax.legend(frameon=False, fontsize=8)
     ax.grid(alpha=0.3)
     return fig
+
+
+def _cdf_at(result, ratio, edges, hist, below):
+    """P(r_low ≤ ratio) per λ: exact from ``extra["cdf"]``, else from whole histogram bins."""
+    ratios = np.asarray(result.coords.get("ratio", []), float)
+    if "cdf" in result.extra and np.any(np.isclose(ratios, ratio)):
+        return np.asarray(result.extra["cdf"], float)[:, int(np.argmin(np.abs(ratios - ratio)))]
+    if not np.any(np.isclose(edges, ratio)):
+        return None
+    mass = hist * np.diff(edges)
+    return np.nansum(mass[:, edges[1:] <= ratio + 1e-9], axis=1) + np.nan_to_num(below)
 
 
 def _scalar(v):
@@ -183,6 +200,7 @@ def norm_title(result) -> str:
     return f"{head}  ({', '.join(b for b in bits if b)})"
 
 
+@styled
 def norm_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitle: str | None = None,
               ncols: int | None = None):
     """Seed 003 Figs. 2 and 4: gradient-norm maps over θ_ii' (y) × θ_ij' (x), one panel each,
@@ -203,6 +221,7 @@ def _np(d, key):
     return np.asarray(d[key], dtype=float)
 
 
+@styled
 def margin_gradients(d: Mapping, *, tau: float = 0.25, beta: float = 1.0):
     """Seed 002 Fig. 1: |∂L̃/∂θ| without margins for a positive (over θ⁺, q⁺) and a
     negative (over θ⁻, q⁻); ``d`` is ``gradlab.margins.fig1_gradient_magnitudes``'s dict."""
@@ -228,6 +247,7 @@ def _multiplier_norm(values, lo_clip=0.0, hi_clip=None):
     return TwoSlopeNorm(vcenter=1.0, vmin=lo, vmax=hi)
 
 
+@styled
 def margin_multipliers(d: Mapping, *, tau: float = 0.25, m1: float = 0.4, beta: float = 1.0):
     """Seed 002 Fig. 2: the angular-margin multipliers over (θ⁺, q̃⁺): left sin(θ⁺+m1)/sin θ⁺
     (positives only), right (p − βq)/(p − βq̃) (positives and negatives); green where = 1."""
@@ -245,6 +265,7 @@ def margin_multipliers(d: Mapping, *, tau: float = 0.25, m1: float = 0.4, beta: 
     return fig
 
 
+@styled
 def margin_ratio_grid(d: Mapping, *, beta: float = 1.0):
     """Seed 002 Fig. 8: (p − βq)/(p − βq̃) over (θ⁺, q̃⁺), one panel per (m1, τ); green where = 1."""
     theta, q = _np(d, "theta_pos"), _np(d, "q_pos")

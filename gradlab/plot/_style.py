@@ -1,13 +1,16 @@
-"""Shared look: headless matplotlib, colormaps per quantity, axes in multiples of π.
+"""Shared look: colormaps per quantity, axes in multiples of π, one set of rc settings.
 
 matplotlib is imported lazily (inside functions) so that ``import gradlab`` and
-``import gradlab.plot`` stay fast; the Agg backend is selected when no display exists.
+``import gradlab.plot`` stay fast. Figures are built with the object API
+(``matplotlib.figure.Figure``, no pyplot), so they work headless without choosing a
+backend, and the rc settings apply only inside the ``styled`` recipes: the caller's
+global ``rcParams`` and backend are never changed.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-import os
 from fractions import Fraction
 
 import numpy as np
@@ -57,26 +60,25 @@ _RC = {
     "ytick.labelsize": 10,
     "legend.fontsize": 9,
     "figure.dpi": 100,
-    "savefig.dpi": 150,
-    "savefig.bbox": "tight",
 }
+_SAVE = {"dpi": 150, "bbox_inches": "tight"}
 
 
-def mpl():
-    """Import matplotlib headless-safe (Agg when there is no display) and return ``pyplot``."""
-    import matplotlib
+def styled(fn):
+    """Run a plotting function inside ``matplotlib.rc_context`` with gradlab's settings."""
 
-    if not os.environ.get("DISPLAY") and not os.environ.get("MPLBACKEND"):
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        import matplotlib
 
-    plt.rcParams.update(_RC)
-    return plt
+        with matplotlib.rc_context(_RC):
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def new_figure(nrows: int = 1, ncols: int = 1, *, panel=(4.2, 3.4), **kw):
     """A Figure and a 2-D array of axes, sized per panel (not managed by pyplot's state)."""
-    mpl()
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(panel[0] * ncols, panel[1] * nrows), layout="constrained")
@@ -122,13 +124,14 @@ def is_angle_axis(name: str) -> bool:
     return name in ("mu_pos", "mu_neg", "theta_pos", "theta_neg", "theta", "alpha", "theta+", "theta-")
 
 
-def save_figure(fig, path, fmt: str | None = None):
-    """Save ``fig`` atomically to ``path`` (format from ``fmt`` or the suffix)."""
+def save_figure(fig, path, fmt: str | None = None, *, dpi: float | None = None):
+    """Save ``fig`` atomically to ``path`` (format from ``fmt`` or the suffix; ``dpi``
+    default 150; tight bounding box)."""
     import io as _io
 
     from gradlab.io import atomic_write_bytes
 
     fmt = fmt or str(path).rsplit(".", 1)[-1]
     buf = _io.BytesIO()
-    fig.savefig(buf, format=fmt)
+    fig.savefig(buf, format=fmt, **{**_SAVE, **({} if dpi is None else {"dpi": dpi})})
     return atomic_write_bytes(path, buf.getvalue())

@@ -411,6 +411,7 @@ def min_ratio_distribution(
     quantiles: Sequence[float] = (0.05, 0.25, 0.5, 0.75, 0.95),
     alpha_law="uniform",
     return_samples: bool = False,
+    ratios: Sequence[float] = (1.0, 1.25, 1.5, 1.75, 2.0),
 ) -> Result:
     """Distribution of the Lemma-1 minimum ratio r_low per λ (seed 000 Fig. 8a, simulated).
 
@@ -422,8 +423,9 @@ def min_ratio_distribution(
       ``Result`` with dims (lam,): ``mean`` r_low over feasible samples, ``stderr``; extra
       ``feasible`` (lam,), ``histogram`` (lam, bin) as a density over ``bin_edges``,
       ``below`` / ``above`` (lam,) fractions outside the bins, ``quantiles`` (lam, q)
-      (NaN where nothing is feasible), and with ``return_samples`` ``samples`` (lam, sample)
-      (NaN where infeasible).
+      (NaN where nothing is feasible), ``cdf`` (lam, ratio) the fraction of feasible
+      batches with r_low ≤ r for each of ``ratios``, and with ``return_samples``
+      ``samples`` (lam, sample) (NaN where infeasible).
     """
     protocol = _check_protocol(protocol or Protocol())
     lams = np.atleast_1d(np.asarray(lams, dtype=float))
@@ -452,7 +454,7 @@ def min_ratio_distribution(
         samples.append(np.where(np.asarray(feas), np.asarray(low), np.nan))
     s = np.concatenate(samples, axis=1)  # (lam, samples)
     return summarize_min_ratio(
-        s, lams, bins=edges, quantiles=qs, return_samples=return_samples,
+        s, lams, bins=edges, quantiles=qs, return_samples=return_samples, ratios=ratios,
         meta=_meta("min_ratio_distribution", protocol, None, mu_pos=mp.tolist(), mu_neg=mn.tolist(),
                    alpha_law=str(alpha_law)),
     )
