@@ -146,8 +146,8 @@ def test_plotting_leaves_the_callers_matplotlib_settings_alone():
         "backend = mpl.get_backend()\n"
         "from gradlab import plot\n"
         "fig = plot.heatmap(np.eye(4), x=np.linspace(0, 3, 4), y=np.linspace(0, 1.5, 4))\n"
-        "title_size = fig.axes[0].xaxis.label.get_fontsize()\n"
-        "print(mpl.rcParams['font.size'], mpl.get_backend() == backend, title_size,"
+        "label_size = fig.axes[0].xaxis.label.get_fontsize()\n"
+        "print(mpl.rcParams['font.size'], mpl.get_backend() == backend, label_size,"
         " 'matplotlib.pyplot' in __import__('sys').modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -167,3 +167,20 @@ def test_min_ratio_legend_reads_the_exact_cdf_at_the_chosen_ratio():
     assert "P($r_{low}$ ≤ 1.4) = 0.80" in labels(plot.min_ratio_distribution(res, ratio=1.4))[0]
     # a ratio that is neither reported nor a bin edge: no made-up fraction
     assert "P(" not in labels(plot.min_ratio_distribution(res, ratio=1.37))[0]
+
+
+@pytest.mark.parametrize("name", ["weight_share_curves", "min_ratio_distribution", "ratio_maps"])
+def test_saved_recipe_does_not_depend_on_the_callers_rc(name, tmp_path):
+    # tick density is decided when the figure is drawn, from tick label sizes: pinned per recipe
+    import matplotlib as mpl
+    import matplotlib.image as mpimg
+
+    def png(rc, stem):
+        with mpl.rc_context(rc):
+            path = tmp_path / f"{stem}.png"
+            plot.save_figure(_recipes()[name](), path)
+        return mpimg.imread(path)
+
+    ref = png({}, "default")
+    other = png({"font.size": 17, "xtick.labelsize": 24, "ytick.labelsize": 3}, "other")
+    assert ref.shape == other.shape and np.array_equal(ref, other)

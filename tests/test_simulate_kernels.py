@@ -113,6 +113,15 @@ def test_standard_normal_law(dtype):
     assert abs(np.corrcoef(z.ravel(), other.ravel())[0, 1]) < 0.01  # keys give unrelated streams
 
 
+def test_standard_normal_float64_needs_x64():
+    jax.config.update("jax_enable_x64", False)
+    try:
+        with pytest.raises(ValueError, match="jax_enable_x64"):
+            standard_normal(jax.random.key(0), (3,), np.float64)
+    finally:
+        jax.config.update("jax_enable_x64", True)
+
+
 def test_standard_normal_other_prng_falls_back_to_jax():
     key = jax.random.key(0, impl="rbg")
     np.testing.assert_array_equal(np.asarray(standard_normal(key, (5, 3), jnp.float32)),
@@ -133,6 +142,8 @@ def _loop_gd(loss, protocol):
 @pytest.mark.parametrize("mu_neg_range", [(0.2, 3.1), (5000.0, 5001.0)])  # fast cos, then jnp.cos
 def test_independent_float32_gd_matches_loop(mu_neg_range):
     p = Protocol(grid=(3, 4), batches=50, batch_size=16, mode="independent", mu_neg_range=mu_neg_range)
+    bound = max(mu_neg_range) + p.sigma_neg * normal_bound("float32")
+    assert cos_for(np.float32, bound) is (cos_f32 if bound < COS_F32_LIMIT else jnp.cos)
     for name in ("infonce", "arccon"):
         got = gd_map(name, p).mean
         assert got.dtype == np.float32

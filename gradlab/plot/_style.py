@@ -65,14 +65,25 @@ _SAVE = {"dpi": 150, "bbox_inches": "tight"}
 
 
 def styled(fn):
-    """Run a plotting function inside ``matplotlib.rc_context`` with gradlab's settings."""
+    """Run a plotting function inside ``matplotlib.rc_context`` with gradlab's settings.
+
+    Most settings are read when artists are made, inside the context. Tick label sizes are
+    read again when the figure is drawn (they set how many ticks fit), so on a figure the
+    recipe made itself they are pinned on every axes; a figure passed in through ``ax=`` is
+    the caller's and is left as it is.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         import matplotlib
 
         with matplotlib.rc_context(_RC):
-            return fn(*args, **kwargs)
+            fig = fn(*args, **kwargs)
+        if kwargs.get("ax") is None:
+            for ax in fig.axes:
+                ax.tick_params(axis="x", labelsize=_RC["xtick.labelsize"])
+                ax.tick_params(axis="y", labelsize=_RC["ytick.labelsize"])
+        return fig
 
     return wrapper
 

@@ -15,7 +15,8 @@ and the count of included batches.
 Work is split into fixed-shape chunks (``jax.lax.map(batch_size=chunk)``) inside a
 ``jax.shard_map`` over all devices (axis ``"cells"``): every chunk runs the same
 computation on the same shapes, so the numbers do not depend on the chunk size or the
-device count. One compiled program per (statistic, shapes, chunk, devices).
+device count. One compiled program per (statistic, shapes, chunk, devices, and in
+independent mode the cosine: ``_trig.cos_for``).
 """
 
 from __future__ import annotations
