@@ -37,7 +37,8 @@ class Components:
       weight: W, shape (..., M) — per negative. In embedding form M = N and the
         diagonal (the anchor's own index) is zero; in angle form M = N − 1.
       ratio: R, broadcastable to ``weight`` (a per-negative or per-anchor scalar), or,
-        for Barlow Twins, a per-anchor (D, D) matrix of shape (..., D, D).
+        for Barlow Twins, a per-anchor diagonal D×D matrix stored as its diagonal, shape
+        (..., D), flagged by ``ratio_diagonal`` (``ratio_matrix()`` gives the dense form).
       pull: only for objectives without negatives (pure alignment), the coefficient
         of −h_i' that no negative carries; ``None`` otherwise.
       negatives: ``"h_prime"`` if the formula pushes away from h_j' (Eq. 4), ``"h"``
@@ -49,10 +50,18 @@ class Components:
     ratio: Array
     pull: Array | None = None
     negatives: str = dataclasses.field(default="h_prime", metadata=dict(static=True))
+    ratio_diagonal: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
     @property
     def ratio_is_matrix(self) -> bool:
-        return jnp.ndim(self.ratio) == jnp.ndim(self.weight) + 1
+        """R is a per-anchor matrix (Barlow Twins), held as its diagonal (..., D)."""
+        return self.ratio_diagonal
+
+    def ratio_matrix(self) -> Array:
+        """The dense per-anchor R, (..., D, D); only for a matrix ratio (N · D² floats)."""
+        if not self.ratio_diagonal:
+            raise ValueError("the ratio is not a matrix; it broadcasts against the weight")
+        return self.ratio[..., :, None] * jnp.eye(self.ratio.shape[-1], dtype=self.ratio.dtype)
 
     def pull_coefficient(self) -> Array:
         """GD · Σ_j W_j R_j (+ pull): the total coefficient of −h_i', shape (...,).
@@ -74,9 +83,9 @@ def reconstruct(components: Components, h: Array, h_prime: Array) -> Array:
     gd = components.gd[:, None]
     push = components.weight @ neg
     if components.ratio_is_matrix:
-        # Σ_j W_ij R_i h_i' with a per-anchor (D, D) matrix R_i.
+        # Σ_j W_ij R_i h_i' with a per-anchor diagonal matrix R_i (held as its diagonal).
         wsum = jnp.sum(components.weight, axis=-1)
-        pull = wsum[:, None] * jnp.einsum("nab,nb->na", components.ratio, h_prime)
+        pull = wsum[:, None] * components.ratio * h_prime
     else:
         wr = jnp.sum(components.weight * jnp.broadcast_to(components.ratio, components.weight.shape), axis=-1)
         pull = wr[:, None] * h_prime

@@ -49,7 +49,7 @@ SHAPES = [(2, 3), (5, 9)]
 def _raw_scale(c):
     """max_i of |GD_i| Σ_j |W_ij| (1 + |R_ij|) + |pull_i|: the size of the untangented paradigm vector."""
     w = jnp.abs(c.weight)
-    r = jnp.max(jnp.abs(c.ratio), axis=(-2, -1))[:, None] if c.ratio_is_matrix else jnp.abs(c.ratio)
+    r = jnp.max(jnp.abs(c.ratio), axis=-1)[:, None] if c.ratio_is_matrix else jnp.abs(c.ratio)
     pull = 0.0 if c.pull is None else jnp.abs(c.pull)
     return jnp.max(jnp.abs(c.gd) * jnp.sum(w * (1.0 + r), axis=-1) + pull)
 
@@ -356,8 +356,8 @@ def test_barlow_twins_components_match_table2():
             want = 0.0 if i == j else 2 * nu * _dot(up[i], up[j]) / n**2
             assert float(c.weight[i, j]) == pytest.approx(want, rel=1e-12, abs=1e-15)
         want_r = np.diag([n * (1 - (1 - nu) * cdiag[k]) / (nu * s) for k in range(d)])
-        np.testing.assert_allclose(np.asarray(c.ratio[i]), want_r, rtol=1e-12, atol=1e-15)
-    assert c.ratio_is_matrix
+        np.testing.assert_allclose(np.asarray(c.ratio_matrix()[i]), want_r, rtol=1e-12, atol=1e-15)
+    assert c.ratio_is_matrix and c.ratio.shape == (n, d)
 
 
 def test_barlow_twins_gradient_matches_formulas_eq10():

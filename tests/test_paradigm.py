@@ -91,11 +91,16 @@ def test_reconstruct_with_a_matrix_ratio_and_a_pull():
     n, d = 3, 4
     h, hp = normalize(rng.normal(size=(n, d))), normalize(rng.normal(size=(n, d)))
     w = jnp.asarray(rng.uniform(size=(n, n))) * (1 - jnp.eye(n))
-    r = jnp.asarray(rng.normal(size=(n, d, d)))
+    r = jnp.asarray(rng.normal(size=(n, d)))  # the diagonals of the per-anchor matrices R_i
     pull = jnp.asarray(rng.uniform(size=n))
-    g = reconstruct(Components(jnp.full(n, 2.0), w, r, pull, "h"), h, hp)
+    c = Components(jnp.full(n, 2.0), w, r, pull, "h", ratio_diagonal=True)
+    g = reconstruct(c, h, hp)
+    assert c.ratio_is_matrix and c.ratio_matrix().shape == (n, d, d)
+    with pytest.raises(ValueError, match="matrix"):
+        c.pull_coefficient()
     for i in range(n):
-        raw = 2.0 * (sum(float(w[i, j]) * np.asarray(h[j]) for j in range(n)) - float(w[i].sum()) * np.asarray(r[i] @ hp[i]))
+        r_i = np.diag(np.asarray(r[i]))
+        raw = 2.0 * (sum(float(w[i, j]) * np.asarray(h[j]) for j in range(n)) - float(w[i].sum()) * (r_i @ np.asarray(hp[i])))
         raw = raw - float(pull[i]) * np.asarray(hp[i])
         hi = np.asarray(h[i])
         np.testing.assert_allclose(np.asarray(g[i]), raw - (raw @ hi) * hi, rtol=1e-12, atol=1e-13)

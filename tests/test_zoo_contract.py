@@ -81,7 +81,7 @@ def test_component_shapes(name):
     assert c.weight.shape == (n, n)
     assert np.all(np.diag(np.asarray(c.weight)) == 0)
     if c.ratio_is_matrix:
-        assert c.ratio.shape == (n, d, d)
+        assert c.ratio.shape == (n, d) and c.ratio_matrix().shape == (n, d, d)
     else:
         np.broadcast_shapes(c.ratio.shape, (n, n))
     assert c.negatives in ("h", "h_prime")

@@ -242,6 +242,8 @@ def barlow_twins_batch(h, hp, *, nu):
 def barlow_twins_components(h, hp, *, nu):
     """W_ij = 2ν h_i'·h_j'/N²; R_i = N A / (ν Σ_{k≠i} h_i'·h_k'), A = I − (1−ν) diag(C).
 
+    R_i is diagonal and is returned as its diagonal, (N, D) (``ratio_diagonal``): N · D
+    floats, not N · D² (at N = 256, D = 8192 that is 8 MB instead of 69 GB).
     R_i is undefined (division by zero) where Σ_{k≠i} h_i'·h_k' = 0 exactly.
     """
     n, d = h.shape
@@ -249,10 +251,10 @@ def barlow_twins_components(h, hp, *, nu):
     gram = cosine_matrix(hp, hp)
     weight = jnp.where(off, 2.0 * nu * gram / n**2, 0.0)
     s = jnp.sum(jnp.where(off, gram, 0.0), axis=-1)
-    c_diag = jnp.diagonal(h.T @ hp / n)
-    a = jnp.diag(1.0 - (1.0 - nu) * c_diag)
-    ratio = (n / (nu * s))[:, None, None] * a[None, :, :]
-    return Components(jnp.ones((n,), h.dtype), weight, ratio, None, "h")
+    c_diag = jnp.sum(h * hp, axis=0) / n  # diag C, without forming the D×D C
+    a = 1.0 - (1.0 - nu) * c_diag  # the diagonal of A
+    ratio = (n / (nu * s))[:, None] * a[None, :]  # (N, D): R_i = diag(ratio[i])
+    return Components(jnp.ones((n,), h.dtype), weight, ratio, None, "h", ratio_diagonal=True)
 
 
 # --- Barlow Twins, seed 001's Pearson form (Eq. 2) -----------------------------------
