@@ -80,7 +80,18 @@ def check_angles(theta_pos, theta_neg):
 
 
 def check_param(loss_name: str, key: str, value, rule: str):
-    """Check one hyper-parameter against its rule; return it as a Python float."""
+    """Check one hyper-parameter against its rule; return it as a Python float.
+
+    A 0-d array counts as its number. A JAX tracer (a parameter under ``jax.grad``,
+    ``vmap`` or ``jit``, e.g. a learnable temperature) has no value to check yet: it must
+    be a real scalar and is passed through as it is.
+    """
+    if not _is_concrete(value):
+        if np.ndim(value) != 0 or not jax.numpy.issubdtype(value.dtype, jax.numpy.floating):
+            raise ValueError(f"{loss_name}: parameter {key!r} must be a real scalar; got {value!r}")
+        return value
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.ndim(value) == 0 and not isinstance(value, np.bool_):
+        value = np.asarray(value).item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{loss_name}: parameter {key!r} must be a real number; got {value!r}")
     value = float(value)

@@ -188,7 +188,7 @@ class Loss:
         return self.spec.name
 
     def __repr__(self) -> str:
-        ps = ", ".join(f"{k}={v:g}" for k, v in self.params.items())
+        ps = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}=<traced>" for k, v in self.params.items())
         sym = ", symmetric=True" if self.symmetric else ""
         return f"Loss({self.spec.name!r}{', ' if ps else ''}{ps}{sym})"
 
