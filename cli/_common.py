@@ -186,19 +186,6 @@ def _versions() -> dict[str, Any]:
     return meta
 
 
-def result_arrays(result) -> dict[str, np.ndarray]:
-    """A Result's arrays under the engine's names: axes, ``mean``, ``stderr``, ``mask``, extras."""
-    arrays: dict[str, np.ndarray] = {name: np.asarray(v) for name, v in result.coords.items()}
-    arrays["mean"] = np.asarray(result.mean)
-    if result.stderr is not None:
-        arrays["stderr"] = np.asarray(result.stderr)
-    if result.mask is not None:
-        arrays["mask"] = np.asarray(result.mask)
-    for name, v in result.extra.items():
-        arrays[name] = np.asarray(v)
-    return arrays
-
-
 class Writer:
     """Writes a command's outputs into ``out``: figures, ``.npz`` data and ``.json`` metadata, atomically."""
 
@@ -222,31 +209,39 @@ class Writer:
         self.written.extend(paths)
         return paths
 
-    def data(self, stem: str, arrays: Mapping[str, Any], *, result_meta: Mapping | None = None,
-             dims: Mapping | None = None, extra_meta: Mapping | None = None) -> tuple[Path, Path]:
-        from gradlab.io import save_json_atomic, save_npz_atomic
-
-        npz = save_npz_atomic(self.out / f"{stem}.npz", **{k: np.asarray(v) for k, v in arrays.items()})
-        meta = {
+    def _provenance(self, **more) -> dict[str, Any]:
+        return {
             "command_line": command_line(),
             "command": self.command,
             "parameters": self.parameters,
             "seed": self.parameters.get("seed"),
-            "arrays": {k: list(np.shape(v)) for k, v in arrays.items()},
-            "dims": dict(dims or {}),
             "wall_time_s": round(time.perf_counter() - self.start, 3),
             **_versions(),
-            "result_meta": dict(result_meta or {}),
-            **dict(extra_meta or {}),
+            **more,
         }
+
+    def data(self, stem: str, arrays: Mapping[str, Any], *, result_meta: Mapping | None = None,
+             dims: Mapping | None = None, extra_meta: Mapping | None = None) -> tuple[Path, Path]:
+        """Arrays that are not one Result (stacked panels, curves): flat ``.npz`` + ``.json``."""
+        from gradlab.io import save_json_atomic, save_npz_atomic
+
+        npz = save_npz_atomic(self.out / f"{stem}.npz", **{k: np.asarray(v) for k, v in arrays.items()})
+        meta = self._provenance(
+            arrays={k: list(np.shape(v)) for k, v in arrays.items()},
+            array_dims=dict(dims or {}),
+            result_meta=dict(result_meta or {}),
+            **dict(extra_meta or {}),
+        )
         js = save_json_atomic(self.out / f"{stem}.json", meta)
         self.written.extend([npz, js])
         return npz, js
 
     def result(self, stem: str, result, fig=None, **extra_meta) -> None:
+        """One Result: ``gradlab.io.Result.load(out / stem)`` reads it back; the JSON adds
+        the command line, parameters, seed, versions and wall time to the Result header."""
         self.figure(stem, fig)
-        dims = {"mean": list(result.dims), **{k: list(v) for k, v in result.extra_dims.items()}}
-        self.data(stem, result_arrays(result), result_meta=result.meta, dims=dims, extra_meta=extra_meta)
+        paths = result.save(self.out / stem, provenance=self._provenance(**extra_meta))
+        self.written.extend(paths)
 
     def report(self) -> None:
         for p in self.written:
@@ -257,7 +252,11 @@ def load_views(path: Path):
     """Read ``h`` and ``h_prime`` (N, D) from an .npz; one-line errors for anything unreadable."""
     path = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as data:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise fail(f"embeddings file {str(path)!r} must be an .npz holding arrays 'h' and 'h_prime' "
+                       f"(np.savez); got a single array")
+        with loaded as data:
             keys = set(data.files)
             if not {"h", "h_prime"} <= keys:
                 raise fail(f"embeddings file {str(path)!r} must hold arrays 'h' and 'h_prime'; found {sorted(keys)}")

@@ -1,4 +1,4 @@
-"""CLI plug-in: ``gradlab track EMB.npz`` and ``gradlab report LOG.jsonl`` (the training hook's side).
+"""CLI plug-in: ``gradlab track EMB.npz`` and ``gradlab report LOG`` (the training hook's side).
 
 Registered by ``cli/app.py`` through ``register(app)``. Top-level imports stay light:
 gradlab, JAX and matplotlib load inside the command bodies.
@@ -82,7 +82,7 @@ def track(
 
 
 def report_cmd(
-    log: Annotated[Path, typer.Argument(help="A JSON Lines log written by ParadigmMonitor.")],
+    log: Annotated[Path, typer.Argument(help="A log written by ParadigmMonitor: JSON Lines or CSV (told apart by content).")],
     out: Out = Path("."),
     fmt: Formats = None,
     no_plot: NoPlot = False,
@@ -90,14 +90,16 @@ def report_cmd(
 ):
     """Plot a monitor log over training steps (seed 000 Figs. 5, 7, 8, 9; seed 004's m_o / m_r).
 
-    Writes monitor_curves.png, monitor_lemma1.png (and monitor_cosines.png when the run
-    recorded histograms), monitor.npz (every series by its record name) and monitor.json.
+    Reads the JSON Lines or the CSV log (ParadigmMonitor(sink="run/monitor.csv")); both give the
+    same outputs. Writes monitor_curves.png, monitor_lemma1.png (and monitor_cosines.png
+    when the run recorded histograms), monitor.npz (every series by its record name) and
+    monitor.json. A file that is not a monitor log is a one-line error (exit code 2).
 
     Examples:
 
       gradlab report run/monitor.jsonl
 
-      gradlab report run/monitor.jsonl --out report/ --format pdf
+      gradlab report run/monitor.csv --out report/ --format pdf
     """
     from gradlab_cli._common import check_formats, check_out_dir, command_line
     from gradlab_cli.app import guard

@@ -130,6 +130,11 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, MemoryError) or "RESOURCE_EXHAUSTED" in text or "Out of memory" in text
+
+
 @contextlib.contextmanager
 def guard(debug: bool = False):
     """Translate library errors into one-line CLI errors (exit 2); ``--debug`` re-raises."""
@@ -149,6 +154,8 @@ def guard(debug: bool = False):
     except Exception as exc:  # noqa: BLE001 - never a traceback without --debug
         if debug:
             raise
+        if _out_of_memory(exc):
+            raise CLIError("out of memory for these sizes: reduce --grid, --batches or --batch-size") from None
         err = ClickException(f"internal error ({type(exc).__name__}): {_one_line(exc)}; rerun with --debug")
         err.exit_code = 1
         raise err from None
@@ -203,8 +210,10 @@ def _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, mu_pos_range, mu_
         if lo_v < 0 or hi_v > math.pi:
             raise fail(f"{name} must lie within [0, pi] (angles between unit vectors); got {lo_v:g} {hi_v:g}")
         ranges[name] = (lo_v, hi_v)
-    if seed < 0:
-        raise fail(f"--seed must be >= 0; got {seed}")
+    if not 0 <= seed <= 2**31 - 1:
+        raise fail(f"--seed must be in [0, 2**31 - 1]; got {seed}")
+    if batches * batch_size > 2**31 - 1:
+        raise fail(f"--batches × --batch-size must be below 2**31 (one cell's draws); got {batches} × {batch_size}")
     from gradlab.simulate import Protocol
 
     return Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos, sigma_neg=sigma_neg,
@@ -220,6 +229,12 @@ def _loss(name: str, params: dict):
 
 def _safe(name: str) -> str:
     return name.replace("+", "plus").replace("/", "_")
+
+
+def _param_tag(params: dict) -> str:
+    """The parameters given on the command line, for file names: ``_tau0.1_u0.174533``
+    (so that a sweep into one --out does not overwrite itself; defaults add nothing)."""
+    return "".join(f"_{k}{v:g}" for k, v in sorted(params.items()))
 
 
 def _writer(out, formats, no_plot, command, **parameters) -> Writer:
@@ -263,6 +278,10 @@ def heatmap(
     """
     with guard(debug):
         params = parse_params(param)
+        if exact and component is not Component.gd:
+            raise fail("--exact applies to --component gd only (quadrature of MPT, MET, MAT)")
+        if exact and mode is Mode.independent:
+            raise fail("--exact computes by quadrature: --mode does not apply")
         protocol = _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, mu_pos_range, mu_neg_range, seed, mode)
         the_loss = _loss(loss, params)
         writer = _writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
@@ -293,7 +312,8 @@ def heatmap(
                                    title=f"{plot.loss_title(the_loss.name)}: hardest negative's share (GD ≥ {gd_threshold:g})")
             else:
                 fig = plot.heatmap(result, quantity="norm", vmin=0, title=f"{plot.loss_title(the_loss.name)}: ‖∇^{part.value}‖ at the mean angles")
-        writer.result(f"heatmap_{_safe(the_loss.name)}_{comp}", result, fig)
+        variant = ("_neg" if comp == "norm" and part is Part.neg else "") + ("_exact" if exact else "")
+        writer.result(f"heatmap_{_safe(the_loss.name)}{_param_tag(params)}_{comp}{variant}", result, fig)
         writer.report()
 
 
@@ -375,6 +395,8 @@ def weight(
             raise fail(f"--tau must be > 0; got {bad[0]:g}")
         mp = parse_angle(mu_pos, "--mu-pos")
         params = parse_params(param)
+        if "tau" in params:
+            raise fail("weight sweeps τ with --tau; do not also give --param tau")
         protocol = _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, ("pi/20", "pi/2"), mu_neg_range, seed, mode)
         the_loss = _loss(loss, params)
         writer = _writer(out, fmt, no_plot, "weight", loss=the_loss.name, taus=taus, mu_pos=mp, gd_gate=gd_gate,
@@ -433,7 +455,7 @@ def lemma1(
         ratios = list(ratio) if ratio else [1.0, 1.25, 1.5, 1.75, 2.0]
         if not all(math.isfinite(r) for r in ratios):
             raise fail("--ratio must be finite")
-        law = alpha_law if alpha_law == "uniform" else parse_angle(alpha_law, "--alpha-law")
+        law = alpha_law if alpha_law == "uniform" else parse_angle(alpha_law, "--alpha-law ('uniform' or an angle)")
         protocol = _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, mu_pos_range, mu_neg_range, seed, mode)
         views = None
         if embeddings is not None:

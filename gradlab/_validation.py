@@ -16,6 +16,15 @@ def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
+def _check_finite(arr, name: str) -> None:
+    """ValueError naming the first non-finite entry of a concrete array (skipped when traced)."""
+    if _is_concrete(arr):
+        a = np.asarray(arr)
+        if not np.all(np.isfinite(a)):
+            bad = np.argwhere(~np.isfinite(a))[0]
+            raise ValueError(f"{name} has a non-finite entry at index {tuple(int(i) for i in bad)}")
+
+
 def check_pair(h, h_prime, *, min_n: int = 2, name: str = "h", name_prime: str = "h_prime"):
     """Validate two views of a batch: same (N, D) shape, N >= min_n, finite, no zero rows.
 
@@ -38,12 +47,9 @@ def check_pair(h, h_prime, *, min_n: int = 2, name: str = "h", name_prime: str =
     if h.shape[1] < 1:
         raise ValueError(f"embedding dimension D must be >= 1; got shape {tuple(h.shape)}")
     for arr, nm in ((h, name), (h_prime, name_prime)):
+        _check_finite(arr, nm)
         if _is_concrete(arr):
-            a = np.asarray(arr)
-            if not np.all(np.isfinite(a)):
-                bad = np.argwhere(~np.isfinite(a))[0]
-                raise ValueError(f"{nm} has a non-finite entry at index {tuple(int(i) for i in bad)}")
-            zero_rows = np.flatnonzero(~np.any(a != 0, axis=1))
+            zero_rows = np.flatnonzero(~np.any(np.asarray(arr) != 0, axis=1))
             if zero_rows.size:
                 raise ValueError(
                     f"{nm} has a zero vector at row {int(zero_rows[0])}: it cannot be normalized to the sphere"
@@ -76,6 +82,8 @@ def check_angles(theta_pos, theta_neg):
             f"theta_pos of shape (...,) must match the leading axes of theta_neg (..., N-1); "
             f"got {tuple(theta_pos.shape)} and {tuple(theta_neg.shape)}"
         )
+    _check_finite(theta_pos, "theta_pos")
+    _check_finite(theta_neg, "theta_neg")
     return theta_pos, theta_neg
 
 

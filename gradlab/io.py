@@ -49,7 +49,8 @@ __all__ = [
     "FORMAT_VERSION",
 ]
 
-FORMAT_VERSION = 1
+# 1: arrays under coord__ / extra__ prefixes (still read); 2: every array under its own name
+FORMAT_VERSION = 2
 
 PathLike = str | os.PathLike
 
@@ -263,6 +264,9 @@ class Result:
             arr = getattr(self, nm)
             if arr is not None and arr.shape != shape:
                 raise ValueError(f"{nm} has shape {arr.shape}; dims {self.dims} need {shape}")
+        named = {"mean", "stderr", "mask"} & set(self.coords)
+        if named:
+            raise ValueError(f"axes may not be named {sorted(named)}")
         reserved = {"mean", "stderr", "mask"} | set(self.coords)
         clash = reserved & set(self.extra)
         if clash:
@@ -327,21 +331,28 @@ class Result:
         return f"Result({what + ': ' if what else ''}{axes}{extra})"
 
     # --- files -------------------------------------------------------------------------
-    def save(self, stem: PathLike) -> tuple[Path, Path]:
-        """Write ``stem.npz`` and ``stem.json`` atomically; return both paths.
-
-        ``stem`` may carry a ``.npz`` / ``.json`` suffix; it is dropped.
-        """
-        base = _stem(stem)
-        npz_path = base.with_name(base.name + ".npz")
-        json_path = base.with_name(base.name + ".json")
-        arrays = {"mean": self.mean}
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array under its own name: the axes, ``mean``, ``stderr`` and ``mask`` (when
+        present) and the extras. This is the ``.npz`` layout: ``np.load(f)["mu_pos"]``."""
+        arrays = dict(self.coords)
+        arrays["mean"] = self.mean
         if self.stderr is not None:
             arrays["stderr"] = self.stderr
         if self.mask is not None:
             arrays["mask"] = self.mask
-        arrays.update({f"coord__{k}": v for k, v in self.coords.items()})
-        arrays.update({f"extra__{k}": v for k, v in self.extra.items()})
+        arrays.update(self.extra)
+        return arrays
+
+    def save(self, stem: PathLike, *, provenance: Mapping[str, Any] | None = None) -> tuple[Path, Path]:
+        """Write ``stem.npz`` and ``stem.json`` atomically; return both paths.
+
+        ``stem`` may carry a ``.npz`` / ``.json`` suffix; it is dropped. ``provenance``
+        adds top-level JSON keys (the CLI's command line, parameters, versions, ...); they
+        may not reuse the header's own keys.
+        """
+        base = _stem(stem)
+        npz_path = base.with_name(base.name + ".npz")
+        json_path = base.with_name(base.name + ".json")
         header = {
             "format": "gradlab.Result",
             "format_version": FORMAT_VERSION,
@@ -354,32 +365,45 @@ class Result:
             "npz": npz_path.name,
             "meta": self.meta,
         }
-        save_npz_atomic(npz_path, **arrays)
-        save_json_atomic(json_path, header)
+        clash = set(header) & set(provenance or {})
+        if clash:
+            raise ValueError(f"provenance may not reuse the header keys {sorted(clash)}")
+        save_npz_atomic(npz_path, **self.arrays())
+        save_json_atomic(json_path, {**header, **dict(provenance or {})})
         return npz_path, json_path
 
     @classmethod
     def load(cls, stem: PathLike) -> Result:
-        """Read a bundle written by ``save`` (``stem`` with or without suffix)."""
+        """Read a bundle written by ``save`` or by a ``gradlab`` command (``stem`` with or
+        without suffix)."""
         base = _stem(stem)
         json_path = base.with_name(base.name + ".json")
-        header = load_json(json_path)
+        try:
+            header = load_json(json_path)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{json_path} is not valid JSON ({exc})") from None
         if not isinstance(header, dict) or header.get("format") != "gradlab.Result":
             raise ValueError(f"{json_path} is not a gradlab Result header")
-        if header.get("format_version", 0) > FORMAT_VERSION:
-            raise ValueError(
-                f"{json_path} has format version {header['format_version']}; this gradlab reads <= {FORMAT_VERSION}"
-            )
+        version = header.get("format_version", 0)
+        if version > FORMAT_VERSION:
+            raise ValueError(f"{json_path} has format version {version}; this gradlab reads <= {FORMAT_VERSION}")
         npz_path = json_path.with_name(header.get("npz", base.name + ".npz"))
         with np.load(npz_path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
+        coord_key, extra_key = ("coord__{}", "extra__{}") if version < 2 else ("{}", "{}")
+
+        def get(key):
+            if key not in arrays:
+                raise ValueError(f"{npz_path} lacks the array {key!r} that {json_path.name} lists")
+            return arrays[key]
+
         return cls(
             dims=tuple(header["dims"]),
-            coords={k: arrays[f"coord__{k}"] for k in header["coords"]},
-            mean=arrays["mean"],
-            stderr=arrays.get("stderr") if header["has_stderr"] else None,
-            mask=arrays.get("mask") if header["has_mask"] else None,
-            extra={k: arrays[f"extra__{k}"] for k in header["extra"]},
+            coords={k: get(coord_key.format(k)) for k in header["coords"]},
+            mean=get("mean"),
+            stderr=get("stderr") if header["has_stderr"] else None,
+            mask=get("mask") if header["has_mask"] else None,
+            extra={k: get(extra_key.format(k)) for k in header["extra"]},
             extra_dims={k: tuple(v) for k, v in header.get("extra_dims", {}).items()},
             meta=header["meta"],
         )

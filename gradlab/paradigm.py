@@ -210,7 +210,17 @@ def decompose(
         )
     h = normalize(h)
     h_prime = normalize(h_prime)
-    g = anchor_gradient(per_anchor_fn, h, h_prime) if gradient is None else tangent_project(h, gradient)
+    if gradient is None:
+        out = jax.eval_shape(per_anchor_fn, h, h_prime)
+        if getattr(out, "shape", None) != (n,):
+            raise ValueError(
+                f"per_anchor_fn must return the (N,) = ({n},) per-anchor losses L_i; it returns shape "
+                f"{getattr(out, 'shape', type(out).__name__)}. For a registered loss pass loss.per_anchor; "
+                "for a batch-level objective pass gradient=jax.grad of it"
+            )
+        g = anchor_gradient(per_anchor_fn, h, h_prime)
+    else:
+        g = tangent_project(h, gradient)
     coef, residual = fit_paradigm(g, h, h_prime, negatives)
     eye = jnp.eye(n, dtype=bool)
     gd_weight = jnp.where(eye, 0.0, coef)

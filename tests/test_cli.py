@@ -74,7 +74,10 @@ def test_heatmap_defaults_call_gd_map_with_the_paper_protocol(tmp_path):
     assert meta["parameters"]["params"] == {"tau": 0.05, "u": pytest.approx(math.pi / 18)}
     for key in ("command_line", "gradlab_version", "jax_version", "device", "wall_time_s", "dims"):
         assert key in meta
-    assert meta["dims"]["mean"] == ["mu_pos", "mu_neg"]
+    assert meta["dims"] == ["mu_pos", "mu_neg"] and meta["format"] == "gradlab.Result"
+    from gradlab.io import Result
+
+    assert Result.load(tmp_path / "heatmap_arccon_gd") == fake_grid()  # a notebook reads it back whole
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary files left"
 
 
@@ -92,9 +95,9 @@ def test_heatmap_options_reach_the_library(tmp_path):
                     mu_neg_range=(0.3, 3.0), seed=4, mode="independent")
     rm.assert_called_once_with(get_loss("met", m=0.3), want, gd_threshold=0.1, progress=None)
     names = {p.name for p in tmp_path.iterdir()}
-    assert {"heatmap_met_ratio.pdf", "heatmap_met_ratio.svg", "heatmap_met_ratio.npz", "heatmap_met_ratio.json"} <= names
-    assert "heatmap_met_ratio.png" not in names
-    with np.load(tmp_path / "heatmap_met_ratio.npz") as data:
+    assert {"heatmap_met_m0.3_ratio.pdf", "heatmap_met_m0.3_ratio.svg", "heatmap_met_m0.3_ratio.npz", "heatmap_met_m0.3_ratio.json"} <= names
+    assert "heatmap_met_m0.3_ratio.png" not in names
+    with np.load(tmp_path / "heatmap_met_m0.3_ratio.npz") as data:
         assert "mask" in data.files
 
 
@@ -103,7 +106,7 @@ def test_heatmap_exact_and_no_plot(tmp_path):
         r = run("heatmap", "--loss", "mpt", "--exact", "--no-plot", "--out", tmp_path)
     assert r.exit_code == 0, r.output
     assert gd.call_args.kwargs["exact"] is True
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["heatmap_mpt_gd.json", "heatmap_mpt_gd.npz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["heatmap_mpt_gd_exact.json", "heatmap_mpt_gd_exact.npz"]
 
 
 def test_heatmap_norm_component_runs_for_real(tmp_path):
@@ -166,7 +169,7 @@ def test_lemma1_from_embeddings_uses_the_file(tmp_path):
     assert r.exit_code == 0, r.output
     md.assert_not_called()
     meta = json.loads((tmp_path / "o" / "lemma1_distribution.json").read_text())
-    assert meta["result_meta"]["source"] == "embeddings" and meta["result_meta"]["n_anchors"] == 40
+    assert meta["meta"]["source"] == "embeddings" and meta["meta"]["n_anchors"] == 40
     # the witness: r_low from lemma1_bounds on each anchor's hardest negative, by a plain loop
     from gradlab.lemma1 import lemma1_bounds
 
@@ -243,7 +246,7 @@ def test_figures_quick_one_id(tmp_path):
         (["heatmap", "--loss", "arccon", "--mu-pos-range", "-5", "10"], "must lie within [0, pi]"),
         (["weight", "--mu-pos", "-3"], "--mu-pos must lie within [0, pi]"),
         (["weight", "--mu-pos", "inf"], "--mu-pos: not a number"),
-        (["lemma1", "--alpha-law", "7"], "--alpha-law must lie within [0, pi]"),
+        (["lemma1", "--alpha-law", "7"], "--alpha-law ('uniform' or an angle) must lie within [0, pi]"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
@@ -333,3 +336,42 @@ def test_numbers_may_be_written_with_pi(text, value):
 def test_norms_accepts_a_parameter_of_any_requested_part(tmp_path):
     r = run("norms", "--loss", "uniform", "--param", "t=3", "--grid", 8, "--no-plot", "--out", tmp_path)
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (("heatmap", "--loss", "infonce", "--seed", 2**31), "--seed must be in [0, 2**31 - 1]"),
+    (("heatmap", "--loss", "infonce", "-N", 10**11, "--batches", 5), "below 2**31"),
+    (("heatmap", "--loss", "met", "--exact", "--component", "ratio"), "--exact applies to --component gd only"),
+    (("heatmap", "--loss", "met", "--exact", "--mode", "independent"), "--mode does not apply"),
+    (("weight", "--param", "tau=0.1", "--tau", "0.05"), "do not also give --param tau"),
+    (("lemma1", "--alpha-law", "bogus"), "'uniform' or an angle"),
+])
+def test_misuse_found_by_the_audit_gives_one_line_and_exit_2(args, message, tmp_path):
+    r = run(*args, "--out", tmp_path, "--no-plot")
+    assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_embeddings_given_as_npy_is_a_one_line_error(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((4, 3)))
+    r = run("lemma1", "--embeddings", tmp_path / "x.npy", "--out", tmp_path / "o", "--no-plot")
+    assert r.exit_code == 2 and "must be an .npz holding arrays 'h' and 'h_prime'" in r.output
+
+
+def test_out_of_memory_is_a_one_line_error(tmp_path):
+    with mock.patch("gradlab.simulate.gd_map", side_effect=MemoryError()):
+        r = run("heatmap", "--loss", "infonce", "--out", tmp_path, "--no-plot")
+    assert r.exit_code == 2 and "out of memory for these sizes" in r.output
+
+
+def test_variants_get_their_own_files(tmp_path):
+    # the exact map, a parameter sweep and the uniformity part never overwrite the defaults
+    with mock.patch("gradlab.simulate.gd_map", return_value=fake_grid()):
+        for extra in ((), ("--exact",), ("--param", "m=0.3"), ("--param", "m=0.3", "--exact")):
+            assert run("heatmap", "--loss", "met", *extra, "--out", tmp_path, "--no-plot").exit_code == 0
+    with mock.patch("gradlab_cli.app._norm_on_mu_grid", return_value=fake_grid()):
+        for part in ("pos", "neg"):
+            assert run("heatmap", "--loss", "dcl", "-c", "norm", "--part", part, "--out", tmp_path, "--no-plot").exit_code == 0
+    stems = sorted(p.stem for p in tmp_path.glob("*.npz"))
+    assert stems == ["heatmap_dcl_norm", "heatmap_dcl_norm_neg", "heatmap_met_gd", "heatmap_met_gd_exact",
+                     "heatmap_met_m0.3_gd", "heatmap_met_m0.3_gd_exact"]

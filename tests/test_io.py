@@ -97,6 +97,46 @@ def test_validation_names_the_problem(over, match):
         _result(**over)
 
 
+def test_npz_holds_every_array_under_its_own_name(tmp_path):
+    r = _result()
+    npz, js = r.save(tmp_path / "gd", provenance={"command_line": "gradlab heatmap", "seed": 7})
+    with np.load(npz) as data:  # a notebook needs no gradlab to read it
+        assert set(data.files) == {"mu_pos", "mu_neg", "mean", "stderr", "mask", "feasible", "hist", "bin"}
+        np.testing.assert_array_equal(data["mu_neg"], r.mu_neg)
+        np.testing.assert_array_equal(data["hist"], r.hist)
+    header = json.loads(js.read_text())
+    assert header["command_line"] == "gradlab heatmap" and header["format_version"] == gio.FORMAT_VERSION
+    assert Result.load(tmp_path / "gd") == r
+    with pytest.raises(ValueError, match="header keys"):
+        r.save(tmp_path / "x", provenance={"dims": []})
+    with pytest.raises(ValueError, match="axes may not be named"):
+        _result(dims=("mask",), coords={"mask": np.arange(3.0)}, mean=np.zeros(3), stderr=None, mask=None, extra={},
+                extra_dims={})
+
+
+def test_load_reads_format_version_1(tmp_path):
+    # version 1 kept axes and extras under coord__ / extra__ prefixes
+    r = _result()
+    np.savez(tmp_path / "old.npz", mean=r.mean, stderr=r.stderr, mask=r.mask,
+             **{f"coord__{k}": v for k, v in r.coords.items()}, **{f"extra__{k}": v for k, v in r.extra.items()})
+    header = {"format": "gradlab.Result", "format_version": 1, "dims": list(r.dims), "coords": list(r.coords),
+              "extra": list(r.extra), "extra_dims": {k: list(v) for k, v in r.extra_dims.items()},
+              "has_stderr": True, "has_mask": True, "npz": "old.npz", "meta": r.meta}
+    (tmp_path / "old.json").write_text(json.dumps(header))
+    assert Result.load(tmp_path / "old") == r
+
+
+def test_load_errors_name_the_file(tmp_path):
+    r = _result()
+    npz, js = r.save(tmp_path / "a")
+    np.savez(npz, mean=r.mean)  # the arrays the header lists are gone
+    with pytest.raises(ValueError, match="lacks the array 'mu_pos'"):
+        Result.load(tmp_path / "a")
+    js.write_text("{not json")
+    with pytest.raises(ValueError, match="a.json is not valid JSON"):
+        Result.load(tmp_path / "a")
+
+
 def test_load_rejects_foreign_json(tmp_path):
     (tmp_path / "a.json").write_text(json.dumps({"hello": 1}))
     with pytest.raises(ValueError, match="not a gradlab Result"):

@@ -182,7 +182,7 @@ def _bad_cases():
 def test_bad_input_gives_marked_record(case, tmp_path):
     h, hp, reason = _bad_cases()[case]
     log = tmp_path / "m.jsonl"
-    mon = _mon(sink=str(log))
+    mon = _mon(sink=[str(log), str(tmp_path / "m.csv")])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # not even a warning
         rec = mon.update(3, h, hp)
@@ -192,6 +192,7 @@ def test_bad_input_gives_marked_record(case, tmp_path):
     mon.close()
     (logged,) = read_log(log)
     assert logged["valid"] is False and logged["reason"] == rec["reason"] and logged["step"] == 3
+    assert read_log(tmp_path / "m.csv") == [logged]  # the CSV log reads back the same marked record
     # the next good batch is measured normally
     good = mon.update(4, *_batch())
     assert good["valid"]
@@ -272,6 +273,55 @@ def test_csv_sink_appends_and_keeps_header(tmp_path):
     assert rows[1]["valid"] == "False" and rows[1]["mu_pos"] == ""
     assert math.isclose(float(rows[0]["hardest_share/0.05"]), float(rows[2]["hardest_share/0.05"]))
     assert "lemma1_min_ratio/0.1/q50" in rows[0]
+
+
+def test_csv_append_safe_after_crash(tmp_path):
+    log, csv_log = tmp_path / "m.jsonl", tmp_path / "sub" / "m.csv"
+    h, hp = _batch()
+    mon = _mon(sink=[str(log), str(csv_log)])
+    for s in range(3):
+        mon.update(s, h, hp)
+    mon.close()
+    with open(csv_log, "a") as f:  # a crash mid-write: a truncated last row (inside a quoted list, too)
+        f.write('3,1700000000.5,True,,8,5,0.1,"[1.0, 2.')
+    assert [r["step"] for r in read_log(csv_log)] == [0, 1, 2]
+    with open(log, "a") as f:
+        f.write('{"step": 3, "mu_pos": 0.1')
+    mon2 = _mon(sink=[str(log), CSVSink(csv_log)])
+    mon2.update(4, h, hp)
+    mon2.close()
+    recs = read_log(csv_log)
+    assert [r["step"] for r in recs] == [0, 1, 2, 4]  # the cut row now sits mid-file: still only it is lost
+    assert recs == read_log(log)
+    assert recs[3]["mu_pos"] == recs[0]["mu_pos"] and recs[3]["valid"] is True
+
+
+def test_csv_sink_is_lossless(tmp_path):
+    path = tmp_path / "m.csv"
+    floats = [0.1 + 0.2, 1 / 3, 5e-324, 1e-300, -0.0, 1.7976931348623157e308, float(np.float32(0.7083474))]
+    rec = {"step": 2**53 + 1, "valid": False, "reason": 'line one\nline "two", three', "x": floats,
+           "y": {"a": float("nan"), "b": {"c": float("-inf"), "d": 2.5}}, "z": None, "n": 0, "t": 1.0}
+    sink = CSVSink(path)
+    sink(rec)
+    sink.close()
+    assert len(path.read_text().splitlines()) == 2  # header + one line per record, whatever the reason holds
+    (back,) = read_log(path)
+    assert back == {**rec, "reason": 'line one line "two", three', "y": {"a": None, "b": {"c": None, "d": 2.5}}}
+    assert math.copysign(1.0, back["x"][4]) == -1.0  # -0.0 kept its sign
+    assert type(back["step"]) is int and type(back["t"]) is float and type(back["n"]) is int
+
+
+def test_unflatten_inverts_flatten(expected):
+    from gradlab.monitor import flatten, unflatten
+
+    rec = json.loads(json.dumps(expected))  # as a log holds it
+    flat = flatten(rec)
+    assert "lemma1_min_ratio/0.1/q50" in flat and "gd_mean/infonce" in flat
+    assert unflatten(flat) == rec
+    assert unflatten({"a/b": 1, "a/c": "[1, null]", "r": "[not json", "s": "x"}) == \
+        {"a": {"b": 1, "c": [1, None]}, "r": "[not json", "s": "x"}
+    assert unflatten({"a": 1, "a/b": 2}) == {"a": 1, "a/b": 2}  # a value/group clash stays flat
+    assert unflatten({"a/b": 2, "a": 1}) == {"a": {"b": 2}}  # ... and never overwrites
 
 
 def test_failing_sink_warns_but_does_not_raise():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,12 +17,15 @@ N, D = 12, 6
 
 @pytest.fixture(scope="module")
 def run_log(tmp_path_factory):
-    """A small monitored 'run': positives drift closer to the anchors over 5 steps; one bad batch."""
+    """A small monitored 'run': positives drift closer to the anchors over 5 steps; one bad batch.
+
+    Logged twice by the same monitor: ``monitor.jsonl`` (returned) and ``monitor.csv`` beside it.
+    """
     d = tmp_path_factory.mktemp("run")
     log = d / "monitor.jsonl"
     rng = np.random.default_rng(0)
     h = rng.normal(size=(N, D)).astype(np.float32)
-    with ParadigmMonitor(**CFG, sink=str(log), histograms=True) as mon:
+    with ParadigmMonitor(**CFG, sink=[str(log), str(d / "monitor.csv")], histograms=True) as mon:
         for step in range(5):
             hp = h + (1.0 - 0.2 * step) * rng.normal(size=h.shape).astype(np.float32)
             mon.update(step * 10, h, hp)
@@ -30,6 +34,8 @@ def run_log(tmp_path_factory):
         mon.update(50, h, bad)
     with open(log, "a") as f:
         f.write('{"step": 60, "valid": tr')  # crash mid-write
+    with open(d / "monitor.csv", "a") as f:
+        f.write('60,1700000000.25,Tr')  # the same crash in the CSV log
     np.savez(d / "emb.npz", h=np.concatenate([h, h]), h_prime=np.concatenate([hp, hp]) + 0.01)
     return d, log
 
@@ -82,6 +88,88 @@ def test_report_errors(tmp_path):
         report(bad, tmp_path, formats=("jpg",))
 
 
+def _npz(path):
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}
+
+
+def test_csv_log_reads_as_the_jsonl_log(run_log):
+    d, log = run_log
+    recs, csv_recs = read_log(log), read_log(d / "monitor.csv")
+    assert len(recs) == 6 and [r["step"] for r in csv_recs] == [0, 10, 20, 30, 40, 50]
+    assert csv_recs == recs  # every value, bit for bit (floats are written with repr); the crash line skipped
+    ok, bad = csv_recs[0], csv_recs[-1]
+    assert ok["valid"] is True and ok["reason"] is None and ok["n"] == N and isinstance(ok["step"], int)
+    assert isinstance(ok["gd_mean"]["infonce"], float) and ok["gd_mean"]["infonce"] == recs[0]["gd_mean"]["infonce"]
+    assert ok["lemma1_min_ratio"]["0.5"].keys() == recs[0]["lemma1_min_ratio"]["0.5"].keys()
+    assert ok["histograms"]["cos_pos"] == recs[0]["histograms"]["cos_pos"] and sum(ok["histograms"]["cos_pos"]) == N
+    assert len(ok["histograms"]["edges_cos"]) == len(ok["histograms"]["cos_pos"]) + 1
+    # the bad batch comes back marked, with its reason and null statistics
+    assert bad["valid"] is False and "non-finite" in bad["reason"] and bad["reason"] == recs[-1]["reason"]
+    assert bad["mu_pos"] is None and bad["hardest_share"] == {"0.1": None, "0.05": None}
+    s_json, s_csv = log_series(recs), log_series(csv_recs)
+    assert list(s_csv) == list(s_json) and len(s_csv) > 30
+    for k in s_json:
+        np.testing.assert_array_equal(s_csv[k], s_json[k], err_msg=k)
+
+
+def test_report_from_csv_equals_report_from_jsonl(run_log, tmp_path):
+    d, log = run_log
+    meta_j = report(log, tmp_path / "j", formats=("png",))
+    meta_c = report(d / "monitor.csv", tmp_path / "c", formats=("png",))
+    assert [Path(p).name for p in meta_c["files"]] == [Path(p).name for p in meta_j["files"]]
+    assert "monitor_cosines.png" in [Path(p).name for p in meta_c["files"]]  # histograms read back too
+    assert meta_c["log_format"] == "csv" and meta_j["log_format"] == "jsonl"
+    for key in ("records", "valid", "invalid", "invalid_reasons", "steps", "losses", "taus", "lambdas", "series"):
+        assert meta_c[key] == meta_j[key], key
+    assert meta_c["records"] == 6 and meta_c["valid"] == 5 and meta_c["steps"] == [0, 40]
+    data_j, data_c = _npz(tmp_path / "j" / "monitor.npz"), _npz(tmp_path / "c" / "monitor.npz")
+    assert sorted(data_c) == sorted(data_j) and "histograms/cos_neg/last" in data_c
+    for k in data_j:
+        np.testing.assert_array_equal(data_c[k], data_j[k], err_msg=k)
+    np.testing.assert_array_equal(data_c["step"], [0, 10, 20, 30, 40])
+    assert data_c["mu_pos"][-1] < data_c["mu_pos"][0]
+    for name in ("monitor_curves.png", "monitor_lemma1.png", "monitor_cosines.png"):
+        assert (tmp_path / "c" / name).stat().st_size > 1000
+
+
+def test_report_rejects_a_file_that_is_not_a_log(run_log, tmp_path):
+    d, _ = run_log
+    with pytest.raises(ValueError, match=r"emb\.npz is not a monitor log \(JSON Lines or CSV\): it holds binary"):
+        report(d / "emb.npz", tmp_path)
+    latin1 = tmp_path / "notes.csv"
+    latin1.write_bytes("step,valid\n0,caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match="notes.csv is not a monitor log"):
+        read_log(latin1)
+    text = tmp_path / "notes.txt"
+    text.write_text("some notes\nabout a run\n")
+    with pytest.raises(ValueError, match="notes.txt is not a monitor log .*'step' column"):
+        report(text, tmp_path)
+    empty = tmp_path / "empty.csv"
+    empty.write_text("\n")
+    assert read_log(empty) == []
+    with pytest.raises(ValueError, match=r"no valid monitor record \(0 records read\)"):
+        report(empty, tmp_path)
+
+
+def test_csv_empty_cells_and_missing_columns_read_like_jsonl_missing_keys(tmp_path):
+    csv_log = tmp_path / "m.csv"
+    csv_log.write_text("step,valid,reason,mu_pos,ratio/met\n"
+                       "0,True,,0.5,\n"
+                       "1,True,,,1.2\n"
+                       '2,False,"h: cannot read a str, ""x""",,\n')
+    jsonl = tmp_path / "m.jsonl"
+    jsonl.write_text('{"step":0,"valid":true,"reason":null,"mu_pos":0.5,"ratio":{"met":null}}\n'
+                     '{"step":1,"valid":true,"reason":null,"mu_pos":null,"ratio":{"met":1.2}}\n'
+                     '{"step":2,"valid":false,"reason":"h: cannot read a str, \\"x\\"","mu_pos":null,"ratio":{"met":null}}\n')
+    assert read_log(csv_log) == read_log(jsonl)
+    assert read_log(csv_log)[2]["reason"] == 'h: cannot read a str, "x"'
+    s = log_series(read_log(csv_log))
+    np.testing.assert_array_equal(s["mu_pos"], [0.5, np.nan])
+    np.testing.assert_array_equal(s["ratio/met"], [np.nan, 1.2])
+    assert "gd_mean/infonce" not in s  # a column the header lacks is a missing key, as in JSON Lines
+
+
 def test_log_series_missing_values_are_nan():
     recs = [{"step": 0, "valid": True, "mu_pos": 0.5, "ratio": {"met": None}},
             {"step": 1, "valid": True, "mu_pos": None, "ratio": {"met": 1.2}}]
@@ -108,6 +196,34 @@ def test_cli_report(cli, run_log, tmp_path):
     assert str(tmp_path / "monitor.npz") in res.output
     meta = json.loads((tmp_path / "monitor.json").read_text())
     assert "report" in meta["command_line"]
+
+
+def test_cli_report_csv(cli, run_log, tmp_path):
+    runner, app = cli
+    d, log = run_log
+    res = runner.invoke(app, ["report", str(d / "monitor.csv"), "--out", str(tmp_path / "c"), "--no-plot"])
+    assert res.exit_code == 0, res.output
+    assert res.output.split() == [str(tmp_path / "c" / "monitor.npz"), str(tmp_path / "c" / "monitor.json")]
+    meta = json.loads((tmp_path / "c" / "monitor.json").read_text())
+    assert meta["log_format"] == "csv" and meta["valid"] == 5 and meta["invalid"] == 1
+    report(log, tmp_path / "j", plot=False)
+    data_c, data_j = _npz(tmp_path / "c" / "monitor.npz"), _npz(tmp_path / "j" / "monitor.npz")
+    assert sorted(data_c) == sorted(data_j)
+    for k in data_j:
+        np.testing.assert_array_equal(data_c[k], data_j[k], err_msg=k)
+
+
+def test_cli_report_binary_file_one_line(cli, tmp_path):
+    runner, app = cli
+    views = tmp_path / "views.npz"
+    np.savez(views, h=np.ones((4, 3)), h_prime=np.ones((4, 3)))
+    res = runner.invoke(app, ["report", str(views), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 2, res.output
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1, res.output
+    assert f"{views} is not a monitor log (JSON Lines or CSV)" in lines[0]
+    assert "codec" not in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "rep" / "monitor.npz").exists()
 
 
 def test_cli_report_errors_one_line(cli, tmp_path):

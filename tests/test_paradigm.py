@@ -112,6 +112,8 @@ def test_decompose_input_errors():
         gradlab.decompose(loss.per_anchor, *_batch(0, n=6, d=6))
     with pytest.raises(ValueError, match="negatives"):
         gradlab.decompose(loss.per_anchor, *_batch(0), negatives="both")
+    with pytest.raises(ValueError, match=r"returns shape \(\).*loss.per_anchor"):
+        gradlab.decompose(loss, *_batch(0))  # the loss object: a scalar mean, not (N,) L_i
 
 
 def test_components_is_a_pytree_that_jits():

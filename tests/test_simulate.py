@@ -69,6 +69,8 @@ def test_protocol_axes_and_validation():
         (dict(chunk=0), "chunk"),
         (dict(sigma_pos=-1.0), "sigma_pos"),
         (dict(mu_neg_range=(2.0, 1.0)), "mu_neg_range"),
+        (dict(seed=2**31), r"seed must be an int in \[0, 2\*\*31 - 1\]"),  # JAX takes int32 seeds
+        (dict(batches=2**20, batch_size=2**12), "below 2\\*\\*31"),
     ]:
         with pytest.raises(ValueError, match=match):
             Protocol(**bad)

@@ -198,3 +198,13 @@ def test_hyperparameters_vmap_and_arrays():
     seen = []
     jax.jit(lambda t: seen.append(repr(gradlab.get_loss("infonce", tau=t))) or t)(0.1)
     assert seen == ["Loss('infonce', tau=<traced>)"]
+
+
+def test_angle_form_rejects_non_finite_angles():
+    loss = gradlab.get_loss("arccon")
+    with pytest.raises(ValueError, match=r"theta_pos has a non-finite entry at index \(1,\)"):
+        loss.components_from_angles(np.array([0.3, np.nan]), np.full((2, 3), 1.0))
+    with pytest.raises(ValueError, match="theta_neg has a non-finite entry"):
+        loss.components_from_angles(np.array([0.3, 0.4]), np.array([[1.0, np.inf, 1.0], [1.0, 1.0, 1.0]]))
+    # traced angles are not checked (no values yet) and stay jit-friendly
+    assert jax.jit(loss.components_from_angles)(np.array([0.3]), np.full((1, 3), 1.0)).gd.shape == (1,)

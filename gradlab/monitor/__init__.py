@@ -2,8 +2,9 @@
 
 ``ParadigmMonitor`` measures each monitored batch (two views h, h_prime) in one
 jitted pass and appends a record to a JSON Lines / CSV log or any callable;
-``analyze`` gives the same statistics per batch on saved embeddings; ``report``
-turns a log into the curves (figures + data + metadata).
+``analyze`` gives the same statistics per batch on saved embeddings; ``read_log``
+reads either log format back into the same records, and ``report`` turns a log into
+the curves (figures + data + metadata).
 
 Importing this package does not import JAX, matplotlib, or any deep-learning framework.
 """
@@ -25,7 +26,10 @@ _LAZY = {
     "JSONLSink": "gradlab.monitor._sinks",
     "CSVSink": "gradlab.monitor._sinks",
     "read_log": "gradlab.monitor._sinks",
+    "iter_log": "gradlab.monitor._sinks",
+    "log_format": "gradlab.monitor._sinks",
     "flatten": "gradlab.monitor._sinks",
+    "unflatten": "gradlab.monitor._sinks",
     "to_array": "gradlab.monitor._convert",
     "report": "gradlab.monitor._report",
     "log_series": "gradlab.monitor._report",

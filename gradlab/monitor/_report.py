@@ -1,5 +1,8 @@
 """``report``: a monitor log turned into seed 000's Sec. 3.2 curves (figures + data + metadata).
 
+The log may be JSON Lines or CSV (``ParadigmMonitor(sink="run.csv")``): ``read_log``
+gives the same records from both, so the outputs of a run are the same either way.
+
 Figures (matplotlib's object API, no pyplot: headless-safe, no global backend change):
 
 * ``<prefix>_curves.<fmt>``: over training steps — μ_pos / μ_neg with ±σ bands and
@@ -31,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from gradlab.io import atomic_write_text, save_npz_atomic
-from gradlab.monitor._sinks import flatten, read_log
+from gradlab.monitor._sinks import flatten, log_format, read_log
 
 __all__ = ["report", "log_series", "track_figure"]
 
@@ -226,10 +229,11 @@ def _cosine_figure(first, last):
 
 def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", plot: bool = True,
            extra_meta: dict | None = None) -> dict:
-    """Plot a monitor log (JSON Lines) over training steps; write figures, data and metadata.
+    """Plot a monitor log (JSON Lines or CSV) over training steps; write figures, data and metadata.
 
     Args:
-      log_path: a JSON Lines log written by ``ParadigmMonitor`` (truncated lines are skipped).
+      log_path: a log written by ``ParadigmMonitor``, JSON Lines or CSV, told apart by its
+        content (see ``read_log``; truncated lines are skipped).
       out_dir: where to write (created if needed).
       formats: figure formats (``"png"``, ``"pdf"``, ``"svg"``).
       prefix: file-name prefix.
@@ -241,7 +245,8 @@ def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", 
 
     Raises:
       FileNotFoundError: the log does not exist.
-      ValueError: the log holds no valid record, or a format is unknown.
+      ValueError: the log holds no valid record, is not a monitor log (binary, or neither
+        JSON Lines nor CSV), or a figure format is unknown.
     """
     log_path = Path(log_path)
     if not log_path.is_file():
@@ -285,6 +290,7 @@ def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", 
     meta = {
         "kind": "gradlab monitor report",
         "source": str(log_path.resolve()),
+        "log_format": log_format(log_path),
         "records": len(records),
         "valid": len(valid),
         "invalid": sum(reasons.values()),

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 LAWS = ("normal", "reflected")
+_INT32_MAX = 2**31 - 1  # seeds, and the element count of one cell's draws, are int32 in JAX
 MODES = ("common", "independent")
 DTYPES = ("float32", "float64")
 
@@ -73,9 +74,12 @@ class Protocol:
             object.__setattr__(self, name, float(v))
         for name, low in (("batches", 1), ("batch_size", 2), ("seed", 0)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
-                raise ValueError(f"{name} must be an int >= {low}; got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not low <= v <= _INT32_MAX:
+                raise ValueError(f"{name} must be an int in [{low}, 2**31 - 1]; got {v!r}")
             object.__setattr__(self, name, int(v))
+        if self.batches * self.batch_size > _INT32_MAX:
+            raise ValueError(f"batches × batch_size (one cell's draws) must be below 2**31; got "
+                             f"{self.batches} × {self.batch_size}")
         if self.law not in LAWS:
             raise ValueError(f"law must be one of {LAWS}; got {self.law!r}")
         if self.mode not in MODES:
