@@ -232,9 +232,15 @@ def _safe(name: str) -> str:
 
 
 def _param_tag(params: dict) -> str:
-    """The parameters given on the command line, for file names: ``_tau0.1_u0.174533``
-    (so that a sweep into one --out does not overwrite itself; defaults add nothing)."""
-    return "".join(f"_{k}{v:g}" for k, v in sorted(params.items()))
+    """The parameters given on the command line, for file names: ``_tau0.1_u0.17453292519943295``
+    (so that a sweep into one --out does not overwrite itself; defaults add nothing). Short
+    ``%g`` text where it is exact, else the full ``repr``, so distinct values never share a name."""
+
+    def text(v: float) -> str:
+        short = f"{v:g}"
+        return (short if float(short) == v else repr(v)).replace("+", "")
+
+    return "".join(f"_{k}{text(v)}" for k, v in sorted(params.items()))
 
 
 def _writer(out, formats, no_plot, command, **parameters) -> Writer:
@@ -410,7 +416,7 @@ def weight(
             from gradlab import plot
 
             fig = plot.weight_share_curves(result)
-        writer.result(f"weight_{_safe(the_loss.name)}", result, fig)
+        writer.result(f"weight_{_safe(the_loss.name)}{_param_tag(params)}", result, fig)
         writer.report()
 
 
@@ -537,7 +543,7 @@ def norms(
                 from gradlab import plot
 
                 fig = plot.norm_maps(rs, ncols=min(4, len(rs)))
-            _write_panels(writer, f"norms_{p}", rs, fig)
+            _write_panels(writer, f"norms_{p}{_param_tag(params)}", rs, fig)
         writer.report()
 
 

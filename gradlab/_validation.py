@@ -18,11 +18,9 @@ def _is_concrete(x) -> bool:
 
 def _check_finite(arr, name: str) -> None:
     """ValueError naming the first non-finite entry of a concrete array (skipped when traced)."""
-    if _is_concrete(arr):
-        a = np.asarray(arr)
-        if not np.all(np.isfinite(a)):
-            bad = np.argwhere(~np.isfinite(a))[0]
-            raise ValueError(f"{name} has a non-finite entry at index {tuple(int(i) for i in bad)}")
+    if _is_concrete(arr) and not bool(jax.numpy.all(jax.numpy.isfinite(arr))):  # one bool to the host
+        bad = np.argwhere(~np.isfinite(np.asarray(arr)))[0]
+        raise ValueError(f"{name} has a non-finite entry at index {tuple(int(i) for i in bad)}")
 
 
 def check_pair(h, h_prime, *, min_n: int = 2, name: str = "h", name_prime: str = "h_prime"):
@@ -95,14 +93,18 @@ def check_param(loss_name: str, key: str, value, rule: str):
     be a real scalar and is passed through as it is.
     """
     if not _is_concrete(value):
-        if np.ndim(value) != 0 or not jax.numpy.issubdtype(value.dtype, jax.numpy.floating):
+        if np.ndim(value) != 0 or not (jax.numpy.issubdtype(value.dtype, jax.numpy.floating)
+                                       or jax.numpy.issubdtype(value.dtype, jax.numpy.integer)):
             raise ValueError(f"{loss_name}: parameter {key!r} must be a real scalar; got {value!r}")
-        return value
+        return value.astype(jax.numpy.result_type(float))  # an int sweep traces as float
     if isinstance(value, (np.ndarray, np.generic, jax.Array)) and np.ndim(value) == 0 and not isinstance(value, np.bool_):
         value = np.asarray(value).item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{loss_name}: parameter {key!r} must be a real number; got {value!r}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        raise ValueError(f"{loss_name}: parameter {key!r} is too large for a float; got {value!r}") from None
     if not np.isfinite(value):
         raise ValueError(f"{loss_name}: parameter {key!r} must be finite; got {value!r}")
     if rule == "positive" and not value > 0:

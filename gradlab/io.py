@@ -32,6 +32,7 @@ import json
 import math
 import os
 import tempfile
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -118,8 +119,18 @@ def atomic_write_text(path: PathLike, text: str, encoding: str = "utf-8") -> Pat
     return atomic_write_bytes(path, text.encode(encoding))
 
 
+def _write_npz(fh, arrays: Mapping[str, np.ndarray]) -> None:
+    """The ``np.savez`` file format (one ``NAME.npy`` per array in a zip), for any names:
+    ``np.savez(**arrays)`` cannot take an array called ``file`` or ``allow_pickle``."""
+    with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, arr in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, arr, allow_pickle=False)
+
+
 def save_npz_atomic(path: PathLike, **arrays: Any) -> Path:
-    """``np.savez`` to ``path`` atomically; the file name is used as given (no ``.npz`` added).
+    """Write ``.npz`` data (``np.load`` reads it) to ``path`` atomically; the file name is
+    used as given (no ``.npz`` added).
 
     Object arrays are refused (they would need pickle to load back).
     """
@@ -129,7 +140,7 @@ def save_npz_atomic(path: PathLike, **arrays: Any) -> Path:
         if arr.dtype == object:
             raise TypeError(f"array {key!r} has dtype object; only numeric/bool/str arrays can be saved")
         clean[key] = arr
-    return _atomic_write(path, lambda fh: np.savez(fh, **clean))
+    return _atomic_write(path, lambda fh: _write_npz(fh, clean))
 
 
 def _json_default(obj):
@@ -150,8 +161,11 @@ def save_json_atomic(path: PathLike, obj: Any, *, indent: int = 2) -> Path:
     Non-finite floats are written as the JSON extensions ``NaN`` / ``Infinity`` (Python's
     ``json`` reads them back).
     """
-    text = json.dumps(obj, indent=indent, default=_json_default, sort_keys=False)
-    return atomic_write_text(path, text + "\n")
+    return atomic_write_text(path, _json_text(obj, indent))
+
+
+def _json_text(obj: Any, indent: int = 2) -> str:
+    return json.dumps(obj, indent=indent, default=_json_default, sort_keys=False) + "\n"
 
 
 def load_json(path: PathLike) -> Any:
@@ -368,8 +382,9 @@ class Result:
         clash = set(header) & set(provenance or {})
         if clash:
             raise ValueError(f"provenance may not reuse the header keys {sorted(clash)}")
+        text = _json_text({**header, **dict(provenance or {})})  # fails before anything is written
         save_npz_atomic(npz_path, **self.arrays())
-        save_json_atomic(json_path, {**header, **dict(provenance or {})})
+        atomic_write_text(json_path, text)
         return npz_path, json_path
 
     @classmethod

@@ -372,6 +372,13 @@ def test_variants_get_their_own_files(tmp_path):
     with mock.patch("gradlab_cli.app._norm_on_mu_grid", return_value=fake_grid()):
         for part in ("pos", "neg"):
             assert run("heatmap", "--loss", "dcl", "-c", "norm", "--part", part, "--out", tmp_path, "--no-plot").exit_code == 0
+        # %g would give both of these "u0.174533"
+        for u in ("pi/18", "0.1745329"):
+            assert run("heatmap", "--loss", "arccon", "--param", f"u={u}", "--out", tmp_path, "--no-plot").exit_code == 0
+    assert {p.stem for p in tmp_path.glob("heatmap_arccon_*.npz")} == {
+        "heatmap_arccon_u0.17453292519943295_gd", "heatmap_arccon_u0.1745329_gd"}
+    for p in tmp_path.glob("heatmap_arccon_*"):
+        p.unlink()
     stems = sorted(p.stem for p in tmp_path.glob("*.npz"))
     assert stems == ["heatmap_dcl_norm", "heatmap_dcl_norm_neg", "heatmap_met_gd", "heatmap_met_gd_exact",
                      "heatmap_met_m0.3_gd", "heatmap_met_m0.3_gd_exact"]

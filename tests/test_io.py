@@ -114,6 +114,21 @@ def test_npz_holds_every_array_under_its_own_name(tmp_path):
                 extra_dims={})
 
 
+def test_any_array_name_saves_and_a_failed_save_writes_nothing(tmp_path):
+    # np.savez(**arrays) cannot take these names; the bundle must still round-trip
+    r = Result(dims=("file",), coords={"file": np.arange(3.0)}, mean=np.ones(3), extra={"allow_pickle": np.zeros(2)})
+    r.save(tmp_path / "odd")
+    assert Result.load(tmp_path / "odd") == r
+    with np.load(tmp_path / "odd.npz") as data:
+        assert set(data.files) == {"file", "mean", "allow_pickle"}
+    # unserializable provenance: the error comes before either file is touched
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    r2 = Result(dims=("file",), coords={"file": np.arange(3.0)}, mean=np.zeros(3))
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        r2.save(tmp_path / "odd", provenance={"obj": object()})
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
 def test_load_reads_format_version_1(tmp_path):
     # version 1 kept axes and extras under coord__ / extra__ prefixes
     r = _result()

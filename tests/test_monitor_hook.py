@@ -311,6 +311,20 @@ def test_csv_sink_is_lossless(tmp_path):
     assert type(back["step"]) is int and type(back["t"]) is float and type(back["n"]) is int
 
 
+def test_csv_log_with_huge_cells_and_a_cut_last_row(tmp_path):
+    path = tmp_path / "m.csv"
+    sink = CSVSink(path)
+    edges = [i / 7 for i in range(20_000)]  # one cell of ~400k characters (csv's default limit: 128k)
+    for step in range(3):
+        sink({"step": step, "edges": edges, "update_s": 0.123456789})
+    sink.close()
+    text = path.read_text()
+    assert len(text.splitlines()[1]) > 131_072
+    assert [r["step"] for r in read_log(path)] == [0, 1, 2] and read_log(path)[2]["edges"] == edges
+    path.write_text(text[:-4])  # a crash inside the last row's last cell
+    assert [r["step"] for r in read_log(path)] == [0, 1]  # the cut row is not read with a shortened value
+
+
 def test_unflatten_inverts_flatten(expected):
     from gradlab.monitor import flatten, unflatten
 

@@ -193,6 +193,10 @@ def test_hyperparameters_vmap_and_arrays():
     assert gradlab.get_loss("infonce", tau=jax.numpy.asarray(0.5)).params["tau"] == 0.5
     with pytest.raises(ValueError, match="must be > 0"):
         gradlab.get_loss("infonce", tau=jax.numpy.asarray(-1.0))
+    ints = jax.vmap(lambda t: gradlab.get_loss("mpt", m=t)(h, hp))(np.array([0, 1]))  # an int sweep
+    np.testing.assert_allclose(np.asarray(ints), [float(gradlab.get_loss("mpt", m=m)(h, hp)) for m in (0.0, 1.0)])
+    with pytest.raises(ValueError, match="too large for a float"):
+        gradlab.get_loss("infonce", tau=10**400)
     with pytest.raises(ValueError, match="real scalar"):
         jax.jit(lambda t: gradlab.get_loss("infonce", tau=t)(h, hp))(np.ones(3))
     seen = []

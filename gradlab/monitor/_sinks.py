@@ -268,10 +268,21 @@ def _csv_row(line: str) -> list[str] | None:
 
 
 def _iter_csv(f, path) -> Iterator[dict]:
+    limit = csv.field_size_limit()
+    csv.field_size_limit(2**31 - 1)  # a histogram cell may exceed the default 128 KiB
+    try:
+        yield from _csv_records(f, path)
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _csv_records(f, path) -> Iterator[dict]:
     header = None
     for line in f:
         if not line.strip():
             continue
+        if not line.endswith("\n"):
+            break  # the last line, cut short by a crash: its last cell may be incomplete
         if header is None:
             header = _csv_row(line)
             if not header or "step" not in header:
