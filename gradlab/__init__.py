@@ -7,8 +7,7 @@ Import is cheap: submodules (and JAX itself) load on first use of a public name.
 
 from __future__ import annotations
 
-import importlib
-
+from gradlab._lazy import attach
 from gradlab._version import __version__
 
 # public name -> module that defines it
@@ -28,17 +27,4 @@ _SUBMODULES = {"geometry", "losses", "paradigm", "simulate", "lemma1", "margins"
 __all__ = ["__version__", *sorted(_LAZY)]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    if name in _SUBMODULES:
-        module = importlib.import_module(f"gradlab.{name}")
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module 'gradlab' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__) | _SUBMODULES)
+__getattr__, __dir__ = attach(__name__, _LAZY, _SUBMODULES)

@@ -46,12 +46,9 @@ def check_pair(h, h_prime, *, min_n: int = 2, name: str = "h", name_prime: str =
         raise ValueError(f"embedding dimension D must be >= 1; got shape {tuple(h.shape)}")
     for arr, nm in ((h, name), (h_prime, name_prime)):
         _check_finite(arr, nm)
-        if _is_concrete(arr):
-            zero_rows = np.flatnonzero(~np.any(np.asarray(arr) != 0, axis=1))
-            if zero_rows.size:
-                raise ValueError(
-                    f"{nm} has a zero vector at row {int(zero_rows[0])}: it cannot be normalized to the sphere"
-                )
+        if _is_concrete(arr) and bool(jax.numpy.any(jax.numpy.all(arr == 0, axis=1))):  # one bool to the host
+            row = int(np.flatnonzero(~np.any(np.asarray(arr) != 0, axis=1))[0])
+            raise ValueError(f"{nm} has a zero vector at row {row}: it cannot be normalized to the sphere")
     return h, h_prime
 
 

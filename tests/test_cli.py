@@ -9,16 +9,9 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from gradlab_cli.app import app
-from typer.testing import CliRunner
 
 from gradlab.io import Result
-
-runner = CliRunner()
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
+from tests._cli import one_line_error, run
 
 
 def fake_grid(statistic="gd_map", loss="arccon", mask=False, extra=None, extra_dims=None, coords=None):
@@ -34,14 +27,6 @@ def fake_dist():
     return Result(dims=("lam",), coords={"lam": np.array([0.1])}, mean=np.array([0.9]),
                   extra={"histogram": np.ones((1, 6)) / 6, "bin_edges": np.linspace(-2, 4, 7),
                          "below": np.zeros(1), "feasible": np.ones(1)}, meta={"mu_pos": [0.5], "mu_neg": [1.0]})
-
-
-def one_line_error(result, code=2):
-    assert result.exit_code == code, (result.exit_code, result.output)
-    err = result.stderr.strip()
-    assert err.startswith("Error:") and "\n" not in err, err
-    assert "Traceback" not in result.output
-    return err
 
 
 def test_version_and_help_everywhere():

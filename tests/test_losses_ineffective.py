@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import gradlab
 from gradlab.geometry import normalize
 from gradlab.losses import Loss, get_spec
+from tests._batches import assert_paradigm_close, edge_batches, paradigm_scale
 from tests._batches import batch as _batch
 from tests._reference_effective import unit
 
@@ -46,14 +47,6 @@ SHAPES = [(2, 3), (5, 9)]
 
 
 # --- helpers -----------------------------------------------------------------------
-def _raw_scale(c):
-    """max_i of |GD_i| Σ_j |W_ij| (1 + |R_ij|) + |pull_i|: the size of the untangented paradigm vector."""
-    w = jnp.abs(c.weight)
-    r = jnp.max(jnp.abs(c.ratio), axis=-1)[:, None] if c.ratio_is_matrix else jnp.abs(c.ratio)
-    pull = 0.0 if c.pull is None else jnp.abs(c.pull)
-    return jnp.max(jnp.abs(c.gd) * jnp.sum(w * (1.0 + r), axis=-1) + pull)
-
-
 @functools.cache
 def _pair_fn(name):
     """jit: (h, hp, params) -> (tangential jax.grad, paradigm reconstruction, scale); params traced."""
@@ -65,30 +58,19 @@ def _pair_fn(name):
         return (
             loss.anchor_gradient(h, hp),
             loss.paradigm_gradient(h, hp),
-            _raw_scale(loss.components(h, hp)),
+            paradigm_scale(loss.components(h, hp)),
         )
 
     return f
 
 
 def _check_exact(name, h, hp, **params):
-    """max |jax.grad − paradigm| ≤ 1e-9 max |jax.grad| + 1e-13 × (size of the untangented gradient).
-
-    The second term is the rounding floor of a tangent projection: where the true
-    tangential gradient vanishes (identical or antipodal views), both sides are
-    rounding noise of that size.
-    """
+    """max |jax.grad − paradigm| within ``assert_paradigm_close``'s bound."""
     p = {**get_spec(name).defaults, **params}
     auto, par, scale = _pair_fn(name)(
         jnp.asarray(h), jnp.asarray(hp), {k: jnp.float64(v) for k, v in p.items()}
     )
-    auto, par = np.asarray(auto), np.asarray(par)
-    assert np.all(np.isfinite(auto)) and np.all(np.isfinite(par)) and np.isfinite(float(scale))
-    diff = np.abs(par - auto).max()
-    bound = 1e-9 * np.abs(auto).max() + 1e-13 * float(scale)
-    assert diff <= bound, (
-        f"{name} {p}: paradigm off by {diff:.3g} (bound {bound:.3g}, |g| {np.abs(auto).max():.3g})"
-    )
+    assert_paradigm_close(f"{name} {p}", auto, par, scale)
 
 
 # --- exactness: property tests and edges ---------------------------------------------------
@@ -104,24 +86,10 @@ def test_paradigm_is_exact_on_random_batches(name, data):
     _check_exact(name, h, hp, **params)
 
 
-def _edge_batches():
-    h, _ = _batch(5, 9, 11)
-    rng = np.random.default_rng(3)
-    tiny = 1e-7 * rng.normal(size=h.shape)
-    hn = unit(h)
-    return {
-        "theta_near_0": (h, hn + tiny),
-        "theta_near_pi": (h, -hn + tiny),
-        "identical_views": (h, h.copy()),
-        "antipodal_views": (h, -h),
-        "n_equals_2": _batch(2, 3, 4),
-    }
-
-
-@pytest.mark.parametrize("case", list(_edge_batches()))
+@pytest.mark.parametrize("case", list(edge_batches(5)))
 @pytest.mark.parametrize("name", EXACT)
 def test_paradigm_is_exact_at_the_edges(name, case):
-    h, hp = _edge_batches()[case]
+    h, hp = edge_batches(5)[case]
     _check_exact(name, h, hp)
 
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import gradlab
 from gradlab.geometry import normalize, tangent_project
 from gradlab.losses import Loss, get_spec
+from tests._batches import assert_paradigm_close, edge_batches, paradigm_scale
 from tests._batches import batch as _batch
 from tests._reference_effective import unit
 
@@ -32,11 +33,6 @@ PARAMS = {
     "tau": st.floats(1e-3, 10.0),
     "r": st.floats(0.0, 3.0),
 }
-
-
-def _raw_scale(c):
-    r = jnp.abs(c.ratio)
-    return jnp.max(jnp.abs(c.gd) * jnp.sum(jnp.abs(c.weight) * (1.0 + r), axis=-1))
 
 
 @functools.cache
@@ -54,7 +50,7 @@ def _pair_fn(name):
             loss.anchor_gradient(h, hp),
             loss.paradigm_gradient(h, hp),
             g_obj,
-            _raw_scale(c),
+            paradigm_scale(c),
             c.gd,
         )
 
@@ -67,20 +63,12 @@ def _run(name, h, hp, **params):
     return p, [np.asarray(x) for x in out]
 
 
-def _close(name, p, a, b, scale):
-    """max |a − b| ≤ 1e-9 max |a| + 1e-13 × (size of the untangented gradient: the rounding floor)."""
-    assert np.all(np.isfinite(a)) and np.all(np.isfinite(b))
-    diff = np.abs(a - b).max()
-    bound = 1e-9 * np.abs(a).max() + 1e-13 * float(scale)
-    assert diff <= bound, f"{name} {p}: off by {diff:.3g} (bound {bound:.3g})"
-
-
 def _check_exact(name, h, hp, **params):
     p, (auto, par, g_obj, scale, _) = _run(name, h, hp, **params)
-    _close(name, p, auto, par, scale)
+    assert_paradigm_close(f"{name} {p}", auto, par, scale)
     if name in GATED:
         # the training objective's gradient w.r.t. h_i is (1/N) × Eq. 16-19
-        _close(name + " objective", p, g_obj, par / h.shape[0], scale)
+        assert_paradigm_close(f"{name} objective {p}", g_obj, par / h.shape[0], scale)
 
 
 # --- exactness ------------------------------------------------------------------------
@@ -96,23 +84,10 @@ def test_paradigm_is_exact_on_random_batches(name, data):
     _check_exact(name, h, hp, **params)
 
 
-def _edge_batches():
-    h, _ = _batch(6, 9, 11)
-    tiny = 1e-7 * np.random.default_rng(3).normal(size=h.shape)
-    hn = unit(h)
-    return {
-        "theta_near_0": (h, hn + tiny),
-        "theta_near_pi": (h, -hn + tiny),
-        "identical_views": (h, h.copy()),
-        "antipodal_views": (h, -h),
-        "n_equals_2": _batch(2, 3, 4),
-    }
-
-
-@pytest.mark.parametrize("case", list(_edge_batches()))
+@pytest.mark.parametrize("case", list(edge_batches(6)))
 @pytest.mark.parametrize("name", ALL_MODIFIED)
 def test_paradigm_is_exact_at_the_edges(name, case):
-    h, hp = _edge_batches()[case]
+    h, hp = edge_batches(6)[case]
     _check_exact(name, h, hp)
 
 

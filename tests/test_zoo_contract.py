@@ -14,15 +14,13 @@ import pytest
 
 import gradlab
 from gradlab.losses import get_spec
+from tests._batches import batch
 
 ALL = gradlab.list_losses()
 
 
 def _batch(n=6, d=10, seed=0, dtype=np.float64):
-    rng = np.random.default_rng(seed)
-    h = rng.normal(size=(n, d))
-    hp = h + rng.normal(size=(n, d))
-    return h.astype(dtype), hp.astype(dtype)
+    return batch(n, d, seed, dtype=dtype)
 
 
 def _singular_batches(dtype):

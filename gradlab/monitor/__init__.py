@@ -11,7 +11,7 @@ Importing this package does not import JAX, matplotlib, or any deep-learning fra
 
 from __future__ import annotations
 
-import importlib
+from gradlab._lazy import attach
 
 _LAZY = {
     "ParadigmMonitor": "gradlab.monitor._monitor",
@@ -39,13 +39,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'gradlab.monitor' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = attach(__name__, _LAZY)

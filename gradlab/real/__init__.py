@@ -18,8 +18,7 @@ Public names:
 
 from __future__ import annotations
 
-import importlib
-
+from gradlab._lazy import attach
 from gradlab.real._deps import INSTALL_HINT as INSTALL_HINT
 
 _LAZY = {
@@ -51,13 +50,4 @@ ENCODERS = ("minilm", "light")
 __all__ = ["INSTALL_HINT", "ENCODERS", *sorted(_LAZY)]
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'gradlab.real' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = attach(__name__, _LAZY)

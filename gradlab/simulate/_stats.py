@@ -130,6 +130,12 @@ def _check_protocol(protocol) -> Protocol:
     return protocol
 
 
+def _grid_result(protocol: Protocol, mean, *, coords=None, **fields) -> Result:
+    """A Result on the protocol's (μ_pos, μ_neg) grid; ``coords`` adds axes of extra arrays."""
+    axes = {"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg, **(coords or {})}
+    return Result(dims=("mu_pos", "mu_neg"), coords=axes, mean=mean, **fields)
+
+
 def _stderr_out(se, count):
     return np.where(count > 1, se, np.nan)
 
@@ -180,13 +186,7 @@ def gd_map(loss, protocol: Protocol | None = None, *, exact: bool = False, metho
     stat = _stat(("gd", loss, kind, False), lambda: _gd_stat(loss, kind, False))
     out = run(stat, protocol, protocol.mu_pos, protocol.mu_neg, _params(loss, dtype), progress)
     mean, se, _ = out["gd"]
-    return Result(
-        dims=("mu_pos", "mu_neg"),
-        coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg},
-        mean=mean,
-        stderr=se,
-        meta=_meta("gd_map", protocol, loss, method=kind),
-    )
+    return _grid_result(protocol, mean, stderr=se, meta=_meta("gd_map", protocol, loss, method=kind))
 
 
 # --- ratio -----------------------------------------------------------------------------------
@@ -213,10 +213,9 @@ def ratio_map(loss, protocol: Protocol | None = None, *, gd_threshold: float = 0
     mean, se, _ = out["ratio"]
     gd, gd_se, _ = out["gd"]
     mask = (protocol.mu_pos[:, None] > protocol.mu_neg[None, :]) | (gd < gd_threshold)
-    return Result(
-        dims=("mu_pos", "mu_neg"),
-        coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg},
-        mean=mean,
+    return _grid_result(
+        protocol,
+        mean,
         stderr=se,
         mask=mask,
         extra={"gd": gd, "gd_stderr": gd_se},
@@ -389,10 +388,10 @@ def lemma1_map(
     mask = n_feas == 0
     sat, closer, disagree = (np.moveaxis(out[k][0], -1, 0) for k in ("satisfied", "sphere_closer", "sphere_disagree"))
     rdims = ("r", "mu_pos", "mu_neg")
-    return Result(
-        dims=("mu_pos", "mu_neg"),
-        coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg, "r": r},
-        mean=np.where(mask, np.nan, low),
+    return _grid_result(
+        protocol,
+        np.where(mask, np.nan, low),
+        coords={"r": r},
         stderr=np.where(mask, np.nan, _stderr_out(low_se, n_feas)),
         mask=mask,
         extra={"feasible": out["feasible"][0], "satisfied": sat, "sphere_closer": closer, "sphere_disagree": disagree},
