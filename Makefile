@@ -18,7 +18,7 @@ install: $(STAMP)
 real: $(STAMP)
 	PYTHON=$(PY) bash scripts/install_real.sh
 
-# The main job on its defaults: the ArcCon GD heatmap (seed 000, Fig. 2), written to out/.
+# The main job on its defaults: the ArcCon GD heatmap (Li et al. 2024, Fig. 2), written to out/.
 run: $(STAMP)
 	$(VENV)/bin/gradlab heatmap --loss arccon --out out
 

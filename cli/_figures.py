@@ -116,17 +116,17 @@ def _dict_arrays(d):
     return {k: np.asarray(v) for k, v in d.items()}
 
 
-def _s002_fig1(fid, writer, quick, seed):
+def _rho2023_fig1(fid, writer, quick, seed):
     from gradlab import margins, plot
 
     theta, q = _margin_axes(quick)
     d = margins.fig1_gradient_magnitudes(theta, q, tau=0.25, beta=1.0, dtype=np.float32)
     writer.figure(fid, plot.margin_gradients(d, tau=0.25, beta=1.0) if writer.plot else None)
     writer.data(fid, _dict_arrays(d), dims={"positive": ["theta", "q"], "negative": ["theta", "q"]},
-                extra_meta={"tau": 0.25, "beta": 1.0, "reference": "seed 002 Fig. 1, Eq. 14"})
+                extra_meta={"tau": 0.25, "beta": 1.0, "reference": "Rho et al. 2023 Fig. 1, Eq. 14"})
 
 
-def _s002_fig2(fid, writer, quick, seed):
+def _rho2023_fig2(fid, writer, quick, seed):
     from gradlab import margins, plot
 
     theta, q = _margin_axes(quick)
@@ -134,38 +134,38 @@ def _s002_fig2(fid, writer, quick, seed):
     writer.figure(fid, plot.margin_multipliers(d, tau=0.25, m1=0.4) if writer.plot else None)
     dims = {k: ["theta_pos", "q_pos"] for k in ("angular", "ratio_pos", "ratio_neg", "total_pos")}
     writer.data(fid, _dict_arrays(d), dims=dims,
-                extra_meta={"tau": 0.25, "beta": 1.0, "m1": 0.4, "reference": "seed 002 Fig. 2, Theorem 4.1"})
+                extra_meta={"tau": 0.25, "beta": 1.0, "m1": 0.4, "reference": "Rho et al. 2023 Fig. 2, Theorem 4.1"})
 
 
-def _s002_fig8(fid, writer, quick, seed):
+def _rho2023_fig8(fid, writer, quick, seed):
     from gradlab import margins, plot
 
     theta, q = _margin_axes(quick)
     d = margins.fig8_ratio_maps(theta, q, dtype=np.float32)
     writer.figure(fid, plot.margin_ratio_grid(d) if writer.plot else None)
     dims = {k: ["m1", "tau", "theta_pos", "q_pos"] for k in ("ratio_pos", "ratio_neg")}
-    writer.data(fid, _dict_arrays(d), dims=dims, extra_meta={"beta": 1.0, "reference": "seed 002 Fig. 8"})
+    writer.data(fid, _dict_arrays(d), dims=dims, extra_meta={"beta": 1.0, "reference": "Rho et al. 2023 Fig. 8"})
 
 
 FIGURES: dict[str, Figure] = {
-    "s000_fig2": Figure("seed 000 Fig. 2", "mean GD over (μ_pos, μ_neg), ArcCon and MET",
+    "li2024_fig2": Figure("Li et al. 2024 Fig. 2", "mean GD over (μ_pos, μ_neg), ArcCon and MET",
                         _gd(("arccon", "met"), "gradient dissipation: ArcCon and MET")),
-    "s000_fig10": Figure("seed 000 Fig. 10", "mean GD over (μ_pos, μ_neg), InfoNCE and MPT",
+    "li2024_fig10": Figure("Li et al. 2024 Fig. 10", "mean GD over (μ_pos, μ_neg), InfoNCE and MPT",
                          _gd(("infonce", "mpt"), "gradient dissipation: InfoNCE and MPT")),
-    "s000_fig3": Figure("seed 000 Fig. 3", "hardest negative's share of the weight vs μ_neg for six τ", _fig3),
-    "s000_fig4": Figure("seed 000 Fig. 4", "dynamic ratios of ArcCon, MET, MAT with the masks", _fig4),
-    "s000_fig8a": Figure("seed 000 Fig. 8(a), simulated", "distribution of Lemma 1's minimum ratio for four λ", _fig8a),
-    "s000_lemma1": Figure("seed 000 Lemma 1 (no paper figure)", "minimum-ratio map and satisfied fractions, λ = 0.1",
+    "li2024_fig3": Figure("Li et al. 2024 Fig. 3", "hardest negative's share of the weight vs μ_neg for six τ", _fig3),
+    "li2024_fig4": Figure("Li et al. 2024 Fig. 4", "dynamic ratios of ArcCon, MET, MAT with the masks", _fig4),
+    "li2024_fig8a": Figure("Li et al. 2024 Fig. 8(a), simulated", "distribution of Lemma 1's minimum ratio for four λ", _fig8a),
+    "li2024_lemma1": Figure("Li et al. 2024 Lemma 1 (no paper figure)", "minimum-ratio map and satisfied fractions, λ = 0.1",
                           _lemma1),
-    "s003_fig2a": Figure("seed 003 Fig. 2(a)", "alignment-part norms: InfoNCE for K = 64, 512, 4096, 32768; alignment; DCL",
+    "nie2023_fig2a": Figure("Nie et al. 2023 Fig. 2(a)", "alignment-part norms: InfoNCE for K = 64, 512, 4096, 32768; alignment; DCL",
                          _norms("pos", ("infonce", "align", "dcl"), ncols=3)),
-    "s003_fig2b": Figure("seed 003 Fig. 2(b)", "alignment-part norms of DCL+, MPT, MET, MAT",
+    "nie2023_fig2b": Figure("Nie et al. 2023 Fig. 2(b)", "alignment-part norms of DCL+, MPT, MET, MAT",
                          _norms("pos", ("dcl+", "mpt", "met", "mat"), ncols=4)),
-    "s003_fig4": Figure("seed 003 Fig. 4", "uniformity-part norms (one negative): InfoNCE ×4 K, uniformity, DCL, DCL+, MPT, MET, MAT",
+    "nie2023_fig4": Figure("Nie et al. 2023 Fig. 4", "uniformity-part norms (one negative): InfoNCE ×4 K, uniformity, DCL, DCL+, MPT, MET, MAT",
                         _norms("neg", ("infonce", "uniform", "dcl", "dcl+", "mpt", "met", "mat"), ncols=5)),
-    "s002_fig1": Figure("seed 002 Fig. 1", "gradient magnitudes without margins (β = 1, τ = 0.25)", _s002_fig1),
-    "s002_fig2": Figure("seed 002 Fig. 2", "angular-margin multipliers (β = 1, τ = 0.25, m1 = 0.4)", _s002_fig2),
-    "s002_fig8": Figure("seed 002 Fig. 8", "(p − βq)/(p − βq̃) for several m1 and τ", _s002_fig8),
+    "rho2023_fig1": Figure("Rho et al. 2023 Fig. 1", "gradient magnitudes without margins (β = 1, τ = 0.25)", _rho2023_fig1),
+    "rho2023_fig2": Figure("Rho et al. 2023 Fig. 2", "angular-margin multipliers (β = 1, τ = 0.25, m1 = 0.4)", _rho2023_fig2),
+    "rho2023_fig8": Figure("Rho et al. 2023 Fig. 8", "(p − βq)/(p − βq̃) for several m1 and τ", _rho2023_fig8),
 }
 
 

@@ -34,13 +34,13 @@ def track(
     batch_size: Annotated[int, typer.Option("--batch-size", "-N", help="N per batch (the paper: 128, App. A.2).")] = 128,
     tau: Annotated[list[float] | None, typer.Option("--tau", help="Temperature of the hardest-negative share (repeatable; default 0.3 0.1 0.05 0.03 0.01 0.005).")] = None,
     lam: Annotated[list[float] | None, typer.Option("--lambda", help="Lemma-1 step size λ (repeatable; default 0.1 0.5 1).")] = None,
-    margin: Annotated[float, typer.Option("--margin", help="Margin m of the baseline's GD gate (seed 000 Eq. 5).")] = 0.3,
+    margin: Annotated[float, typer.Option("--margin", help="Margin m of the baseline's GD gate (Li et al. 2024 Eq. 5).")] = 0.3,
     out: Out = Path("."),
     fmt: Formats = None,
     no_plot: NoPlot = False,
     debug: Debug = False,
 ):
-    """The monitor's statistics on saved embeddings, per batch of N (seed 000 Sec. 3.2, App. A.2).
+    """The monitor's statistics on saved embeddings, per batch of N (Li et al. 2024 Sec. 3.2, App. A.2).
 
     Writes track.npz (every per-batch statistic under its record name, e.g. 'mu_pos',
     'hardest_share/0.05', 'lemma1_min_ratio_per_anchor/0.1'), track.json and track.png
@@ -88,7 +88,7 @@ def report_cmd(
     no_plot: NoPlot = False,
     debug: Debug = False,
 ):
-    """Plot a monitor log over training steps (seed 000 Figs. 5, 7, 8, 9; seed 004's m_o / m_r).
+    """Plot a monitor log over training steps (Li et al. 2024 Figs. 5, 7, 8, 9; Zhang et al. 2022's m_o / m_r).
 
     Reads the JSON Lines or the CSV log (ParadigmMonitor(sink="run/monitor.csv")); both give the
     same outputs. Writes monitor_curves.png, monitor_lemma1.png (and monitor_cosines.png

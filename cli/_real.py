@@ -182,7 +182,7 @@ def train(
     lr: Annotated[float | None, typer.Option("--lr", help="Adam learning rate (default: 1e-3 light, 3e-5 minilm).")] = None,
     param: Annotated[list[str] | None, typer.Option("--param", "-p", help="Loss parameter KEY=VALUE (repeatable).")] = None,
     symmetric: Annotated[bool, typer.Option("--symmetric", help="Average both directions of the loss.")] = False,
-    transform: Annotated[str | None, typer.Option("--transform", help="Seed 002 gradient-scaling transform of InfoNCE: emphasize, curvature, ratio, attenuate_i, attenuate_ii, margins (its parameters via --param).")] = None,
+    transform: Annotated[str | None, typer.Option("--transform", help="Rho et al. 2023 gradient-scaling transform of InfoNCE: emphasize, curvature, ratio, attenuate_i, attenuate_ii, margins (its parameters via --param).")] = None,
     eval_every: Annotated[int, typer.Option("--eval-every", help="Steps between STS-B dev evaluations (0: at the end only).")] = 50,
     seed: Seed = 0,
     corpus: Annotated[str, typer.Option("--corpus", help="NewsArticles, News100, or a path (zip/CSV with a 'text' column, .txt file, directory of .txt).")] = "NewsArticles",

@@ -91,7 +91,7 @@ app = typer.Typer(
     help="gradlab: the GD / W / R gradient paradigm of contrastive losses, as an instrument.\n\n"
     "Examples:\n\n"
     "\b\n"
-    "  gradlab heatmap --loss arccon        # seed 000 Fig. 2 (GD map)\n"
+    "  gradlab heatmap --loss arccon        # Li et al. 2024 Fig. 2 (GD map)\n"
     "  gradlab lemma1 --lambda 0.1          # Lemma 1 map + distribution\n"
     "  gradlab figures --out figures/       # every paper figure\n"
     "  gradlab losses                       # the registry",
@@ -251,7 +251,7 @@ def _writer(out, formats, no_plot, command, **parameters) -> Writer:
 @app.command(context_settings=CONTEXT)
 def heatmap(
     loss: Annotated[str, typer.Option("--loss", "-l", help="A registered loss (see 'gradlab losses').")],
-    component: Annotated[Component, typer.Option("--component", "-c", help="gd (Figs. 2, 10), ratio (Fig. 4), weight (hardest-negative share where GD >= --gd-threshold) or norm (seed 003's closed-form norm at the mean angles).")] = Component.gd,
+    component: Annotated[Component, typer.Option("--component", "-c", help="gd (Figs. 2, 10), ratio (Fig. 4), weight (hardest-negative share where GD >= --gd-threshold) or norm (Nie et al. 2023's closed-form norm at the mean angles).")] = Component.gd,
     grid: Grid = 100,
     batches: Batches = 1000,
     batch_size: BatchSize = 128,
@@ -270,7 +270,7 @@ def heatmap(
     no_plot: NoPlot = False,
     debug: Debug = False,
 ):
-    """A (μ_pos, μ_neg) map of one paradigm component of any loss (seed 000 Figs. 2, 4, 10).
+    """A (μ_pos, μ_neg) map of one paradigm component of any loss (Li et al. 2024 Figs. 2, 4, 10).
 
     Examples:
 
@@ -348,7 +348,7 @@ def _weight_map(loss, protocol, gd_gate, progress):
 
 
 def _norm_on_mu_grid(loss, protocol, part):
-    """Seed 003's closed-form gradient norm at θ_ii' = μ_pos, θ_ij' = μ_neg, K = N − 1 negatives."""
+    """Nie et al. 2023's closed-form gradient norm at θ_ii' = μ_pos, θ_ij' = μ_neg, K = N − 1 negatives."""
     import numpy as np
 
     from gradlab import norms
@@ -386,7 +386,7 @@ def weight(
     no_plot: NoPlot = False,
     debug: Debug = False,
 ):
-    """The hardest negative's share of the weight vs μ_neg, one curve per τ (seed 000 Fig. 3).
+    """The hardest negative's share of the weight vs μ_neg, one curve per τ (Li et al. 2024 Fig. 3).
 
     Examples:
 
@@ -443,7 +443,7 @@ def lemma1(
     no_plot: NoPlot = False,
     debug: Debug = False,
 ):
-    """Lemma 1 (seed 000): minimum-ratio map, satisfied fractions, and the distribution (Fig. 8a).
+    """Lemma 1 (Li et al. 2024): minimum-ratio map, satisfied fractions, and the distribution (Fig. 8a).
 
     Examples:
 
@@ -511,7 +511,7 @@ def norms(
     no_plot: NoPlot = False,
     debug: Debug = False,
 ):
-    """Seed 003's gradient-norm maps over θ_ii' × θ_ij' (Eqs. 7–9, 16–22; Figs. 2 and 4).
+    """Nie et al. 2023's gradient-norm maps over θ_ii' × θ_ij' (Eqs. 7–9, 16–22; Figs. 2 and 4).
 
     Examples:
 
@@ -593,7 +593,7 @@ def losses(
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
     debug: Debug = False,
 ):
-    """The loss registry as a table: name, family, parameters, GD / W / R in words (seed 000 Tables 1–2).
+    """The loss registry as a table: name, family, parameters, GD / W / R in words (Li et al. 2024 Tables 1–2).
 
     Examples:
 
@@ -638,7 +638,7 @@ def figures(
     seed: Seed = 0,
     debug: Debug = False,
 ):
-    """Regenerate every paper figure (seed 000, 003, 002) with its data and metadata.
+    """Regenerate every paper figure (Li et al. 2024, 003, 002) with its data and metadata.
 
     Examples:
 
@@ -646,7 +646,7 @@ def figures(
 
       gradlab figures --quick --out /tmp/figs
 
-      gradlab figures --only s000_fig2 --only s003_fig4
+      gradlab figures --only li2024_fig2 --only nie2023_fig4
     """
     with guard(debug):
         from gradlab_cli._figures import FIGURES, build

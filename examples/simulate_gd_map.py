@@ -1,4 +1,4 @@
-"""Simulate seed 000's gradient-dissipation map for a loss, compare with quadrature, save, reload.
+"""Simulate Li et al. 2024's gradient-dissipation map for a loss, compare with quadrature, save, reload.
 
 Run: python examples/simulate_gd_map.py  (about ten seconds on a laptop CPU)
 """
@@ -10,7 +10,7 @@ import gradlab
 from gradlab import simulate
 from gradlab.io import Result
 
-# The paper's protocol (seed 000 App. A.1): 100 x 100 (mu_pos, mu_neg) cells, 1,000 batches
+# The paper's protocol (Li et al. 2024 App. A.1): 100 x 100 (mu_pos, mu_neg) cells, 1,000 batches
 # of 1 positive + 127 negatives each; common random numbers make the map smooth.
 protocol = simulate.Protocol()
 met = gradlab.get_loss("met", m=0.45)

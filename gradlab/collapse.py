@@ -1,4 +1,4 @@
-"""Seed 004: the center / residual decomposition of l2-normalized embeddings, a collapse alarm.
+"""Zhang et al. 2022: the center / residual decomposition of l2-normalized embeddings, a collapse alarm.
 
 For a batch Z of M l2-normalized embeddings (rows), the center vector is the batch
 mean and the residuals are what is left of each row:
@@ -10,7 +10,7 @@ With unit rows ‖z‖ = 1, so m_o = ‖o‖ and m_r is the mean residual norm o
 batch. Collapse (every row equal to o) drives m_o → 1 and m_r → 0. Since
 ‖o‖² + mean_m ‖r_m‖² = 1 exactly for unit rows, m_r ≤ √(1 − m_o²).
 
-The extra gradient G_e (seed 004, Sec. 3.2–3.5) splits the same way: a gradient
+The extra gradient G_e (Zhang et al. 2022, Sec. 3.2–3.5) splits the same way: a gradient
 that is a linear combination Σ_k a_k Z_k of batch vectors has center part
 (Σ_k a_k) o and residual part Σ_k a_k r_k. For InfoNCE, G_e = −Σ_k λ_k Z_k with
 λ = softmax over all keys (positive included), so o_e = −o and r_e = −Σ_k λ_k r_k.
@@ -66,7 +66,7 @@ def center_residual(z: ArrayLike, *, normalized: bool = False) -> tuple[Array, A
 
 
 def collapse_ratios(z: ArrayLike, *, normalized: bool = False) -> tuple[Array, Array]:
-    """Seed 004's m_o = ‖o‖/‖z‖ and m_r = ‖r‖/‖z‖ for a batch (both scalars).
+    """Zhang et al. 2022's m_o = ‖o‖/‖z‖ and m_r = ‖r‖/‖z‖ for a batch (both scalars).
 
     Per-row ratios are averaged over the batch; with unit rows (‖z_m‖ = 1) this is
     m_o = ‖o‖ and m_r = mean_m ‖r_m‖.
@@ -86,7 +86,7 @@ def combination_split(coeffs: ArrayLike, z: ArrayLike, *, normalized: bool = Fal
     """Center and residual parts of vectors that are linear combinations of the batch.
 
     For G_n = Σ_k a_nk Z_k, returns o_n = (Σ_k a_nk) o and r_n = Σ_k a_nk r_k, so
-    that G = o + r exactly (seed 004's G_e = o_e + r_e).
+    that G = o + r exactly (Zhang et al. 2022's G_e = o_e + r_e).
 
     Args:
       coeffs: (..., M) combination coefficients a.
@@ -108,7 +108,7 @@ def combination_split(coeffs: ArrayLike, z: ArrayLike, *, normalized: bool = Fal
 
 
 def infonce_extra_gradient(h: ArrayLike, h_prime: ArrayLike, *, tau: float = 0.05):
-    """Seed 004's extra gradient of InfoNCE and its split, per anchor.
+    """Zhang et al. 2022's extra gradient of InfoNCE and its split, per anchor.
 
     With λ_ik = softmax_k(h_i·h_k'/τ) over all N keys (the positive k = i included),
     the negative gradient on h_i is ∝ h_i' + G_e with G_e,i = −Σ_k λ_ik h_k';

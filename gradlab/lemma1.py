@@ -1,4 +1,4 @@
-"""Lemma 1 of seed 000 (Sec. 3.1.3, App. C): when does a step bring the anchor closer to its positive?
+"""Lemma 1 of Li et al. 2024 (Sec. 3.1.3, App. C): when does a step bring the anchor closer to its positive?
 
 On the tangent plane at h_i, with s = sin θ_ii', t = sin θ_ij' and α the angle between
 the planes O h_i h_i' and O h_i h_j', the step λ (r h_i' − h_j') does not increase the
@@ -7,7 +7,7 @@ anchor–positive distance exactly when r lies in [r_low, r_high]:
     r = 1/λ + t cos α / s ∓ √(s² − λ² t² sin²α) / (λ s)
 
 which needs s² ≥ λ² t² sin²α. The paper states only the lower end; both ends and the
-feasibility condition are the two roots of the same quadratic (formulas.md §6).
+feasibility condition are the two roots of the same quadratic (docs/formulas.md §6).
 """
 
 from __future__ import annotations

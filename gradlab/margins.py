@@ -1,4 +1,4 @@
-"""Seed 002 ("Understanding contrastive learning through the lens of margins"): the analysis.
+"""Rho et al. 2023 ("Understanding contrastive learning through the lens of margins"): the analysis.
 
 One anchor i, one positive l (target p_il = 1) and negatives h (p_ih = 0); angles θ_ij,
 temperature τ, β of Eq. 3, angular margin m1 and subtractive margin m2 (Eq. 4):
@@ -21,7 +21,7 @@ Angle-form conventions follow ``Loss.components_from_angles``: ``theta_pos`` (..
 the anchor–positive angle, ``theta_neg`` (..., M) the anchor–negative angles (every entry
 a negative; the positive is not repeated among them).
 
-Typos / readings of seed 002 (see also formulas.md §7):
+Typos / readings of Rho et al. 2023 (see also docs/formulas.md §7):
 
 * Lemma 4.2's statement writes q_il in its last expression; the proof (Eqs. 18–26) and
   the algebra need the margin-free q̃_il: (e^{δ̃_il}/q̃_il)/(e^{δ_il} + e^{δ̃_il}(1/q̃_il − 1)).
@@ -102,7 +102,7 @@ def _check_tau_beta(tau, beta):
 
 # --- logits, probabilities, the angle gradient (Eqs. 2, 4, 14, 15) -----------------------------
 def margin_logits(theta: ArrayLike, p: ArrayLike, *, tau: float, m1: float = 0.0, m2: float = 0.0) -> Array:
-    """δ_ij = (cos(θ_ij + m1 p_ij) − m2 p_ij)/τ (seed 002 Eq. 4, Algorithm 2); m1 = m2 = 0 gives Eq. 2.
+    """δ_ij = (cos(θ_ij + m1 p_ij) − m2 p_ij)/τ (Rho et al. 2023 Eq. 4, Algorithm 2); m1 = m2 = 0 gives Eq. 2.
 
     Args:
       theta: angles θ_ij, shape (..., K).
@@ -136,7 +136,7 @@ def probabilities(theta_pos, theta_neg, *, tau: float, m1: float = 0.0, m2: floa
 
 
 def angle_gradient(theta_pos, theta_neg, *, tau: float, beta: float = 1.0, m1: float = 0.0, m2: float = 0.0):
-    """∂L_i/∂θ_ij = (p_ij − β q_ij) sin(θ_ij + m1 p_ij)/τ (seed 002 Eq. 15; Eq. 14 at m1 = m2 = 0).
+    """∂L_i/∂θ_ij = (p_ij − β q_ij) sin(θ_ij + m1 p_ij)/τ (Rho et al. 2023 Eq. 15; Eq. 14 at m1 = m2 = 0).
 
     Args:
       theta_pos: θ_il, shape (...,).
@@ -235,7 +235,7 @@ def lemma42_ratio(theta_pos, theta_neg, *, tau: float, m1: float = 0.0, m2: floa
 
 
 def eta(theta_pos: ArrayLike, *, tau: float, m1: float = 0.0, m2: float = 0.0) -> Array:
-    """η_il = exp((cos(θ_il + m1) − cos θ_il − m2)/τ) = e^{δ_il}/e^{δ̃_il} (seed 002 App. A.3, Eq. 31)."""
+    """η_il = exp((cos(θ_il + m1) − cos θ_il − m2)/τ) = e^{δ_il}/e^{δ̃_il} (Rho et al. 2023 App. A.3, Eq. 31)."""
     theta_pos = _float(theta_pos)
     return jnp.exp((jnp.cos(theta_pos + m1) - jnp.cos(theta_pos) - m2) / tau)
 
@@ -303,7 +303,7 @@ def _grid2(theta_grid, q_grid, dtype):
 
 def fig1_gradient_magnitudes(theta_grid: ArrayLike, q_grid: ArrayLike, *, tau: float = 0.25, beta: float = 1.0,
                              dtype=None) -> dict[str, Array]:
-    """Seed 002 Fig. 1: |∂L̃_i/∂θ_ij| without margins (Eq. 14) over angle × estimated probability.
+    """Rho et al. 2023 Fig. 1: |∂L̃_i/∂θ_ij| without margins (Eq. 14) over angle × estimated probability.
 
     The paper plots two maps (β = 1, τ = 0.25): for a positive, |1 − β q⁺| sin θ⁺/τ over
     (θ⁺, q⁺); for a negative, β q⁻ sin θ⁻/τ over (θ⁻, q⁻). Both vanish as q approaches
@@ -326,7 +326,7 @@ def fig1_gradient_magnitudes(theta_grid: ArrayLike, q_grid: ArrayLike, *, tau: f
 
 def fig2_margin_multipliers(theta_pos_grid: ArrayLike, q_pos_grid: ArrayLike, *, tau: float = 0.25,
                             beta: float = 1.0, m1: float = 0.4, m2: float = 0.0, dtype=None) -> dict[str, Array]:
-    """Seed 002 Fig. 2: the two Theorem-4.1 multipliers of the angular margin over (θ⁺, q̃⁺).
+    """Rho et al. 2023 Fig. 2: the two Theorem-4.1 multipliers of the angular margin over (θ⁺, q̃⁺).
 
     The paper (β = 1, τ = 0.25, m1 = 0.4) shows left the factor that applies to positives
     only, sin(θ⁺ + m1)/sin θ⁺, and right the factor on positives and negatives,
@@ -356,7 +356,7 @@ FIG8_TAU = (0.1, 0.25, 0.5)
 
 def fig8_ratio_maps(theta_pos_grid: ArrayLike, q_pos_grid: ArrayLike, *, m1_values=FIG8_M1, tau_values=FIG8_TAU,
                     beta: float = 1.0, m2: float = 0.0, dtype=None) -> dict[str, Array]:
-    """Seed 002 Fig. 8 (App. B): (p − βq)/(p − βq̃) over (θ⁺, q̃⁺) for several m1 and τ.
+    """Rho et al. 2023 Fig. 8 (App. B): (p − βq)/(p − βq̃) over (θ⁺, q̃⁺) for several m1 and τ.
 
     The paper's panels vary m1 and τ; its text does not list the values, so the defaults
     are ours: m1 ∈ {0.2, 0.4, 0.8, 1.6} (the m1 of Sec. 5.4 / Table 8) and τ ∈ {0.1, 0.25,
@@ -391,7 +391,7 @@ def gradient_magnitudes_over_angles(theta_pos_grid: ArrayLike, theta_neg_grid: A
 
     The concrete-configuration counterpart of Figs. 1–2: the probabilities are not free
     axes but follow from the angles, q̃⁺ = e^{cos θ⁺/τ} / (e^{cos θ⁺/τ} + n e^{cos θ⁻/τ}).
-    Default n_neg = 255 (batch 256, seed 002 App. C.1).
+    Default n_neg = 255 (batch 256, Rho et al. 2023 App. C.1).
 
     Args:
       theta_pos_grid: (T,); theta_neg_grid: (U,); tau, beta, m1, m2: Eq. 5.
@@ -576,7 +576,7 @@ class GradientTransform:
     def angle_gradient(self, theta_pos: ArrayLike, theta_neg: ArrayLike):
         """The transformed gradient in closed form: ∂L/∂θ_ij = (p_ij − β q̃_ij) w_ij sin θ_ij/τ.
 
-        For ``margins``: seed 002 Eq. 15 with the transform's m1, m2. Returns
+        For ``margins``: Rho et al. 2023 Eq. 15 with the transform's m1, m2. Returns
         ``(g_pos (...,), g_neg (..., M))``.
         """
         if self.name == "margins":
@@ -641,7 +641,7 @@ def apply_transform(name: str, *, tau: float = 0.25, beta: float = 1.0, symmetri
                     **params: Any) -> GradientTransform:
     """A seed-002 gradient transform, ready for a JAX training loop.
 
-    Names and parameters (defaults: SimCLR on CIFAR-10 in seed 002's App. C tables):
+    Names and parameters (defaults: SimCLR on CIFAR-10 in Rho et al. 2023's App. C tables):
 
     * ``"none"`` — Algorithm 1: δ = cos θ/τ (InfoNCE with β).
     * ``"margins"`` (m1 = 0.5, m2 = 0.4; Table 5) — Algorithm 2 / Eq. 4: the margin logits
@@ -662,7 +662,7 @@ def apply_transform(name: str, *, tau: float = 0.25, beta: float = 1.0, symmetri
 
     Args:
       name: one of ``TRANSFORMS``.
-      tau: temperature τ > 0 (seed 002 App. C: 0.25).
+      tau: temperature τ > 0 (Rho et al. 2023 App. C: 0.25).
       beta: Eq. 3's β > 0.
       symmetric: average both directions in the scalar loss.
       **params: the transform's parameters (unknown keys raise ``ValueError``).

@@ -1,4 +1,4 @@
-"""Seed 003's gradient-norm maps over θ_ii' × θ_ij' (Eqs. 7–9, 11, 16–22; Figs. 2 and 4).
+"""Nie et al. 2023's gradient-norm maps over θ_ii' × θ_ij' (Eqs. 7–9, 11, 16–22; Figs. 2 and 4).
 
 The gradient of a per-anchor loss w.r.t. the anchor splits into an *alignment* part
 (along the tangential direction to the positive h_i') and a *uniformity* part (one term
@@ -27,12 +27,12 @@ Uniformity part ‖∇^{neg_j}‖ of one negative (Fig. 4):
     MET (Eq. 21)      cos(θ_ij'/2) · gate
     MAT (Eq. 22)      1 · gate
 
-Typos in seed 003 fixed here (each checked against ``jax.grad``): Eq. 7's denominator
+Typos in Nie et al. 2023 fixed here (each checked against ``jax.grad``): Eq. 7's denominator
 has exp(cos θ_ii'/τ), not exp(cos θ_ij'/τ); Eq. 11 has sin θ_ii', not sin θ_ij'; Eq. 20's
 gate is c_p − max_j c_j < m (a difference, not a sum); Eq. 21/40's MET gate is "< m" for
 the non-zero branch, as in Eq. 39.
 
-Defaults follow seed 003 Table 2 (BERT-base): τ_InfoNCE = 0.05, α = 2, t = 6 (the a&u
+Defaults follow Nie et al. 2023 Table 2 (BERT-base): τ_InfoNCE = 0.05, α = 2, t = 6 (the a&u
 pair), τ_DCL = 0.03, τ_DCL+ = 0.17, m_MPT = 0.23, m_MET = 0.45, m_MAT = 0.15π, and K = 64
 negatives ("under the condition of 64 negative sample size").
 
@@ -76,7 +76,7 @@ __all__ = [
 
 DEFAULT_NEGATIVES = 64
 
-#: Seed 003 Table 2 (BERT-base) parameters per loss of the norm maps.
+#: Nie et al. 2023 Table 2 (BERT-base) parameters per loss of the norm maps.
 DEFAULTS: Mapping[str, Mapping[str, float]] = MappingProxyType({
     "infonce": MappingProxyType({"tau": 0.05}),
     "align": MappingProxyType({"alpha": 2.0}),
@@ -133,7 +133,7 @@ def _gd_softmax(tp, tn, k, tau):
 # --- InfoNCE -----------------------------------------------------------------------------
 def infonce_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
                 tau: float = 0.05) -> Array:
-    """‖∇_cl^pos‖ (seed 003 Eq. 7): (1/τ) · GD · sin θ_ii', K negatives all at θ_ij'.
+    """‖∇_cl^pos‖ (Nie et al. 2023 Eq. 7): (1/τ) · GD · sin θ_ii', K negatives all at θ_ij'.
 
     Args:
       theta_pos: θ_ii' (radians), any shape broadcasting with ``theta_neg``.
@@ -156,7 +156,7 @@ def infonce_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = 
 
 def infonce_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
                 tau: float = 0.05) -> Array:
-    """‖∇_cl^{neg_j}‖ (seed 003 Eq. 16): e^{c_n/τ} sin θ_ij' / (τ (e^{c_p/τ} + K e^{c_n/τ}))."""
+    """‖∇_cl^{neg_j}‖ (Nie et al. 2023 Eq. 16): e^{c_n/τ} sin θ_ij' / (τ (e^{c_p/τ} + K e^{c_n/τ}))."""
     k, tau = _check_k(negatives), _check_pos("tau", tau)
     tp, tn = _angles(theta_pos, theta_neg)
     return _gd_softmax(tp, tn, k, tau) / k * _sin(tn) / tau
@@ -164,7 +164,7 @@ def infonce_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = 
 
 # --- alignment / uniformity (Wang & Isola) ----------------------------------------------
 def align_pos(theta_pos: ArrayLike, theta_neg: ArrayLike | None = None, *, alpha: float = 2.0, **_) -> Array:
-    """‖∇L_align‖ (seed 003 Eq. 8): α (2 sin(θ_ii'/2))^{α−2} sin θ_ii'; independent of θ_ij'.
+    """‖∇L_align‖ (Nie et al. 2023 Eq. 8): α (2 sin(θ_ii'/2))^{α−2} sin θ_ii'; independent of θ_ij'.
 
     ``theta_neg`` only fixes the output shape (broadcast). For α < 2 the norm diverges
     as θ_ii' → 0 (it is returned as ``inf`` there); for α = 2 it is 2 sin θ_ii'.
@@ -178,7 +178,7 @@ def align_pos(theta_pos: ArrayLike, theta_neg: ArrayLike | None = None, *, alpha
 
 def uniform_neg(theta_pos: ArrayLike | None, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
                 t: float = 6.0) -> Array:
-    """‖∇L_uniform^j‖ (seed 003 Eq. 17): 2t sin θ_ij' / (N K), with all N(N−1) pairs at θ_ij'.
+    """‖∇L_uniform^j‖ (Nie et al. 2023 Eq. 17): 2t sin θ_ij' / (N K), with all N(N−1) pairs at θ_ij'.
 
     Eq. 29's normalizer Σ_i Σ_{j≠i} exp(−t‖ĥ_i − ĥ_j'‖²) runs over the N = K + 1 anchors of
     the batch; with every anchor–negative pair at the same angle the exponentials cancel.
@@ -196,7 +196,7 @@ def _dcl_positive(tp, tn, k, tau):
 
 
 def dcl_pos(theta_pos: ArrayLike, theta_neg: ArrayLike | None = None, *, tau: float = 0.03, **_) -> Array:
-    """‖∇_dcl^pos‖ (seed 003 Eq. 9): sin θ_ii' / τ; independent of θ_ij' and K."""
+    """‖∇_dcl^pos‖ (Nie et al. 2023 Eq. 9): sin θ_ii' / τ; independent of θ_ij' and K."""
     tau = _check_pos("tau", tau)
     tp, _tn = _angles(theta_pos, 0.0 if theta_neg is None else theta_neg)
     return _sin(tp) / tau
@@ -204,7 +204,7 @@ def dcl_pos(theta_pos: ArrayLike, theta_neg: ArrayLike | None = None, *, tau: fl
 
 def dcl_neg(theta_pos: ArrayLike | None, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
             tau: float = 0.03) -> Array:
-    """‖∇_dcl^{neg_j}‖ (seed 003 Eq. 18): sin θ_ij' / (τ K) (the softmax over K equal negatives)."""
+    """‖∇_dcl^{neg_j}‖ (Nie et al. 2023 Eq. 18): sin θ_ij' / (τ K) (the softmax over K equal negatives)."""
     k, tau = _check_k(negatives), _check_pos("tau", tau)
     tp, tn = _angles(0.0 if theta_pos is None else theta_pos, theta_neg)
     del tp
@@ -213,7 +213,7 @@ def dcl_neg(theta_pos: ArrayLike | None, theta_neg: ArrayLike, *, negatives: int
 
 def dclplus_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
                 tau: float = 0.17) -> Array:
-    """‖∇_dcl+^pos‖ (seed 003 Eq. 11): sin θ_ii' / τ where L_dcl > 0, else 0."""
+    """‖∇_dcl+^pos‖ (Nie et al. 2023 Eq. 11): sin θ_ii' / τ where L_dcl > 0, else 0."""
     k, tau = _check_k(negatives), _check_pos("tau", tau)
     tp, tn = _angles(theta_pos, theta_neg)
     return _dcl_positive(tp, tn, k, tau) * _sin(tp) / tau
@@ -221,7 +221,7 @@ def dclplus_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = 
 
 def dclplus_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
                 tau: float = 0.17) -> Array:
-    """‖∇_dcl+^{neg_j}‖ (seed 003 Eq. 19): sin θ_ij' / (τ K) where L_dcl > 0, else 0."""
+    """‖∇_dcl+^{neg_j}‖ (Nie et al. 2023 Eq. 19): sin θ_ij' / (τ K) where L_dcl > 0, else 0."""
     k, tau = _check_k(negatives), _check_pos("tau", tau)
     tp, tn = _angles(theta_pos, theta_neg)
     return _dcl_positive(tp, tn, k, tau) * _sin(tn) / (tau * k)
@@ -241,42 +241,42 @@ def _gate_mat(tp, tn, m):
 
 
 def mpt_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.23, **_) -> Array:
-    """‖∇_mpt^pos‖ (seed 003 Eq. 39): sin θ_ii' · 1[c_p − c_n < m]."""
+    """‖∇_mpt^pos‖ (Nie et al. 2023 Eq. 39): sin θ_ii' · 1[c_p − c_n < m]."""
     m = _check_nonneg("m", m)
     tp, tn = _angles(theta_pos, theta_neg)
     return _gate_mpt(tp, tn, m) * _sin(tp)
 
 
 def mpt_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.23, **_) -> Array:
-    """‖∇_mpt^neg‖ (seed 003 Eq. 20, gate fixed): sin θ_ij' · 1[c_p − c_n < m] (hardest negative)."""
+    """‖∇_mpt^neg‖ (Nie et al. 2023 Eq. 20, gate fixed): sin θ_ij' · 1[c_p − c_n < m] (hardest negative)."""
     m = _check_nonneg("m", m)
     tp, tn = _angles(theta_pos, theta_neg)
     return _gate_mpt(tp, tn, m) * _sin(tn)
 
 
 def met_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.45, **_) -> Array:
-    """‖∇_met^pos‖ (seed 003 Eq. 39): cos(θ_ii'/2) · 1[d_n − d_p < m], d = 2 sin(θ/2)."""
+    """‖∇_met^pos‖ (Nie et al. 2023 Eq. 39): cos(θ_ii'/2) · 1[d_n − d_p < m], d = 2 sin(θ/2)."""
     m = _check_nonneg("m", m)
     tp, tn = _angles(theta_pos, theta_neg)
     return _gate_met(tp, tn, m) * jnp.abs(jnp.cos(tp / 2))
 
 
 def met_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.45, **_) -> Array:
-    """‖∇_met^neg‖ (seed 003 Eq. 21): cos(θ_ij'/2) · 1[d_n − d_p < m] (hardest negative)."""
+    """‖∇_met^neg‖ (Nie et al. 2023 Eq. 21): cos(θ_ij'/2) · 1[d_n − d_p < m] (hardest negative)."""
     m = _check_nonneg("m", m)
     tp, tn = _angles(theta_pos, theta_neg)
     return _gate_met(tp, tn, m) * jnp.abs(jnp.cos(tn / 2))
 
 
 def mat_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.15 * math.pi, **_) -> Array:
-    """‖∇_mat^pos‖ (seed 003 Eq. 39): 1[θ_ij' − θ_ii' < m] (the angle's gradient has unit norm)."""
+    """‖∇_mat^pos‖ (Nie et al. 2023 Eq. 39): 1[θ_ij' − θ_ii' < m] (the angle's gradient has unit norm)."""
     m = _check_nonneg("m", m)
     tp, tn = _angles(theta_pos, theta_neg)
     return _gate_mat(tp, tn, m)
 
 
 def mat_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.15 * math.pi, **_) -> Array:
-    """‖∇_mat^neg‖ (seed 003 Eq. 22): 1[θ_ij' − θ_ii' < m] (hardest negative)."""
+    """‖∇_mat^neg‖ (Nie et al. 2023 Eq. 22): 1[θ_ij' − θ_ii' < m] (hardest negative)."""
     return mat_pos(theta_pos, theta_neg, m=m)
 
 
@@ -291,7 +291,7 @@ _FUNCS: Mapping[tuple[str, str], Callable[..., Array]] = MappingProxyType({
     ("mat", "pos"): mat_pos, ("mat", "neg"): mat_neg,
 })
 
-#: Loss names the norm maps know, in the order of seed 003's figures.
+#: Loss names the norm maps know, in the order of Nie et al. 2023's figures.
 NORM_LOSSES = ("infonce", "align", "uniform", "dcl", "dcl+", "mpt", "met", "mat")
 
 #: Losses whose map depends on the number of negatives K.
@@ -323,10 +323,10 @@ def norm_map(loss: str, theta_pos: ArrayLike, theta_neg: ArrayLike, *, part: str
       loss: one of ``NORM_LOSSES`` (``"align"``/``"uniform"`` name the a&u pair: the
         alignment loss has only a positive part, the uniformity loss only a negative part).
       theta_pos, theta_neg: θ_ii' and θ_ij' (radians), broadcasting.
-      part: ``"pos"`` (seed 003 Fig. 2) or ``"neg"`` (one negative's share, Fig. 4).
+      part: ``"pos"`` (Nie et al. 2023 Fig. 2) or ``"neg"`` (one negative's share, Fig. 4).
       negatives: K, the number of negatives (all at θ_ij').
       **params: the loss's parameters (``tau``, ``m``, ``alpha``, ``t``); defaults from
-        seed 003 Table 2 (see ``DEFAULTS``).
+        Nie et al. 2023 Table 2 (see ``DEFAULTS``).
 
     Returns:
       The norm, shape of the broadcast of ``theta_pos`` and ``theta_neg``.
@@ -395,7 +395,7 @@ def norm_result(loss: str, *, part: str = "pos", negatives: int = DEFAULT_NEGATI
 
     used = {**DEFAULTS[name], **{k: float(v) for k, v in params.items()}}
     meta = {"statistic": "norm_map", "loss": name, "part": part, "negatives": int(negatives),
-            "params": used, "reference": "seed 003 Eqs. 7-9, 11, 16-22", **runtime_meta()}
+            "params": used, "reference": "Nie et al. 2023 Eqs. 7-9, 11, 16-22", **runtime_meta()}
     return Result(dims=("theta_pos", "theta_neg"),
                   coords={"theta_pos": np.asarray(theta_pos, np.float64), "theta_neg": np.asarray(theta_neg, np.float64)},
                   mean=np.asarray(values), meta=meta)

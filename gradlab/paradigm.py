@@ -1,4 +1,4 @@
-"""The GD / W / R paradigm (seed 000, Eq. 4) as data, and its numerical extraction.
+"""The GD / W / R paradigm (Li et al. 2024, Eq. 4) as data, and its numerical extraction.
 
     ∂L_i/∂h_i = GD_i · Σ_{j≠i} W_ij (n_j − R_ij · h_i')
 

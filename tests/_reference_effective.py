@@ -1,9 +1,9 @@
 """Loop-based NumPy references for the effective losses, written from the papers.
 
 Independent of gradlab's JAX code: plain Python loops over anchors and negatives,
-math-module functions, float64. Values from seed 000 Sec. 2.2 / seed 003 Eqs. 1, 5, 10;
-components from seed 000 Table 1 (MET with the nearest negative, formulas.md typo note)
-and seed 003 for MAT / DCL / DCL+.
+math-module functions, float64. Values from Li et al. 2024 Sec. 2.2 / Nie et al. 2023 Eqs. 1, 5, 10;
+components from Li et al. 2024 Table 1 (MET with the nearest negative, docs/formulas.md typo note)
+and Nie et al. 2023 for MAT / DCL / DCL+.
 """
 
 from __future__ import annotations

@@ -197,9 +197,9 @@ def test_losses_table_and_json():
 
 
 def test_figures_quick_one_id(tmp_path):
-    r = run("figures", "--quick", "--only", "s003_fig2b", "--out", tmp_path)
+    r = run("figures", "--quick", "--only", "nie2023_fig2b", "--out", tmp_path)
     assert r.exit_code == 0, r.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s003_fig2b.json", "s003_fig2b.npz", "s003_fig2b.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nie2023_fig2b.json", "nie2023_fig2b.npz", "nie2023_fig2b.png"]
 
 
 @pytest.mark.parametrize(

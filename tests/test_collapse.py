@@ -1,4 +1,4 @@
-"""Seed 004's center / residual decomposition: m_o, m_r and G_e = o_e + r_e, against loops."""
+"""Zhang et al. 2022's center / residual decomposition: m_o, m_r and G_e = o_e + r_e, against loops."""
 
 from __future__ import annotations
 
@@ -71,9 +71,9 @@ def test_combination_split_is_exact_and_matches_loop():
         combination_split(np.ones(3), z)
 
 
-def test_infonce_extra_gradient_seed004():
+def test_infonce_extra_gradient_zhang2022():
     """G_e = −Σ_k λ_k h_k' with λ = softmax over all keys; o_e = −o'; and the InfoNCE gradient
-    is −(h_i' + G_e)/τ (seed 004 Sec. 3.5) — checked with jax.grad."""
+    is −(h_i' + G_e)/τ (Zhang et al. 2022 Sec. 3.5) — checked with jax.grad."""
     rng = np.random.default_rng(2)
     h = rng.normal(size=(6, 4))
     hp = rng.normal(size=(6, 4))

@@ -1,4 +1,4 @@
-"""Effective losses (seed 000 Table 1; seed 003): values, exact components, angle form, edges.
+"""Effective losses (Li et al. 2024 Table 1; Nie et al. 2023): values, exact components, angle form, edges.
 
 Witnesses: loop-based NumPy references (tests/_reference_effective.py) for values and
 Table 1's closed forms; jax.grad (``Loss.anchor_gradient``) for the paradigm identity.
@@ -197,7 +197,7 @@ def test_infonce_closed_form_for_identical_embeddings():
 
 
 def test_gd_dissipates_when_positive_is_far_closer_than_negatives():
-    """Seed 000 Fig. 2 pattern at one point: μ_pos ≪ μ_neg ⇒ GD → 0; μ_pos ≈ μ_neg ⇒ GD ≈ 1."""
+    """Li et al. 2024 Fig. 2 pattern at one point: μ_pos ≪ μ_neg ⇒ GD → 0; μ_pos ≈ μ_neg ⇒ GD ≈ 1."""
     theta_neg = np.full((1, 127), np.pi / 2)
     far = gradlab.get_loss("infonce").components_from_angles(np.array([0.1]), theta_neg)
     close = gradlab.get_loss("infonce").components_from_angles(np.array([np.pi / 2]), theta_neg)

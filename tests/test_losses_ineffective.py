@@ -1,4 +1,4 @@
-"""Ineffective objectives (seed 000 Sec. 4 / Table 2 / App. D.2; seed 003 Sec. 2.2; seed 001).
+"""Ineffective objectives (Li et al. 2024 Sec. 4 / Table 2 / App. D.2; Nie et al. 2023 Sec. 2.2; Farina et al. 2023).
 
 Witnesses: ``jax.grad`` (the tangential autodiff gradient) against the paradigm's
 reconstruction, loop-based NumPy references written from the papers for the values
@@ -272,7 +272,7 @@ def test_alignment_and_mhs_per_anchor_values():
     )
 
 
-def test_seed003_identical_embeddings_closed_form():
+def test_nie2023_identical_embeddings_closed_form():
     # All h_i = h_j' = e: uniformity = log 1 = 0, alignment = 0.
     e = np.tile(np.eye(1, 6), (4, 1)) + 0.0
     assert float(gradlab.get_loss("uniformity")(e, e)) == pytest.approx(0.0, abs=1e-15)
@@ -329,7 +329,7 @@ def test_barlow_twins_components_match_table2():
 
 
 def test_barlow_twins_gradient_matches_formulas_eq10():
-    # formulas.md §3: tangential ∂L^B/∂h_i = (2/N)(−A h_i' + ν Σ_{j≠i} (h_i'·h_j'/N) h_j).
+    # docs/formulas.md §3: tangential ∂L^B/∂h_i = (2/N)(−A h_i' + ν Σ_{j≠i} (h_i'·h_j'/N) h_j).
     nu = 0.3
     h, hp = _batch(4, 6, 34)
     u, up = unit(h), unit(hp)
@@ -346,7 +346,7 @@ def test_barlow_twins_gradient_matches_formulas_eq10():
         np.testing.assert_allclose(g[i], v, rtol=1e-11, atol=1e-14)
 
 
-def test_uniformity_components_match_seed003_appendix_c():
+def test_uniformity_components_match_nie2023_appendix_c():
     t = 3.0
     h, hp = _batch(4, 7, 35)
     c = gradlab.get_loss("uniformity", t=t).components(h, hp)
@@ -473,7 +473,7 @@ def test_defaults_follow_the_papers():
         "lam": 0.1,
         "alpha": 2.0,
         "t": 6.0,
-    }  # seed 003 Table 2
+    }  # Nie et al. 2023 Table 2
     assert get_spec("uniformity").defaults == {"t": 6.0}
     assert get_spec("alignment").defaults == {"alpha": 2.0}
     assert all(get_spec(n).family == "ineffective" for n in ALL_INEFFECTIVE)

@@ -1,4 +1,4 @@
-"""Modified losses (seed 000 Sec. 4, App. E Eqs. 13-19, Table 4) and the paradigm baseline (Eq. 5).
+"""Modified losses (Li et al. 2024 Sec. 4, App. E Eqs. 13-19, Table 4) and the paradigm baseline (Eq. 5).
 
 Witnesses: ``jax.grad`` of the per-anchor losses (others fixed) and of the training
 objective against the paradigm's reconstruction; loop-based NumPy references written
@@ -131,7 +131,7 @@ def test_objective_value_is_the_mean_of_the_per_anchor_values(name):
     )
 
 
-# --- loop-based references (seed 000 Eqs. 5, 6, 13-15; Eqs. 16-19 for the components) ----------
+# --- loop-based references (Li et al. 2024 Eqs. 5, 6, 13-15; Eqs. 16-19 for the components) ----------
 def _dot(a, b):
     return sum(x * y for x, y in zip(a, b, strict=True))
 
@@ -196,7 +196,7 @@ def ref_mmhs(h, hp, m, r):
     for i in range(n):
         dmin = min(
             math.sqrt(_sq(h[i], h[j])) for j in range(n) if j != i
-        )  # "min" (formulas.md typo note)
+        )  # "min" (docs/formulas.md typo note)
         out.append(d[i] * (r / (2 * dmin) * _sq(h[i], hp[i]) - dmin))
     return out
 

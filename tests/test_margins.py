@@ -1,6 +1,6 @@
-"""Seed 002: the margin InfoNCE loss (exact GD / W / R) and gradlab.margins (analysis, transforms).
+"""Rho et al. 2023: the margin InfoNCE loss (exact GD / W / R) and gradlab.margins (analysis, transforms).
 
-Witnesses: loop-based NumPy references written from seed 002's equations (math-module
+Witnesses: loop-based NumPy references written from Rho et al. 2023's equations (math-module
 functions, float64), jax.grad of independently written losses, and closed forms.
 """
 
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import gradlab
 from gradlab import margins as M
 
-# --- loop-based NumPy references (seed 002 Eqs. 4–5) -----------------------------------------
+# --- loop-based NumPy references (Rho et al. 2023 Eqs. 4–5) -----------------------------------------
 
 
 def _unit(x):

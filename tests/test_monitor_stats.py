@@ -1,7 +1,7 @@
 """The monitor's statistics against independent witnesses.
 
-1. A loop-based NumPy reference written from the papers (seed 000 Table 1, Sec. 3.2,
-   App. C; Wang & Isola; seed 004), float64, one anchor at a time.
+1. A loop-based NumPy reference written from the papers (Li et al. 2024 Table 1, Sec. 3.2,
+   App. C; Wang & Isola; Zhang et al. 2022), float64, one anchor at a time.
 2. Embeddings built from prescribed angles (keys with a known Gram matrix, anchors
    placed at chosen cosines to every key), whose truth is known in closed form or
    through the loss zoo's angle form ``components_from_angles`` (the simulator's kernel).
@@ -73,7 +73,7 @@ def _softmax(xs):
 
 
 def _ref_gd(name, p, c_pos, negs):
-    """GD of one anchor (seed 000 Table 1; seed 003 for MAT). negs: cosines to the negatives."""
+    """GD of one anchor (Li et al. 2024 Table 1; Nie et al. 2023 for MAT). negs: cosines to the negatives."""
     c_max = max(negs)
     if name == "infonce":
         s = sum(math.exp(c / p["tau"]) for c in negs)

@@ -1,4 +1,4 @@
-"""Seed 003 gradient-norm maps (gradlab.norms) against independent witnesses.
+"""Nie et al. 2023 gradient-norm maps (gradlab.norms) against independent witnesses.
 
 Witness 1 (jax.grad): a batch is built at prescribed angles — every anchor h_i at θ_p
 from its positive and at θ_n from *every* other h_j' (the paper's "all θ_ij' are the
@@ -101,7 +101,7 @@ def _align_per_anchor(h, hp, alpha):
 
 
 def _uniform_batch(h, hp, t):
-    """Seed 003 Eq. 29: log (1/(N(N−1))) Σ_i Σ_{j≠i} exp(−t ‖ĥ_i − ĥ_j'‖²)."""
+    """Nie et al. 2023 Eq. 29: log (1/(N(N−1))) Σ_i Σ_{j≠i} exp(−t ‖ĥ_i − ĥ_j'‖²)."""
     n = h.shape[0]
     d2 = jnp.sum((h[:, None, :] - hp[None, :, :]) ** 2, axis=-1)
     off = ~jnp.eye(n, dtype=bool)
@@ -161,7 +161,7 @@ def test_closed_forms_at_simple_points():
 
 
 def test_infonce_tends_to_dcl_as_negatives_grow():
-    """Seed 003: ‖∇_cl^pos‖ approaches ‖∇_dcl^pos‖ (same τ) as K → ∞; the weak region shrinks."""
+    """Nie et al. 2023: ‖∇_cl^pos‖ approaches ‖∇_dcl^pos‖ (same τ) as K → ∞; the weak region shrinks."""
     axis = np.linspace(0.05, math.pi - 0.05, 80)
     tp, tn = np.meshgrid(axis, axis, indexing="ij")
     dcl = np.asarray(norms.dcl_pos(tp, tn, tau=0.05))

@@ -144,7 +144,7 @@ def test_unknown_loss_is_a_value_error(base, sentences):
         train_mod.train(TrainConfig(loss="nope", steps=1, batch_size=4), encoder=enc, sentences=sentences)
 
 
-def test_seed002_transforms_plug_into_the_training_loop(base, sentences):
+def test_rho2023_transforms_plug_into_the_training_loop(base, sentences):
     """The loop accepts a gradient-scaling transform: 'none' trains exactly as InfoNCE does;
     'emphasize' leaves the first loss value unchanged (Eq. 9) but changes the update."""
     kw = dict(steps=2, batch_size=8, lr=1e-2, eval_every=0, seed=0, dev_pairs=20, eval_test=False, monitor=False)

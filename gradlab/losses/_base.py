@@ -55,7 +55,7 @@ class LossSpec:
       per_anchor, batch, components: embedding-family functions on unit rows.
       objective: optional training objective ``(h, hp, **p) -> ()`` on unit rows when
         it differs from mean(per_anchor) in its gradient (gated modified losses).
-      exact: False where the published decomposition is approximate (VICReg, seed 000).
+      exact: False where the published decomposition is approximate (VICReg, Li et al. 2024).
       gd, weight, ratio: the components in words (for tables and ``gradlab losses``).
       reference: where the formula comes from.
     """

@@ -1,4 +1,4 @@
-"""Effective contrastive losses (seed 000 Table 1; seed 003): InfoNCE, ArcCon, MPT, MET, MAT, DCL, DCL+.
+"""Effective contrastive losses (Li et al. 2024 Table 1; Nie et al. 2023): InfoNCE, ArcCon, MPT, MET, MAT, DCL, DCL+.
 
 Each loss is written once in terms of the anchor's cosines: ``c_pos`` (...,) to its
 positive and ``c_neg`` (..., M) to its negatives, with ``valid`` (..., M) marking the
@@ -142,7 +142,7 @@ def mat_kernel(c_pos, c_neg, valid, *, m):
     return gd, weight, ratio
 
 
-# --- DCL / DCL+ (seed 003) ----------------------------------------------------------
+# --- DCL / DCL+ (Nie et al. 2023) ----------------------------------------------------------
 def dcl_value(c_pos, c_neg, valid, *, tau):
     return -c_pos / tau + masked_logsumexp(c_neg / tau, valid)
 
@@ -169,21 +169,21 @@ register(LossSpec(
     defaults={"tau": 0.05}, rules={"tau": "positive"},
     value=infonce_value, kernel=infonce_kernel,
     gd="1 / (1 + e^{c_p/τ} / S), S = Σ_j e^{c_j/τ}", weight=_SOFT_W, ratio="1",
-    reference="seed 000 Table 1; Oord et al. 2018",
+    reference="Li et al. 2024 Table 1; Oord et al. 2018",
 ))
 register(LossSpec(
     name="arccon", title="ArcCon", family="effective",
     defaults={"tau": 0.05, "u": math.pi / 18}, rules={"tau": "positive", "u": "real"},
     value=arccon_value, kernel=arccon_kernel,
     gd="1 / (1 + e^{cos(θ_p+u)/τ} / S)", weight=_SOFT_W, ratio="sin(θ_p + u) / sin θ_p",
-    reference="seed 000 Table 1; Zhang et al. 2022b",
+    reference="Li et al. 2024 Table 1; Zhang et al. 2022b",
 ))
 register(LossSpec(
     name="mpt", title="MPT", family="effective",
     defaults={"m": 0.23}, rules={"m": "nonnegative"},
     value=mpt_value, kernel=mpt_kernel,
     gd="1[c_p − max_k c_k < m]", weight="1 for the hardest negative, else 0", ratio="1",
-    reference="seed 000 Table 1; seed 003 Table 2 (m)",
+    reference="Li et al. 2024 Table 1; Nie et al. 2023 Table 2 (m)",
 ))
 register(LossSpec(
     name="met", title="MET", family="effective",
@@ -191,7 +191,7 @@ register(LossSpec(
     value=met_value, kernel=met_kernel,
     gd="1[min_k d_k − d_p < m], d = √(2−2c)", weight="1/d_j for the nearest negative, else 0",
     ratio="√((1 − c_j)/(1 − c_p))",
-    reference="seed 000 Table 1 (typo: min, not max); seed 003 Table 2 (m)",
+    reference="Li et al. 2024 Table 1 (typo: min, not max); Nie et al. 2023 Table 2 (m)",
 ))
 register(LossSpec(
     name="mat", title="MAT", family="effective",
@@ -199,19 +199,19 @@ register(LossSpec(
     value=mat_value, kernel=mat_kernel,
     gd="1[min_k θ_k − θ_p < m]", weight="1/sin θ_j for the nearest negative, else 0",
     ratio="sin θ_j / sin θ_p",
-    reference="seed 003 (Eq. 20–22, Table 2: m = 0.15π)",
+    reference="Nie et al. 2023 (Eq. 20–22, Table 2: m = 0.15π)",
 ))
 register(LossSpec(
     name="dcl", title="DCL", family="effective",
     defaults={"tau": 0.03}, rules={"tau": "positive"},
     value=dcl_value, kernel=dcl_kernel,
     gd="1", weight=_SOFT_W, ratio="1",
-    reference="seed 003 Eq. 5 (Table 2: τ = 0.03); Yeh et al. 2021",
+    reference="Nie et al. 2023 Eq. 5 (Table 2: τ = 0.03); Yeh et al. 2021",
 ))
 register(LossSpec(
     name="dcl+", title="DCL+", family="effective",
     defaults={"tau": 0.17}, rules={"tau": "positive"},
     value=dclplus_value, kernel=dclplus_kernel,
     gd="1[L_dcl > 0]", weight=_SOFT_W, ratio="1",
-    reference="seed 003 Eq. 10 (Table 2: τ = 0.17)",
+    reference="Nie et al. 2023 Eq. 10 (Table 2: τ = 0.17)",
 ))

@@ -1,7 +1,7 @@
-"""Ineffective objectives (seed 000 Sec. 4, Table 2 upper part, App. D.2; seed 003 Sec. 2.2; seed 001).
+"""Ineffective objectives (Li et al. 2024 Sec. 4, Table 2 upper part, App. D.2; Nie et al. 2023 Sec. 2.2; Farina et al. 2023).
 
 Alignment, uniformity and their combinations, alignment + ν·MHE / ν·MHS, Barlow Twins
-(seed 000's ℓ2 form and seed 001's Pearson form) and VICReg (seed 000's and seed 001's
+(Li et al. 2024's ℓ2 form and Farina et al. 2023's Pearson form) and VICReg (Li et al. 2024's and Farina et al. 2023's
 forms). All functions take unit rows ``h``, ``hp`` of shape (N, D).
 
 Conventions (see docs/losses.md):
@@ -14,8 +14,8 @@ Conventions (see docs/losses.md):
   Where a pull coexists with weights, it is put into the ratio R = pull / Σ_j W_j
   (the paper's Table 2 convention); only where Σ_j W_j vanishes (ν = 0, λ = 0) does it
   stay in ``pull``. Both representations give the same ``reconstruct``.
-* seed 000's VICReg decomposition (Table 2) is approximate; so is every paradigm form of
-  seed 001's Barlow Twins and VICReg: their gradients leave the span of
+* Li et al. 2024's VICReg decomposition (Table 2) is approximate; so is every paradigm form of
+  Farina et al. 2023's Barlow Twins and VICReg: their gradients leave the span of
   {P h_j}_{j≠i} ∪ {P h_i'} (per-dimension scalings by variances). Their specs carry
   ``exact=False``; ``gradlab.decompose`` reports the residual.
 """
@@ -77,7 +77,7 @@ def _resolved(d2):
 
 
 def alignment_per_anchor(h, hp, alpha):
-    """‖h_i − h_i'‖^α, (N,) (seed 003 Eq. 3), with a zero gradient where h_i = h_i' (up to rounding)."""
+    """‖h_i − h_i'‖^α, (N,) (Nie et al. 2023 Eq. 3), with a zero gradient where h_i = h_i' (up to rounding)."""
     d2 = _sq_dist_pos(h, hp)
     pos = _resolved(d2)
     return jnp.where(pos, jnp.power(jnp.where(pos, d2, 1.0), 0.5 * alpha), 0.0)
@@ -115,7 +115,7 @@ def _components(weight, pull, negatives, dtype):
 def _least_squares_components(batch_fn, h, hp, negatives="h", **p):
     """Nearest paradigm form of ∂L/∂h_i: least-squares fit on {P n_j}_{j≠i} ∪ {−P h_i'}.
 
-    Used where no closed-form decomposition exists (seed 001's Pearson Barlow Twins).
+    Used where no closed-form decomposition exists (Farina et al. 2023's Pearson Barlow Twins).
     The fit is unique for D > N; for D ≤ N ``lstsq`` returns the minimum-norm fit.
     """
     g = tangent_project(h, jax.grad(lambda x: batch_fn(x, hp, **p))(h))
@@ -124,7 +124,7 @@ def _least_squares_components(batch_fn, h, hp, negatives="h", **p):
     return _components(weight, jnp.diagonal(coef), negatives, h.dtype)
 
 
-# --- alignment (seed 003 Eq. 3; seed 000 L^a for alpha = 2) ------------------------------
+# --- alignment (Nie et al. 2023 Eq. 3; Li et al. 2024 L^a for alpha = 2) ------------------------------
 def alignment_components(h, hp, *, alpha):
     n = h.shape[0]
     return Components(
@@ -140,9 +140,9 @@ def _alignment(h, hp, *, alpha):
     return alignment_per_anchor(h, hp, alpha)
 
 
-# --- uniformity (seed 003 Eq. 4 and App. C: cross-view pairs i ≠ j) ----------------------
+# --- uniformity (Nie et al. 2023 Eq. 4 and App. C: cross-view pairs i ≠ j) ----------------------
 def uniformity_batch(h, hp, *, t):
-    """log (1/(N(N−1))) Σ_i Σ_{j≠i} exp(−t ‖h_i − h_j'‖²)  (seed 003 App. C)."""
+    """log (1/(N(N−1))) Σ_i Σ_{j≠i} exp(−t ‖h_i − h_j'‖²)  (Nie et al. 2023 App. C)."""
     n = h.shape[0]
     logits = -t * (2.0 - 2.0 * cosine_matrix(h, hp))
     return _masked_lse(logits, _offdiag(n)) - math.log(n * (n - 1))
@@ -166,7 +166,7 @@ def uniformity_components(h, hp, *, t):
     )
 
 
-# --- alignment & uniformity (seed 003 Eq. 2) ------------------------------------------
+# --- alignment & uniformity (Nie et al. 2023 Eq. 2) ------------------------------------------
 def align_uniform_batch(h, hp, *, lam, alpha, t):
     """(1 − λ) mean_i ‖h_i − h_i'‖^α + λ L_uniform(t)."""
     return (1.0 - lam) * jnp.mean(alignment_per_anchor(h, hp, alpha)) + lam * uniformity_batch(
@@ -181,11 +181,11 @@ def align_uniform_components(h, hp, *, lam, alpha, t):
     return _components(weight, pull, "h_prime", h.dtype)
 
 
-# --- alignment + ν·MHE (seed 000 Sec. 4, App. D.2 Eqs. 7-8, Table 2) ---------------------
+# --- alignment + ν·MHE (Li et al. 2024 Sec. 4, App. D.2 Eqs. 7-8, Table 2) ---------------------
 def mhe_uniformity(h, tau=0.5):
     """L^{u,MHE} = log (2/(N(N−1))) Σ_{k<l} exp(−‖h_k − h_l‖²/(2τ)), same view.
 
-    τ = 1/2 is seed 000's MHE (Sec. 4); other τ give the tempered form of mMHE (App. E).
+    τ = 1/2 is Li et al. 2024's MHE (Sec. 4); other τ give the tempered form of mMHE (App. E).
     """
     n = h.shape[0]
     upper = jnp.triu(jnp.ones((n, n), dtype=bool), k=1)
@@ -209,7 +209,7 @@ def align_mhe_components(h, hp, *, nu):
     return _components(weight, pull, "h", h.dtype)
 
 
-# --- alignment + ν·MHS (seed 000 Sec. 4, App. D.2 Eq. 9, Table 2) ------------------------
+# --- alignment + ν·MHS (Li et al. 2024 Sec. 4, App. D.2 Eq. 9, Table 2) ------------------------
 def align_mhs_per_anchor(h, hp, *, nu):
     """L_i = ‖h_i − h_i'‖²/N − ν min_{j≠i} ‖h_i − h_j‖ (per anchor; see docs/losses.md)."""
     n = h.shape[0]
@@ -230,7 +230,7 @@ def align_mhs_components(h, hp, *, nu):
     return _components(weight, pull, "h", h.dtype)
 
 
-# --- Barlow Twins, seed 000's l2 form (Sec. 4, App. D.2 Eq. 10) ---------------------------
+# --- Barlow Twins, Li et al. 2024's l2 form (Sec. 4, App. D.2 Eq. 10) ---------------------------
 def barlow_twins_batch(h, hp, *, nu):
     """Σ_k (C_kk − 1)² + ν Σ_{k≠l} C_kl², C = (1/N) Σ_i h_i h_i'ᵀ."""
     n = h.shape[0]
@@ -257,7 +257,7 @@ def barlow_twins_components(h, hp, *, nu):
     return Components(jnp.ones((n,), h.dtype), weight, ratio, None, "h", ratio_diagonal=True)
 
 
-# --- Barlow Twins, seed 001's Pearson form (Eq. 2) -----------------------------------
+# --- Barlow Twins, Farina et al. 2023's Pearson form (Eq. 2) -----------------------------------
 def _standardize(x):
     """Per-dimension batch standardization (population std); a constant column maps to 0."""
     mu = jnp.mean(x, axis=0, keepdims=True)
@@ -273,7 +273,7 @@ def pearson_correlation(h, hp):
 
 
 def barlow_twins_pearson_batch(h, hp, *, lambda_bt):
-    """Σ_k (1 − ρ_kk)² + λ_BT Σ_{k≠l} ρ_kl²  (seed 001 Eq. 2)."""
+    """Σ_k (1 − ρ_kk)² + λ_BT Σ_{k≠l} ρ_kl²  (Farina et al. 2023 Eq. 2)."""
     rho = pearson_correlation(h, hp)
     on = jnp.diagonal(rho)
     return jnp.sum(jnp.square(1.0 - on)) + lambda_bt * (
@@ -285,7 +285,7 @@ def barlow_twins_pearson_components(h, hp, *, lambda_bt):
     return _least_squares_components(barlow_twins_pearson_batch, h, hp, "h", lambda_bt=lambda_bt)
 
 
-# --- VICReg, seed 000's form (Sec. 4; App. D.2 Eq. 11; Table 2) -------------------------
+# --- VICReg, Li et al. 2024's form (Sec. 4; App. D.2 Eq. 11; Table 2) -------------------------
 def _covariance(x):
     """Centred sample covariance (1/(N−1)) Σ_i (x_i − x̄)(x_i − x̄)ᵀ, (D, D)."""
     xc = x - jnp.mean(x, axis=0, keepdims=True)
@@ -297,7 +297,7 @@ def _offdiag_sq_sum(c):
 
 
 def vicreg_batch(h, hp, *, nu1, nu2, gamma):
-    """L^a + ν1 (v(h) + v(h')) + ν2 (c(h) + c(h')) with seed 000's v (covariance) and c (variance hinge).
+    """L^a + ν1 (v(h) + v(h')) + ν2 (c(h) + c(h')) with Li et al. 2024's v (covariance) and c (variance hinge).
 
     v(x) = (1/D) Σ_{k≠l} Cov(x)_kl², c(x) = (1/D) Σ_k max(0, γ − σ_k(x)), σ the sample std.
     """
@@ -324,7 +324,7 @@ def vicreg_components(h, hp, *, nu1, nu2, gamma):
     return _components(weight, pull, "h", h.dtype)
 
 
-# --- VICReg, seed 001's form (Eq. 3) -------------------------------------------------
+# --- VICReg, Farina et al. 2023's form (Eq. 3) -------------------------------------------------
 def vicreg_nc_batch(h, hp, *, lambda_i, lambda_v, lambda_c, eps):
     """(λ_I/N) Σ_n ‖h_n − h_n'‖² + (λ_V/D) Σ_{k,I} max(0, 1 − √(C_kk^I + ε)) + (λ_C/D) Σ_{k≠l,I} (C_kl^I)²."""
     n, d = h.shape
@@ -369,7 +369,7 @@ register(
         gd="1",
         weight="0 (no negatives)",
         ratio="— (pull α‖h_i − h_i'‖^{α−2} on h_i')",
-        reference="seed 003 Eq. 3 (Table 2: α = 2); seed 000 L^a, App. D.2 Eq. 7",
+        reference="Nie et al. 2023 Eq. 3 (Table 2: α = 2); Li et al. 2024 L^a, App. D.2 Eq. 7",
     )
 )
 register(
@@ -384,7 +384,7 @@ register(
         gd="1",
         weight="2t e^{−t‖h_i−h_j'‖²} / Σ_{k≠l} e^{−t‖h_k−h_l'‖²}",
         ratio="0",
-        reference="seed 003 Eq. 4 and App. C (Table 2: t = 6)",
+        reference="Nie et al. 2023 Eq. 4 and App. C (Table 2: t = 6)",
     )
 )
 register(
@@ -399,7 +399,7 @@ register(
         gd="1",
         weight="λ · 2t e^{−t‖h_i−h_j'‖²} / Σ_{k≠l} e^{−t‖h_k−h_l'‖²}",
         ratio="(1−λ) α ‖h_i−h_i'‖^{α−2} / (N Σ_j W_j)",
-        reference="seed 003 Eq. 2 (Table 2, BERT-base: λ = 0.1, α = 2, t = 6)",
+        reference="Nie et al. 2023 Eq. 2 (Table 2, BERT-base: λ = 0.1, α = 2, t = 6)",
     )
 )
 register(
@@ -415,7 +415,7 @@ register(
         gd="1",
         weight="2ν e^{2h_i·h_j} / Σ_{k<l} e^{2h_k·h_l}",
         ratio="Σ_{k<l} e^{2h_k·h_l} / (ν N Σ_{k≠i} e^{2h_i·h_k})",
-        reference="seed 000 Sec. 4, Table 2, App. D.2 Eqs. 7-8",
+        reference="Li et al. 2024 Sec. 4, Table 2, App. D.2 Eqs. 7-8",
     )
 )
 register(
@@ -431,7 +431,7 @@ register(
         gd="1",
         weight="ν/‖h_i−h_j‖ for the nearest same-view j, else 0",
         ratio="2‖h_i−h_j‖/(νN)",
-        reference="seed 000 Sec. 4, Table 2, App. D.2 Eq. 9",
+        reference="Li et al. 2024 Sec. 4, Table 2, App. D.2 Eq. 9",
     )
 )
 register(
@@ -447,7 +447,7 @@ register(
         gd="1",
         weight="2ν h_i'·h_j' / N²",
         ratio="N (I − (1−ν) diag C) / (ν Σ_{k≠i} h_i'·h_k')  (a D×D matrix)",
-        reference="seed 000 Sec. 4, Table 2, App. D.2 Eq. 10 (Tao et al. 2022); ν: Zbontar et al. 2021",
+        reference="Li et al. 2024 Sec. 4, Table 2, App. D.2 Eq. 10 (Tao et al. 2022); ν: Zbontar et al. 2021",
     )
 )
 register(
@@ -464,13 +464,13 @@ register(
         gd="1",
         weight="least-squares fit of ∂L/∂h_i on {P h_j}",
         ratio="least-squares fit (pull / Σ_j W_j)",
-        reference="seed 001 Eq. 2 (λ_BT scanned in [5e-4, 2.5e-2]; 5e-3 as Zbontar et al. 2021)",
+        reference="Farina et al. 2023 Eq. 2 (λ_BT scanned in [5e-4, 2.5e-2]; 5e-3 as Zbontar et al. 2021)",
     )
 )
 register(
     LossSpec(
         name="vicreg",
-        title="VICReg (seed 000 form)",
+        title="VICReg (Li et al. 2024 form)",
         family="ineffective",
         defaults={"nu1": 0.04, "nu2": 1.0, "gamma": 1.0},
         rules={"nu1": "nonnegative", "nu2": "nonnegative", "gamma": "nonnegative"},
@@ -481,13 +481,13 @@ register(
         gd="1",
         weight="4ν1 h_i·h_j / (D(N−1)²)",
         ratio="D(N−1)² / (2Nν1 Σ_{k≠i} h_i·h_k)",
-        reference="seed 000 Sec. 4, Table 2, App. D.2 Eq. 11 (approximate); defaults: Bardes et al. 2022",
+        reference="Li et al. 2024 Sec. 4, Table 2, App. D.2 Eq. 11 (approximate); defaults: Bardes et al. 2022",
     )
 )
 register(
     LossSpec(
         name="vicreg_nc",
-        title="VICReg (seed 001 form)",
+        title="VICReg (Farina et al. 2023 form)",
         family="ineffective",
         defaults={"lambda_i": 1.0, "lambda_v": 25.0, "lambda_c": 0.04, "eps": 1e-4},
         rules={
@@ -503,6 +503,6 @@ register(
         gd="1",
         weight="4λ_C (h_i−h̄)·(h_j−h̄) / (D(N−1)²)",
         ratio="2λ_I / (N Σ_j W_j)",
-        reference="seed 001 Eq. 3 (λ_I = 1 as in seed 001; λ_V, λ_C, ε from Bardes et al. 2022)",
+        reference="Farina et al. 2023 Eq. 3 (λ_I = 1 as in Farina et al. 2023; λ_V, λ_C, ε from Bardes et al. 2022)",
     )
 )

@@ -1,12 +1,12 @@
-"""The generalized margin InfoNCE of seed 002 (Eqs. 3–5), with its exact GD / W / R.
+"""The generalized margin InfoNCE of Rho et al. 2023 (Eqs. 3–5), with its exact GD / W / R.
 
 For anchor i with positive h_i' (angle θ_p, cosine c_p) and negatives n_j (cosines c_j),
-seed 002 Eq. 4 puts an angular margin m1 and a subtractive margin m2 on the positive only:
+Rho et al. 2023 Eq. 4 puts an angular margin m1 and a subtractive margin m2 on the positive only:
 
     δ_ii = (cos(θ_p + m1) − m2)/τ,   δ_ij = c_j/τ (j ≠ i),   q_ik = softmax_k δ_ik
     L_i  = −δ_ii + β log Σ_k exp δ_ik                                  (Eq. 5, p one-hot)
 
-The sum over k runs over the positive and every negative (seed 002 writes k ∈ X).
+The sum over k runs over the positive and every negative (Rho et al. 2023 writes k ∈ X).
 β = 1, m1 = m2 = 0 is InfoNCE; β = 1, m2 = 0 is ArcCon with u = m1.
 
 Gradient (∂ cos(θ_p + m1)/∂h_i = A · h_i' on the sphere, A = sin(θ_p + m1)/sin θ_p):
@@ -64,7 +64,7 @@ __all__ = [
     "margin_infonce_kernel",
 ]
 
-#: seed 002 App. C: τ = 0.25 (C.1, MoCov3 and SimCLR), β = 1 (MoCo / SimCLR),
+#: Rho et al. 2023 App. C: τ = 0.25 (C.1, MoCov3 and SimCLR), β = 1 (MoCo / SimCLR),
 #: m1 = 0.5, m2 = 0.4 (Table 5, SimCLR on CIFAR-10: the main in-batch-negatives setting).
 MARGIN_DEFAULTS = {"tau": 0.25, "beta": 1.0, "m1": 0.5, "m2": 0.4}
 
@@ -75,7 +75,7 @@ def margin_pos_cos(c_pos, *, m1):
 
 
 def angular_factor(c_pos, *, m1):
-    """A = sin(θ_p + m1)/sin θ_p, (...,): seed 002 Theorem 4.1's factor on the pull (ArcCon's ratio)."""
+    """A = sin(θ_p + m1)/sin θ_p, (...,): Rho et al. 2023 Theorem 4.1's factor on the pull (ArcCon's ratio)."""
     return _angular_factor(c_pos, m1)
 
 
@@ -84,7 +84,7 @@ def _pos_logit(c_pos, tau, m1, m2):
 
 
 def margin_infonce_value(c_pos, c_neg, valid, *, tau, beta, m1, m2):
-    """L_i = −δ_ii + β log(e^{δ_ii} + Σ_{valid j} e^{c_j/τ}), (...,) (seed 002 Eq. 5)."""
+    """L_i = −δ_ii + β log(e^{δ_ii} + Σ_{valid j} e^{c_j/τ}), (...,) (Rho et al. 2023 Eq. 5)."""
     pos = _pos_logit(c_pos, tau, m1, m2)
     logits_neg = jnp.where(valid, c_neg / tau, -jnp.inf)
     all_logits = jnp.concatenate([pos[..., None], logits_neg], axis=-1)
@@ -114,7 +114,7 @@ register(LossSpec(
     weight="E_j / (τ S) = q_ij / (τ (1 − q_ii))",
     ratio="(1 − β q_ii) sin(θ_p + m1) / (β (1 − q_ii) sin θ_p)",
     reference=(
-        "seed 002 Eqs. 4–5 (generalized InfoNCE with β, angular margin m1, subtractive margin m2); "
+        "Rho et al. 2023 Eqs. 4–5 (generalized InfoNCE with β, angular margin m1, subtractive margin m2); "
         "defaults from App. C: τ = 0.25 (C.1), β = 1, m1 = 0.5, m2 = 0.4 (Table 5, SimCLR / CIFAR-10; "
         "Table 5 lists one (m1, m2) per method and dataset, SimCLR / CIFAR-10 is taken as the main one)"
     ),

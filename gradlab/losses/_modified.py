@@ -1,10 +1,10 @@
-"""Modified losses (seed 000 Sec. 4, App. E Eqs. 13-19, Tables 4-5) and the paradigm baseline (Eq. 5).
+"""Modified losses (Li et al. 2024 Sec. 4, App. E Eqs. 13-19, Tables 4-5) and the paradigm baseline (Eq. 5).
 
-All four modified losses share the gate of seed 000 Sec. 4,
+All four modified losses share the gate of Li et al. 2024 Sec. 4,
 
     d_i = 1[h_i·h_i' − max_{k≠i} h_i·h_k' < m],
 
-a stop-gradient on the anchors that fail the condition (formulas.md §4), and use
+a stop-gradient on the anchors that fail the condition (docs/formulas.md §4), and use
 same-view negatives h_j (Eq. 12). Their per-anchor values L_i are written as in the
 paper (Eqs. 6, 13-15; the "no gradient" factors under ``stop_gradient``) and
 ``components`` gives ∂L_i/∂h_i with every other embedding fixed (Eqs. 16-19):
@@ -206,7 +206,7 @@ register(
         gd=_GATE,
         weight="e^{h_i·h_j/τ} / (τ Σ_{k<l} e^{h_k·h_l/τ})",
         ratio="r",
-        reference="seed 000 App. E Eqs. 14, 16; Table 4 (BERT-base)",
+        reference="Li et al. 2024 App. E Eqs. 14, 16; Table 4 (BERT-base)",
     )
 )
 register(
@@ -223,7 +223,7 @@ register(
         gd=_GATE,
         weight="1/‖h_i−h_j‖ for the nearest same-view j, else 0",
         ratio="r",
-        reference="seed 000 App. E Eqs. 15, 17 (typo: min, not max); Table 4 (BERT-base)",
+        reference="Li et al. 2024 App. E Eqs. 15, 17 (typo: min, not max); Table 4 (BERT-base)",
     )
 )
 register(
@@ -240,7 +240,7 @@ register(
         gd=_GATE,
         weight="e^{h_i'·h_j'/τ} / Σ_{k≠l} e^{h_k'·h_l'/τ}",
         ratio="r",
-        reference="seed 000 Sec. 4 Eq. 6, App. E Eq. 18; Table 4 (BERT-base)",
+        reference="Li et al. 2024 Sec. 4 Eq. 6, App. E Eq. 18; Table 4 (BERT-base)",
     )
 )
 register(
@@ -257,7 +257,7 @@ register(
         gd=_GATE,
         weight="e^{h_i·h_j/τ} / Σ_{k≠l} e^{h_k·h_l/τ}",
         ratio="r",
-        reference="seed 000 App. E Eqs. 13, 19; Table 4 (BERT-base)",
+        reference="Li et al. 2024 App. E Eqs. 13, 19; Table 4 (BERT-base)",
     )
 )
 register(
@@ -272,6 +272,6 @@ register(
         gd="1[c_p − max_k c_k < m]",
         weight="softmax_k(c_k/τ)_j (no 1/τ)",
         ratio="r",
-        reference="seed 000 Sec. 3.2 Eq. 5 (m = 0.3, τ = 0.05, r = 1)",
+        reference="Li et al. 2024 Sec. 3.2 Eq. 5 (m = 0.3, τ = 0.05, r = 1)",
     )
 )

@@ -1,4 +1,4 @@
-"""The PyTorch-free training hook: seed 000's Sec. 3.2 statistics measured on real embeddings.
+"""The PyTorch-free training hook: Li et al. 2024's Sec. 3.2 statistics measured on real embeddings.
 
 ``ParadigmMonitor`` measures each monitored batch (two views h, h_prime) in one
 jitted pass and appends a record to a JSON Lines / CSV log or any callable;

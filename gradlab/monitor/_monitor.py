@@ -26,7 +26,7 @@ __all__ = [
 
 DEFAULT_LOSSES = ("infonce", "arccon", "mpt", "met", "mat")
 DEFAULT_RATIO_LOSSES = ("arccon", "met", "mat")
-DEFAULT_TAUS = (0.3, 0.1, 0.05, 0.03, 0.01, 0.005)  # seed 000 Figs. 3 and 7
+DEFAULT_TAUS = (0.3, 0.1, 0.05, 0.03, 0.01, 0.005)  # Li et al. 2024 Figs. 3 and 7
 DEFAULT_LAMBDAS = (0.1, 0.5, 1.0)
 DEFAULT_SINK = "paradigm_monitor.jsonl"
 
@@ -170,7 +170,7 @@ def _health_reason(health) -> str | None:
 
 
 class ParadigmMonitor:
-    """The training hook: seed 000's Sec. 3.2 statistics of each monitored batch, logged.
+    """The training hook: Li et al. 2024's Sec. 3.2 statistics of each monitored batch, logged.
 
     Two lines in any training loop (NumPy, JAX, or a framework whose tensors support
     DLPack or ``__array__``; that framework is never imported)::
@@ -183,14 +183,14 @@ class ParadigmMonitor:
     (radians; sample mean and standard deviation, ddof = 1, of the N angles θ_ii' and
     of the N(N−1) pooled θ_ij'),
     ``gd_mean`` / ``gd_off_fraction`` per loss (and ``"baseline"``: the GD gate of
-    seed 000 Eq. 5 with ``margin``), ``hardest_share`` (the hardest negative's
+    Li et al. 2024 Eq. 5 with ``margin``), ``hardest_share`` (the hardest negative's
     projected contribution to the combined push direction) and ``weight_share`` (its
     share of the softmax weight) per τ, ``ratio`` (dynamic ratio at the hardest
     negative for the anchors passing the GD gate) per ratio loss, the Lemma-1 minimum
     ratio with the hardest negative (``lemma1_min_ratio``: mean and quantiles;
     ``lemma1_feasible_fraction``; ``lemma1_satisfied_fraction`` for r = static_ratio)
     per λ, ``cos_pos_mean``, ``align``, ``uniform`` (Wang & Isola, α = t = 2),
-    ``m_o`` and ``m_r`` (seed 004, mean of the two views), and optionally histograms
+    ``m_o`` and ``m_r`` (Zhang et al. 2022, mean of the two views), and optionally histograms
     of cos θ_ii', cos θ_ij' and the minimum ratio.
 
     A record is a dict ``{"step", "time", "valid", "reason", "n", "d", <statistics>,
@@ -380,7 +380,7 @@ def analyze(
     hist_bins: int = 50,
     dtype=np.float32,
 ) -> dict:
-    """The monitor's statistics on saved embeddings, per batch of ``batch_size`` (seed 000 App. A.2).
+    """The monitor's statistics on saved embeddings, per batch of ``batch_size`` (Li et al. 2024 App. A.2).
 
     The M pairs are split in order into ⌊M / batch_size⌋ batches (the remainder is
     dropped and counted), and each batch is measured as ``ParadigmMonitor.update``
@@ -449,7 +449,7 @@ def analyze(
 def min_ratio_distribution(h, h_prime, *, lams=(0.01, 0.1, 0.5, 1.0), batch_size: int = 128, bins=None,
                            quantiles=(0.05, 0.25, 0.5, 0.75, 0.95), ratios=(1.0, 1.25, 1.5, 1.75, 2.0),
                            dtype=np.float32):
-    """Seed 000 Fig. 8a from real embeddings: the Lemma-1 minimum ratio of every anchor with its hardest negative.
+    """Li et al. 2024 Fig. 8a from real embeddings: the Lemma-1 minimum ratio of every anchor with its hardest negative.
 
     The pairs are split into batches of ``batch_size`` as in ``analyze`` (App. A.2); α is
     measured from the embeddings. The summary is the simulator's

@@ -1,4 +1,4 @@
-"""``report``: a monitor log turned into seed 000's Sec. 3.2 curves (figures + data + metadata).
+"""``report``: a monitor log turned into Li et al. 2024's Sec. 3.2 curves (figures + data + metadata).
 
 The log may be JSON Lines or CSV (``ParadigmMonitor(sink="run.csv")``): ``read_log``
 gives the same records from both, so the outputs of a run are the same either way.
@@ -9,7 +9,7 @@ Figures (matplotlib's object API, no pyplot: headless-safe, no global backend ch
   σ_pos / σ_neg (Fig. 9), the GD-off fraction per loss, the hardest negative's share
   per τ (projected: solid; weight share: dashed; Fig. 7), the dynamic ratios at the
   hardest negative (Fig. 8b), the mean anchor–positive cosine (Fig. 8c), alignment /
-  uniformity, m_o / m_r (seed 004), and the Lemma-1 minimum ratio (median, 25–75 %
+  uniformity, m_o / m_r (Zhang et al. 2022), and the Lemma-1 minimum ratio (median, 25–75 %
   band) with the fraction satisfied by the static ratio.
 * ``<prefix>_lemma1.<fmt>``: the distribution of the Lemma-1 minimum ratio per λ at
   the first and the last monitored step (Fig. 8a: before / after training) — from
@@ -143,7 +143,7 @@ def _curves_figure(s):
         if k in s:
             ax.plot(step, s[k], color=c, label=k)
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(r"collapse alarm: $m_o\to1$, $m_r\to0$ (seed 004)")
+    ax.set_title(r"collapse alarm: $m_o\to1$, $m_r\to0$ (Zhang et al. 2022)")
     _legend_or_note(ax, "nothing recorded")
 
     ax = axes[7]

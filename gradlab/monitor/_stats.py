@@ -1,6 +1,6 @@
 """The per-batch statistics of the monitor, computed in one jitted pass.
 
-Notation (formulas.md): a batch of N pairs, anchors h_i and positives h_i' (unit
+Notation (docs/formulas.md): a batch of N pairs, anchors h_i and positives h_i' (unit
 rows after normalization), negatives h_j' (j ≠ i); C_ij = h_i·h_j', c_p = C_ii,
 θ = arccos C. The hardest negative of anchor i is j*(i) = argmax_{j≠i} C_ij (the
 nearest one; first index on ties).
@@ -56,7 +56,7 @@ class StatsConfig:
         averaged over the anchors passing their own GD gate (``ratio``).
       taus: temperatures of the exponential weight (``hardest_share``, ``weight_share``).
       lambdas: Lemma-1 step sizes λ (``lemma1_*``).
-      margin: margin m of the baseline's GD gate 1[c_p − max_k c_k < m] (seed 000
+      margin: margin m of the baseline's GD gate 1[c_p − max_k c_k < m] (Li et al. 2024
         Eq. 5), reported under the key ``"baseline"``; ``None`` to skip.
       gd_threshold: an anchor's GD is "off" when GD < gd_threshold.
       static_ratio: the static r whose Lemma-1 satisfied fraction is reported.
@@ -226,7 +226,7 @@ def _statistics(h, hp, cfg: StatsConfig):
     out["lemma1_feasible_fraction"] = l1_feas
     out["lemma1_satisfied_fraction"] = l1_sat
 
-    # --- Wang & Isola, seed 004 -------------------------------------------------------
+    # --- Wang & Isola, Zhang et al. 2022 -------------------------------------------------------
     out["align"] = jnp.mean((2.0 - 2.0 * c_pos).clip(0.0) ** (cfg.align_alpha / 2.0))
     out["uniform"] = 0.5 * (_uniformity(h, cfg.uniform_t) + _uniformity(hp, cfg.uniform_t))
     m_o_h, m_r_h = collapse_ratios(h, normalized=True)
@@ -234,7 +234,7 @@ def _statistics(h, hp, cfg: StatsConfig):
     out["m_o"] = 0.5 * (m_o_h + m_o_hp)
     out["m_r"] = 0.5 * (m_r_h + m_r_hp)
 
-    # --- histograms (seed 000 Fig. 5) ------------------------------------------------
+    # --- histograms (Li et al. 2024 Fig. 5) ------------------------------------------------
     if cfg.hist_bins is not None:
         edges = jnp.linspace(-1.0, 1.0, cfg.hist_bins + 1, dtype=dtype)
         cpos_hist, _ = jnp.histogram(jnp.clip(c_pos, -1.0, 1.0), bins=edges)

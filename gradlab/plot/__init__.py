@@ -3,9 +3,9 @@ and one recipe per paper figure. Every function returns the matplotlib Figure.
 
 matplotlib is imported on first use (Agg when headless), never at ``import gradlab``.
 
-Recipes (seed 000): ``gd_maps`` (Figs. 2, 10), ``weight_share_curves`` (Fig. 3),
+Recipes (Li et al. 2024): ``gd_maps`` (Figs. 2, 10), ``weight_share_curves`` (Fig. 3),
 ``ratio_maps`` (Fig. 4), ``lemma1_maps``, ``min_ratio_distribution`` (Fig. 8a);
-(seed 003): ``norm_maps`` (Figs. 2, 4); (seed 002): ``margin_gradients`` (Fig. 1),
+(Nie et al. 2023): ``norm_maps`` (Figs. 2, 4); (Rho et al. 2023): ``margin_gradients`` (Fig. 1),
 ``margin_multipliers`` (Fig. 2), ``margin_ratio_grid`` (Fig. 8).
 Primitives: ``heatmap``, ``curves``, ``shade_mask``, ``save_figure``; style: ``CMAPS``.
 """

@@ -44,7 +44,7 @@ def _as_grid(data, x, y, mask, x_name, y_name):
 
 
 def shade_mask(ax, x, y, mask, *, color="0.55", alpha=0.55, hatch="///"):
-    """Shade (grey veil + hatching) the cells where ``mask`` is True, as in seed 000 Fig. 4."""
+    """Shade (grey veil + hatching) the cells where ``mask`` is True, as in Li et al. 2024 Fig. 4."""
     if mask is None or not np.any(mask):
         return
     from matplotlib.colors import ListedColormap

@@ -60,17 +60,17 @@ def _loss_panels(results, titles, suptitle, ncols, **heatmap_kw):
     return fig
 
 
-# --- seed 000 ----------------------------------------------------------------------------------
+# --- Li et al. 2024 ----------------------------------------------------------------------------------
 @styled
 def gd_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitle: str | None = None,
             ncols: int | None = None):
-    """Seed 000 Figs. 2 and 10: mean GD over (μ_pos, μ_neg), one panel per loss (colour 0..1)."""
+    """Li et al. 2024 Figs. 2 and 10: mean GD over (μ_pos, μ_neg), one panel per loss (colour 0..1)."""
     return _loss_panels(results, titles, suptitle, ncols, quantity="gd", vmin=0.0, vmax=1.0)
 
 
 @styled
 def weight_share_curves(result, *, title: str | None = None):
-    """Seed 000 Fig. 3: mean share of the hardest negative in W vs μ_neg, one curve per τ."""
+    """Li et al. 2024 Fig. 3: mean share of the hardest negative in W vs μ_neg, one curve per τ."""
     taus = np.asarray(result.coords["tau"], float)
     mean = result.masked_mean()
     ys = {f"τ = {t:g}": mean[i] for i, t in enumerate(taus)}
@@ -90,7 +90,7 @@ def weight_share_curves(result, *, title: str | None = None):
 @styled
 def ratio_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitle: str | None = None,
                vmin: float | None = 0.0, vmax: float | None = 3.0, ncols: int | None = None):
-    """Seed 000 Fig. 4: mean dynamic ratio over (μ_pos, μ_neg), shaded where the pairs do
+    """Li et al. 2024 Fig. 4: mean dynamic ratio over (μ_pos, μ_neg), shaded where the pairs do
     not occur in training (μ_pos > μ_neg, and gradient dissipation), contours at R = 1, 2.
 
     The colour scale is clipped to [vmin, vmax] (the ratios diverge as θ_ii' → 0) so that
@@ -126,7 +126,7 @@ def lemma1_maps(result, *, max_ratios: int = 4):
 
 @styled
 def min_ratio_distribution(result, *, ratio: float = 1.0, title: str | None = None, xlim=(-1.0, 4.0)):
-    """Seed 000 Fig. 8(a), simulated: density of the minimum ratio r_low per λ, with a
+    """Li et al. 2024 Fig. 8(a), simulated: density of the minimum ratio r_low per λ, with a
     static ratio ``ratio`` marked.
 
     The legend gives, per λ, the fraction of feasible batches whose r_low ≤ ``ratio``
@@ -182,7 +182,7 @@ def _scalar(v):
     return v if isinstance(v, (int, float)) else None
 
 
-# --- seed 003 ----------------------------------------------------------------------------------
+# --- Nie et al. 2023 ----------------------------------------------------------------------------------
 def norm_title(result) -> str:
     m = result.meta
     name = m.get("loss", "")
@@ -203,7 +203,7 @@ def norm_title(result) -> str:
 @styled
 def norm_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitle: str | None = None,
               ncols: int | None = None):
-    """Seed 003 Figs. 2 and 4: gradient-norm maps over θ_ii' (y) × θ_ij' (x), one panel each,
+    """Nie et al. 2023 Figs. 2 and 4: gradient-norm maps over θ_ii' (y) × θ_ij' (x), one panel each,
     each with its own colour scale (magnitudes differ by orders: 1/τ, 2t/(NK), ...)."""
     results = list(results)
     nrows, ncols = _grid_shape(len(results), ncols)
@@ -216,14 +216,14 @@ def norm_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitl
     return fig
 
 
-# --- seed 002 ----------------------------------------------------------------------------------
+# --- Rho et al. 2023 ----------------------------------------------------------------------------------
 def _np(d, key):
     return np.asarray(d[key], dtype=float)
 
 
 @styled
 def margin_gradients(d: Mapping, *, tau: float = 0.25, beta: float = 1.0):
-    """Seed 002 Fig. 1: |∂L̃/∂θ| without margins for a positive (over θ⁺, q⁺) and a
+    """Rho et al. 2023 Fig. 1: |∂L̃/∂θ| without margins for a positive (over θ⁺, q⁺) and a
     negative (over θ⁻, q⁻); ``d`` is ``gradlab.margins.fig1_gradient_magnitudes``'s dict."""
     theta, q = _np(d, "theta"), _np(d, "q")
     fig, axes = new_figure(1, 2, panel=(4.6, 3.7))
@@ -249,7 +249,7 @@ def _multiplier_norm(values, lo_clip=0.0, hi_clip=None):
 
 @styled
 def margin_multipliers(d: Mapping, *, tau: float = 0.25, m1: float = 0.4, beta: float = 1.0):
-    """Seed 002 Fig. 2: the angular-margin multipliers over (θ⁺, q̃⁺): left sin(θ⁺+m1)/sin θ⁺
+    """Rho et al. 2023 Fig. 2: the angular-margin multipliers over (θ⁺, q̃⁺): left sin(θ⁺+m1)/sin θ⁺
     (positives only), right (p − βq)/(p − βq̃) (positives and negatives); green where = 1."""
     theta, q = _np(d, "theta_pos"), _np(d, "q_pos")
     fig, axes = new_figure(1, 2, panel=(4.6, 3.7))
@@ -267,7 +267,7 @@ def margin_multipliers(d: Mapping, *, tau: float = 0.25, m1: float = 0.4, beta: 
 
 @styled
 def margin_ratio_grid(d: Mapping, *, beta: float = 1.0):
-    """Seed 002 Fig. 8: (p − βq)/(p − βq̃) over (θ⁺, q̃⁺), one panel per (m1, τ); green where = 1."""
+    """Rho et al. 2023 Fig. 8: (p − βq)/(p − βq̃) over (θ⁺, q̃⁺), one panel per (m1, τ); green where = 1."""
     theta, q = _np(d, "theta_pos"), _np(d, "q_pos")
     m1s, taus = _np(d, "m1"), _np(d, "tau")
     ratio = _np(d, "ratio_pos")

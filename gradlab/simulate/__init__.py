@@ -1,4 +1,4 @@
-"""The Monte-Carlo engine of seed 000 Sec. 3.1 (protocol in App. A.1; formulas.md §5–6).
+"""The Monte-Carlo engine of Li et al. 2024 Sec. 3.1 (protocol in App. A.1; docs/formulas.md §5–6).
 
 Angles: θ_ii' ~ N(μ_pos, σ_pos²) (one positive) and θ_ij' ~ N(μ_neg, σ_neg²) (N − 1
 negatives) per batch, B batches per (μ_pos, μ_neg) cell of a G_pos × G_neg grid.

@@ -27,7 +27,7 @@ def _as_pair(value, name: str, *, kind=float) -> tuple:
 
 @dataclasses.dataclass(frozen=True)
 class Protocol:
-    """Everything that fixes a simulation's numbers (seed 000 App. A.1 defaults).
+    """Everything that fixes a simulation's numbers (Li et al. 2024 App. A.1 defaults).
 
     Attributes:
       grid: points per axis, an int G (both axes) or a pair (G_pos, G_neg); ends included.

@@ -1,4 +1,4 @@
-"""The statistics of seed 000 Sec. 3.1: GD maps, weight share, dynamic ratio, Lemma 1.
+"""The statistics of Li et al. 2024 Sec. 3.1: GD maps, weight share, dynamic ratio, Lemma 1.
 
 Fast paths. A loss in ``FACTORED`` sees its N − 1 negatives only through one number
 per batch, so the negatives are replaced by a single *effective negative* and the
@@ -156,7 +156,7 @@ def _gd_stat(loss: Loss, kind: str, with_ratio: bool) -> Stat:
 
 
 def gd_map(loss, protocol: Protocol | None = None, *, exact: bool = False, method: str = "auto", progress=None) -> Result:
-    """Mean GD per (μ_pos, μ_neg) cell (seed 000 Figs. 2 and 10).
+    """Mean GD per (μ_pos, μ_neg) cell (Li et al. 2024 Figs. 2 and 10).
 
     Args:
       loss: registry name or ``gradlab.Loss`` with an angle form.
@@ -191,7 +191,7 @@ def gd_map(loss, protocol: Protocol | None = None, *, exact: bool = False, metho
 
 # --- ratio -----------------------------------------------------------------------------------
 def ratio_map(loss, protocol: Protocol | None = None, *, gd_threshold: float = 0.05, method: str = "auto", progress=None) -> Result:
-    """Mean effective ratio Σ_j W_j R_j / Σ_j W_j per cell (seed 000 Fig. 4).
+    """Mean effective ratio Σ_j W_j R_j / Σ_j W_j per cell (Li et al. 2024 Fig. 4).
 
     For MET / MAT the weight is on the hardest negative, so this is its ratio; for ArcCon
     the ratio does not depend on the negative. Cells that do not occur in training are
@@ -261,7 +261,7 @@ def weight_share(
     method: str = "auto",
     progress=None,
 ) -> Result:
-    """Mean share of the hardest negative (largest cosine) in the weight (seed 000 Fig. 3).
+    """Mean share of the hardest negative (largest cosine) in the weight (Li et al. 2024 Fig. 3).
 
     μ_pos is fixed; μ_neg runs over the protocol's μ_neg axis; τ over ``taus`` (the loss
     must have a ``tau`` parameter). With ``gd_gate = g`` only batches whose GD is >= g
@@ -412,7 +412,7 @@ def min_ratio_distribution(
     return_samples: bool = False,
     ratios: Sequence[float] = (1.0, 1.25, 1.5, 1.75, 2.0),
 ) -> Result:
-    """Distribution of the Lemma-1 minimum ratio r_low per λ (seed 000 Fig. 8a, simulated).
+    """Distribution of the Lemma-1 minimum ratio r_low per λ (Li et al. 2024 Fig. 8a, simulated).
 
     Batches of the cell(s) (μ_pos, μ_neg) (scalars, or 1-D arrays pooled over their
     Cartesian product) give one r_low each (hardest negative, α from ``alpha_law``).
