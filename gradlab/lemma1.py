@@ -38,6 +38,13 @@ def lemma1_bounds(theta_pos: ArrayLike, theta_neg: ArrayLike, alpha: ArrayLike, 
       ``(low, high, feasible)``: float arrays of the broadcast shape (NaN where not
       feasible) and a boolean array. ``low`` is the minimum ratio of the lemma.
 
+    Numerics: with x = t cos α / s, y = t² sin²α / s² and 1/λ large, the textbook
+    r_low = 1/λ + x − √(1/λ² − y) subtracts two numbers near 1/λ and loses their
+    leading digits. ``low`` is computed as x + y / (1/λ + √(1/λ² − y)) (the same root,
+    rationalized) and the discriminant as (s − λ t |sin α|)(s + λ t |sin α|) / (λ s)², so
+    the error stays within a few ulp of |x| + |y / (1/λ + √·)|, except next to the edge of
+    feasibility, where the square root itself amplifies the inputs' rounding.
+
     Example:
       >>> import jax.numpy as jnp
       >>> low, high, ok = lemma1_bounds(jnp.pi / 6, jnp.pi / 3, 0.0, 0.1)
@@ -49,13 +56,18 @@ def lemma1_bounds(theta_pos: ArrayLike, theta_neg: ArrayLike, alpha: ArrayLike, 
     )
     s = jnp.abs(jnp.sin(theta_pos))
     t = jnp.abs(jnp.sin(theta_neg))
-    disc = s**2 - (lam * t * jnp.sin(alpha)) ** 2
-    feasible = (disc >= 0) & (s > 0)
+    u = lam * t * jnp.abs(jnp.sin(alpha))
+    # s² − λ²t²sin²α as a product of two differences: accurate down to the edge s = u
+    gap = s - u
+    feasible = (gap >= 0) & (s > 0)
+    root = safe_sqrt(jnp.where(feasible, gap, 0) * (s + u))
     s_safe = jnp.where(s > 0, s, 1.0)
-    centre = 1 / lam + t * jnp.cos(alpha) / s_safe
-    half = safe_sqrt(disc) / (lam * s_safe)
-    low = jnp.where(feasible, centre - half, jnp.nan)
-    high = jnp.where(feasible, centre + half, jnp.nan)
+    # r_low = 1/λ + x − √(1/λ² − y) rationalized: x + y / (1/λ + √(1/λ² − y)), with
+    # x = t cos α / s and y = (u / (λ s))²; no difference of two large numbers is formed
+    low = (t * jnp.cos(alpha) + lam * (t * jnp.sin(alpha)) ** 2 / (s_safe + root)) / s_safe
+    high = 1 / lam + (t * jnp.cos(alpha) + root / lam) / s_safe
+    low = jnp.where(feasible, low, jnp.nan)
+    high = jnp.where(feasible, high, jnp.nan)
     return low, high, feasible
 
 
