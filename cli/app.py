@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from gradlab import defaults
 from gradlab_cli import _common
 from gradlab_cli._clickcompat import (
     Abort,
@@ -302,9 +303,11 @@ def heatmap(
             elif comp == "ratio":
                 result = simulate.ratio_map(the_loss, protocol, gd_threshold=gd_threshold, progress=cb)
             elif comp == "weight":
-                result = _weight_map(the_loss, protocol, gd_threshold, cb)
+                result = simulate.weight_map(the_loss, protocol, gd_gate=gd_threshold, progress=cb)
             else:
-                result = _norm_on_mu_grid(the_loss, protocol, part.value)
+                from gradlab import norms
+
+                result = norms.norm_on_mu_grid(the_loss, protocol, part=part.value)
         fig = None
         if not no_plot:
             from gradlab import plot
@@ -321,48 +324,6 @@ def heatmap(
         variant = ("_neg" if comp == "norm" and part is Part.neg else "") + ("_exact" if exact else "")
         writer.result(f"heatmap_{_safe(the_loss.name)}{_param_tag(params)}_{comp}{variant}", result, fig)
         writer.report()
-
-
-def _weight_map(loss, protocol, gd_gate, progress):
-    """Hardest-negative share over (μ_pos, μ_neg), counting batches whose GD >= gd_gate."""
-    import numpy as np
-
-    from gradlab import simulate
-    from gradlab.io import Result
-
-    if "tau" not in loss.params:
-        raise fail(f"--component weight needs a loss with a temperature tau; {loss.name} has none")
-    rows, ses, masks = [], [], []
-    mu_pos = protocol.mu_pos
-    for i, m in enumerate(mu_pos):
-        r = simulate.weight_share(protocol, taus=(loss.params["tau"],), mu_pos=float(m), loss=loss, gd_gate=gd_gate)
-        rows.append(r.mean[0])
-        ses.append(r.stderr[0])
-        masks.append(r.mask[0])
-        if progress:
-            progress(i + 1, len(mu_pos))
-    meta = dict(r.meta)
-    meta.update(statistic="weight_map", mu_pos=None)
-    return Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": mu_pos, "mu_neg": protocol.mu_neg},
-                  mean=np.stack(rows), stderr=np.stack(ses), mask=np.stack(masks), meta=meta)
-
-
-def _norm_on_mu_grid(loss, protocol, part):
-    """Nie et al. 2023's closed-form gradient norm at θ_ii' = μ_pos, θ_ij' = μ_neg, K = N − 1 negatives."""
-    import numpy as np
-
-    from gradlab import norms
-    from gradlab.io import Result, runtime_meta
-
-    if loss.name not in norms.DEFAULTS:
-        raise fail(f"--component norm exists for {', '.join(norms.NORM_LOSSES)}; not for {loss.name}")
-    params = {k: v for k, v in loss.params.items() if k in norms.DEFAULTS[loss.name]}
-    values = norms.norm_map(loss.name, protocol.mu_pos[:, None], protocol.mu_neg[None, :], part=part,
-                            negatives=protocol.n_neg, **params)
-    meta = {"statistic": "norm_map", "loss": loss.name, "params": params, "part": part,
-            "negatives": protocol.n_neg, "protocol": protocol.to_dict(), **runtime_meta()}
-    return Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg},
-                  mean=np.asarray(values), meta=meta)
 
 
 # --- weight --------------------------------------------------------------------------------------
@@ -395,7 +356,7 @@ def weight(
       gradlab weight --tau 0.05 --tau 0.01 --mu-pos pi/4 --out out/
     """
     with guard(debug):
-        taus = list(tau) if tau else [0.3, 0.1, 0.05, 0.03, 0.01, 0.005]
+        taus = list(tau) if tau else list(defaults.TAUS)
         bad = [t for t in taus if not (math.isfinite(t) and t > 0)]
         if bad:
             raise fail(f"--tau must be > 0; got {bad[0]:g}")
@@ -454,11 +415,11 @@ def lemma1(
       gradlab lemma1 --lambda 0.1 --lambda 1 --embeddings views.npz --out out/
     """
     with guard(debug):
-        lams = list(lam) if lam else [0.01, 0.1, 0.5, 1.0]
+        lams = list(lam) if lam else list(defaults.LEMMA1_LAMS)
         bad = [x for x in lams if not (math.isfinite(x) and x > 0)]
         if bad:
             raise fail(f"--lambda must be > 0; got {bad[0]:g}")
-        ratios = list(ratio) if ratio else [1.0, 1.25, 1.5, 1.75, 2.0]
+        ratios = list(ratio) if ratio else list(defaults.LEMMA1_RATIOS)
         if not all(math.isfinite(r) for r in ratios):
             raise fail("--ratio must be finite")
         law = alpha_law if alpha_law == "uniform" else parse_angle(alpha_law, "--alpha-law ('uniform' or an angle)")
@@ -532,7 +493,7 @@ def norms(
             raise fail(f"--grid must be >= 2; got {grid}")
         params = parse_params(param)
         parts = [part.value] if part else ["pos", "neg"]
-        panels = _norm_panels(names, parts, ks, params, grid)
+        panels = gn.norm_panels(names, parts=parts, negatives=ks, grid=grid, **params)
         writer = _writer(out, fmt, no_plot, "norms", losses=names, parts=parts, negatives=ks, params=params, grid=grid)
         for p in parts:
             rs = [r for r in panels if r.meta["part"] == p]
@@ -545,33 +506,6 @@ def norms(
                 fig = plot.norm_maps(rs, ncols=min(4, len(rs)))
             _write_panels(writer, f"norms_{p}{_param_tag(params)}", rs, fig)
         writer.report()
-
-
-def _norm_panels(names, parts, ks, params, grid):
-    from gradlab import norms as gn
-
-    panels = []
-    for p in parts:
-        for name in names:
-            canon = gn._canonical(name, p)
-            if (canon, p) not in gn._FUNCS:
-                continue
-            if canon in [r.meta["loss"] for r in panels if r.meta["part"] == p]:
-                continue
-            own = {k: v for k, v in params.items() if k in gn.DEFAULTS[canon]}
-            if canon == "infonce":
-                k_list = ks or [64, 512, 4096, 32768]
-            else:
-                k_list = [ks[0] if ks else gn.DEFAULT_NEGATIVES]
-            for k in k_list:
-                panels.append(gn.norm_result(canon, part=p, negatives=k, grid=grid, **own))
-    allowed = {k for n in names for p in parts for k in gn.DEFAULTS.get(gn._canonical(n, p), {})}
-    unknown = set(params) - allowed
-    if unknown:
-        raise fail(f"unknown --param {sorted(unknown)[0]!r} for {', '.join(names)}")
-    if not panels:
-        raise fail("nothing to plot: no map for these losses and parts")
-    return panels
 
 
 def _write_panels(writer: Writer, stem: str, results, fig):

@@ -7,7 +7,7 @@ anchor–positive distance exactly when r lies in [r_low, r_high]:
     r = 1/λ + t cos α / s ∓ √(s² − λ² t² sin²α) / (λ s)
 
 which needs s² ≥ λ² t² sin²α. The paper states only the lower end; both ends and the
-feasibility condition are the two roots of the same quadratic (docs/formulas.md §6).
+feasibility condition are the two roots of the same quadratic.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 from jax import Array
 from jax.typing import ArrayLike
 
+from gradlab import defaults
 from gradlab.geometry import normalize, safe_arccos, safe_sqrt, tangent_project
 
 __all__ = ["lemma1_bounds", "SphereCheck", "lemma1_sphere_check"]
@@ -136,8 +137,8 @@ def lemma1_sphere_check(theta_pos: ArrayLike, theta_neg: ArrayLike, alpha: Array
 DEFAULT_BIN_EDGES = tuple(float(x) for x in np.linspace(-2.0, 4.0, 61))
 
 
-def summarize_min_ratio(samples, lams, *, bins=None, quantiles=(0.05, 0.25, 0.5, 0.75, 0.95), meta=None,
-                        return_samples: bool = False, ratios=(1.0, 1.25, 1.5, 1.75, 2.0)):
+def summarize_min_ratio(samples, lams, *, bins=None, quantiles=defaults.QUANTILES, meta=None,
+                        return_samples: bool = False, ratios=defaults.LEMMA1_RATIOS):
     """Summarize minimum-ratio samples (one row per λ, NaN where infeasible) as a ``Result``.
 
     The one home of the Fig. 8a summary, shared by the simulated distribution

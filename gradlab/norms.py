@@ -32,9 +32,10 @@ has exp(cos θ_ii'/τ), not exp(cos θ_ij'/τ); Eq. 11 has sin θ_ii', not sin �
 gate is c_p − max_j c_j < m (a difference, not a sum); Eq. 21/40's MET gate is "< m" for
 the non-zero branch, as in Eq. 39.
 
-Defaults follow Nie et al. 2023 Table 2 (BERT-base): τ_InfoNCE = 0.05, α = 2, t = 6 (the a&u
-pair), τ_DCL = 0.03, τ_DCL+ = 0.17, m_MPT = 0.23, m_MET = 0.45, m_MAT = 0.15π, and K = 64
-negatives ("under the condition of 64 negative sample size").
+Defaults follow Nie et al. 2023 Table 2 (BERT-base) and are the loss registry's own
+(``gradlab.losses.get_spec(name).defaults``: τ_InfoNCE = 0.05, α = 2, t = 6 for the a&u pair,
+τ_DCL = 0.03, τ_DCL+ = 0.17, m_MPT = 0.23, m_MET = 0.45, m_MAT = 0.15π); K = 64 negatives
+("under the condition of 64 negative sample size") is ``gradlab.defaults.NORM_NEGATIVES``.
 
 Every function is pure and broadcasts ``theta_pos`` against ``theta_neg``; they accept
 NumPy or JAX arrays and return a JAX array of the broadcast shape.
@@ -50,11 +51,15 @@ import jax.numpy as jnp
 from jax import Array
 from jax.typing import ArrayLike
 
+from gradlab import defaults
+from gradlab.losses import get_spec
+
 __all__ = [
     "NORM_LOSSES",
     "PARTS",
     "DEFAULTS",
     "DEFAULT_NEGATIVES",
+    "REGISTRY_NAMES",
     "infonce_pos",
     "infonce_neg",
     "align_pos",
@@ -72,20 +77,23 @@ __all__ = [
     "norm_map",
     "norm_grid",
     "norm_result",
+    "norm_panels",
+    "norm_on_mu_grid",
 ]
 
-DEFAULT_NEGATIVES = 64
+DEFAULT_NEGATIVES = defaults.NORM_NEGATIVES
 
-#: Nie et al. 2023 Table 2 (BERT-base) parameters per loss of the norm maps.
+#: Norm-map name -> loss-registry name: the one thing the registry cannot know. Nie et al.
+#: 2023 name the a&u pair's parts "align" (positive part only) and "uniform" (negative
+#: part only); the registry calls the losses "alignment" and "uniformity".
+REGISTRY_NAMES: Mapping[str, str] = MappingProxyType({
+    "infonce": "infonce", "align": "alignment", "uniform": "uniformity", "dcl": "dcl", "dcl+": "dcl+",
+    "mpt": "mpt", "met": "met", "mat": "mat",
+})
+
+#: The parameters of each norm map and their defaults: the loss registry's (Nie et al. 2023 Table 2).
 DEFAULTS: Mapping[str, Mapping[str, float]] = MappingProxyType({
-    "infonce": MappingProxyType({"tau": 0.05}),
-    "align": MappingProxyType({"alpha": 2.0}),
-    "uniform": MappingProxyType({"t": 6.0}),
-    "dcl": MappingProxyType({"tau": 0.03}),
-    "dcl+": MappingProxyType({"tau": 0.17}),
-    "mpt": MappingProxyType({"m": 0.23}),
-    "met": MappingProxyType({"m": 0.45}),
-    "mat": MappingProxyType({"m": 0.15 * math.pi}),
+    name: MappingProxyType(dict(get_spec(reg).defaults)) for name, reg in REGISTRY_NAMES.items()
 })
 
 PARTS = ("pos", "neg")
@@ -132,7 +140,7 @@ def _gd_softmax(tp, tn, k, tau):
 
 # --- InfoNCE -----------------------------------------------------------------------------
 def infonce_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
-                tau: float = 0.05) -> Array:
+                tau: float = DEFAULTS["infonce"]["tau"]) -> Array:
     """‖∇_cl^pos‖ (Nie et al. 2023 Eq. 7): (1/τ) · GD · sin θ_ii', K negatives all at θ_ij'.
 
     Args:
@@ -155,7 +163,7 @@ def infonce_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = 
 
 
 def infonce_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
-                tau: float = 0.05) -> Array:
+                tau: float = DEFAULTS["infonce"]["tau"]) -> Array:
     """‖∇_cl^{neg_j}‖ (Nie et al. 2023 Eq. 16): e^{c_n/τ} sin θ_ij' / (τ (e^{c_p/τ} + K e^{c_n/τ}))."""
     k, tau = _check_k(negatives), _check_pos("tau", tau)
     tp, tn = _angles(theta_pos, theta_neg)
@@ -163,7 +171,7 @@ def infonce_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = 
 
 
 # --- alignment / uniformity (Wang & Isola) ----------------------------------------------
-def align_pos(theta_pos: ArrayLike, theta_neg: ArrayLike | None = None, *, alpha: float = 2.0, **_) -> Array:
+def align_pos(theta_pos: ArrayLike, theta_neg: ArrayLike | None = None, *, alpha: float = DEFAULTS["align"]["alpha"], **_) -> Array:
     """‖∇L_align‖ (Nie et al. 2023 Eq. 8): α (2 sin(θ_ii'/2))^{α−2} sin θ_ii'; independent of θ_ij'.
 
     ``theta_neg`` only fixes the output shape (broadcast). For α < 2 the norm diverges
@@ -177,7 +185,7 @@ def align_pos(theta_pos: ArrayLike, theta_neg: ArrayLike | None = None, *, alpha
 
 
 def uniform_neg(theta_pos: ArrayLike | None, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
-                t: float = 6.0) -> Array:
+                t: float = DEFAULTS["uniform"]["t"]) -> Array:
     """‖∇L_uniform^j‖ (Nie et al. 2023 Eq. 17): 2t sin θ_ij' / (N K), with all N(N−1) pairs at θ_ij'.
 
     Eq. 29's normalizer Σ_i Σ_{j≠i} exp(−t‖ĥ_i − ĥ_j'‖²) runs over the N = K + 1 anchors of
@@ -195,7 +203,7 @@ def _dcl_positive(tp, tn, k, tau):
     return ((jnp.cos(tn) - jnp.cos(tp)) / tau + math.log(k) > 0).astype(tp.dtype)
 
 
-def dcl_pos(theta_pos: ArrayLike, theta_neg: ArrayLike | None = None, *, tau: float = 0.03, **_) -> Array:
+def dcl_pos(theta_pos: ArrayLike, theta_neg: ArrayLike | None = None, *, tau: float = DEFAULTS["dcl"]["tau"], **_) -> Array:
     """‖∇_dcl^pos‖ (Nie et al. 2023 Eq. 9): sin θ_ii' / τ; independent of θ_ij' and K."""
     tau = _check_pos("tau", tau)
     tp, _tn = _angles(theta_pos, 0.0 if theta_neg is None else theta_neg)
@@ -203,7 +211,7 @@ def dcl_pos(theta_pos: ArrayLike, theta_neg: ArrayLike | None = None, *, tau: fl
 
 
 def dcl_neg(theta_pos: ArrayLike | None, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
-            tau: float = 0.03) -> Array:
+            tau: float = DEFAULTS["dcl"]["tau"]) -> Array:
     """‖∇_dcl^{neg_j}‖ (Nie et al. 2023 Eq. 18): sin θ_ij' / (τ K) (the softmax over K equal negatives)."""
     k, tau = _check_k(negatives), _check_pos("tau", tau)
     tp, tn = _angles(0.0 if theta_pos is None else theta_pos, theta_neg)
@@ -212,7 +220,7 @@ def dcl_neg(theta_pos: ArrayLike | None, theta_neg: ArrayLike, *, negatives: int
 
 
 def dclplus_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
-                tau: float = 0.17) -> Array:
+                tau: float = DEFAULTS["dcl+"]["tau"]) -> Array:
     """‖∇_dcl+^pos‖ (Nie et al. 2023 Eq. 11): sin θ_ii' / τ where L_dcl > 0, else 0."""
     k, tau = _check_k(negatives), _check_pos("tau", tau)
     tp, tn = _angles(theta_pos, theta_neg)
@@ -220,7 +228,7 @@ def dclplus_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = 
 
 
 def dclplus_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = DEFAULT_NEGATIVES,
-                tau: float = 0.17) -> Array:
+                tau: float = DEFAULTS["dcl+"]["tau"]) -> Array:
     """‖∇_dcl+^{neg_j}‖ (Nie et al. 2023 Eq. 19): sin θ_ij' / (τ K) where L_dcl > 0, else 0."""
     k, tau = _check_k(negatives), _check_pos("tau", tau)
     tp, tn = _angles(theta_pos, theta_neg)
@@ -240,42 +248,42 @@ def _gate_mat(tp, tn, m):
     return (tn - tp < m).astype(tp.dtype)
 
 
-def mpt_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.23, **_) -> Array:
+def mpt_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = DEFAULTS["mpt"]["m"], **_) -> Array:
     """‖∇_mpt^pos‖ (Nie et al. 2023 Eq. 39): sin θ_ii' · 1[c_p − c_n < m]."""
     m = _check_nonneg("m", m)
     tp, tn = _angles(theta_pos, theta_neg)
     return _gate_mpt(tp, tn, m) * _sin(tp)
 
 
-def mpt_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.23, **_) -> Array:
+def mpt_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = DEFAULTS["mpt"]["m"], **_) -> Array:
     """‖∇_mpt^neg‖ (Nie et al. 2023 Eq. 20, gate fixed): sin θ_ij' · 1[c_p − c_n < m] (hardest negative)."""
     m = _check_nonneg("m", m)
     tp, tn = _angles(theta_pos, theta_neg)
     return _gate_mpt(tp, tn, m) * _sin(tn)
 
 
-def met_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.45, **_) -> Array:
+def met_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = DEFAULTS["met"]["m"], **_) -> Array:
     """‖∇_met^pos‖ (Nie et al. 2023 Eq. 39): cos(θ_ii'/2) · 1[d_n − d_p < m], d = 2 sin(θ/2)."""
     m = _check_nonneg("m", m)
     tp, tn = _angles(theta_pos, theta_neg)
     return _gate_met(tp, tn, m) * jnp.abs(jnp.cos(tp / 2))
 
 
-def met_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.45, **_) -> Array:
+def met_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = DEFAULTS["met"]["m"], **_) -> Array:
     """‖∇_met^neg‖ (Nie et al. 2023 Eq. 21): cos(θ_ij'/2) · 1[d_n − d_p < m] (hardest negative)."""
     m = _check_nonneg("m", m)
     tp, tn = _angles(theta_pos, theta_neg)
     return _gate_met(tp, tn, m) * jnp.abs(jnp.cos(tn / 2))
 
 
-def mat_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.15 * math.pi, **_) -> Array:
+def mat_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = DEFAULTS["mat"]["m"], **_) -> Array:
     """‖∇_mat^pos‖ (Nie et al. 2023 Eq. 39): 1[θ_ij' − θ_ii' < m] (the angle's gradient has unit norm)."""
     m = _check_nonneg("m", m)
     tp, tn = _angles(theta_pos, theta_neg)
     return _gate_mat(tp, tn, m)
 
 
-def mat_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = 0.15 * math.pi, **_) -> Array:
+def mat_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = DEFAULTS["mat"]["m"], **_) -> Array:
     """‖∇_mat^neg‖ (Nie et al. 2023 Eq. 22): 1[θ_ij' − θ_ii' < m] (hardest negative)."""
     return mat_pos(theta_pos, theta_neg, m=m)
 
@@ -340,11 +348,11 @@ def norm_map(loss: str, theta_pos: ArrayLike, theta_neg: ArrayLike, *, part: str
       2.0
     """
     name = _canonical(loss, part)
-    defaults = DEFAULTS[name]
-    unknown = set(params) - set(defaults)
+    own = DEFAULTS[name]
+    unknown = set(params) - set(own)
     if unknown:
-        raise ValueError(f"{name}: unknown parameter(s) {', '.join(sorted(unknown))}; valid: {', '.join(defaults)}")
-    merged = {**defaults, **params}
+        raise ValueError(f"{name}: unknown parameter(s) {', '.join(sorted(unknown))}; valid: {', '.join(own)}")
+    merged = {**own, **params}
     fn = _FUNCS[(name, part)]
     if (name, part) in DEPENDS_ON_K:
         merged["negatives"] = negatives
@@ -398,4 +406,97 @@ def norm_result(loss: str, *, part: str = "pos", negatives: int = DEFAULT_NEGATI
             "params": used, "reference": "Nie et al. 2023 Eqs. 7-9, 11, 16-22", **runtime_meta()}
     return Result(dims=("theta_pos", "theta_neg"),
                   coords={"theta_pos": np.asarray(theta_pos, np.float64), "theta_neg": np.asarray(theta_neg, np.float64)},
+                  mean=np.asarray(values), meta=meta)
+
+
+def norm_panels(losses=NORM_LOSSES, *, parts=PARTS, negatives=None, grid: int = 200, **params: float) -> list:
+    """The panels of Nie et al. 2023 Figs. 2 and 4: one ``norm_result`` per (part, loss, K).
+
+    Args:
+      losses: norm-map names (``NORM_LOSSES``; aliases accepted); a loss without the
+        requested part (alignment has no negative part, uniformity no positive part) is
+        skipped for that part, and the a&u pair gives one panel per part.
+      parts: any of ``"pos"``, ``"neg"``.
+      negatives: K values. InfoNCE gets one panel per K (default
+        ``gradlab.defaults.NORM_INFONCE_NEGATIVES``, as in Fig. 2); the others use the
+        first (default ``DEFAULT_NEGATIVES``).
+      grid: points per θ axis over [0, π].
+      **params: loss parameters; each goes to the losses that have it.
+
+    Returns:
+      list of ``Result`` (dims (theta_pos, theta_neg)), ordered by part, then loss, then K.
+
+    Raises:
+      ValueError: an unknown loss, a parameter no requested map has, or no panel at all.
+
+    Example:
+      >>> [r.meta["negatives"] for r in norm_panels(["infonce"], parts=["pos"], negatives=[4, 8], grid=3)]
+      [4, 8]
+    """
+    names = [_canonical(n, p) for p in parts for n in losses]
+    allowed = {k for n in names for k in DEFAULTS[n]}
+    unknown = set(params) - allowed
+    if unknown:
+        raise ValueError(f"unknown parameter {sorted(unknown)[0]!r} for {', '.join(map(str, losses))}")
+    ks = None if negatives is None else [int(_check_k(k)) for k in negatives]
+    panels = []
+    for part in parts:
+        done = set()
+        for loss in losses:
+            name = _canonical(loss, part)
+            if (name, part) not in _FUNCS or name in done:
+                continue
+            done.add(name)
+            own = {k: v for k, v in params.items() if k in DEFAULTS[name]}
+            if name == "infonce":
+                k_list = ks or list(defaults.NORM_INFONCE_NEGATIVES)
+            else:
+                k_list = [ks[0] if ks else DEFAULT_NEGATIVES]
+            panels.extend(norm_result(name, part=part, negatives=k, grid=grid, **own) for k in k_list)
+    if not panels:
+        raise ValueError("no gradient-norm map for these losses and parts")
+    return panels
+
+
+def norm_on_mu_grid(loss, protocol, *, part: str = "pos"):
+    """A norm map evaluated at the mean angles of a simulation grid: θ_ii' = μ_pos, θ_ij' = μ_neg.
+
+    The closed form of Nie et al. 2023 with K = N − 1 negatives, all at θ_ij', so that it
+    sits beside a simulated map of the same ``protocol`` (same axes, same batch).
+
+    Args:
+      loss: a registry name or ``gradlab.Loss`` among ``REGISTRY_NAMES.values()`` (its
+        parameters are used), or a norm-map name.
+      protocol: a ``gradlab.simulate.Protocol`` (its μ axes and ``n_neg``).
+      part: ``"pos"`` (alignment part) or ``"neg"`` (one negative's uniformity part).
+
+    Returns:
+      ``Result`` with dims (mu_pos, mu_neg), ``mean`` (G_pos, G_neg), ``stderr`` None.
+
+    Raises:
+      ValueError: a loss without a norm map, or without that part.
+
+    Example:
+      >>> from gradlab.simulate import Protocol
+      >>> norm_on_mu_grid("dcl", Protocol(grid=4, batch_size=9)).mean.shape
+      (4, 4)
+    """
+    import numpy as np
+
+    from gradlab.io import Result, runtime_meta
+
+    reg_name = loss if isinstance(loss, str) else getattr(loss, "name", None)
+    given = {} if isinstance(loss, str) else dict(loss.params)
+    to_norm = {reg: name for name, reg in REGISTRY_NAMES.items()}
+    name = to_norm.get(reg_name, reg_name)
+    if name not in DEFAULTS or (name, part) not in _FUNCS:
+        have = ", ".join(f"{reg} ({'/'.join(p for p in PARTS if (n, p) in _FUNCS)})" for n, reg in REGISTRY_NAMES.items())
+        raise ValueError(f"no {part!r} gradient-norm map for loss {reg_name!r}; maps exist for {have}")
+    params = {k: float(v) for k, v in given.items() if k in DEFAULTS[name]}
+    values = norm_map(name, protocol.mu_pos[:, None], protocol.mu_neg[None, :], part=part,
+                      negatives=protocol.n_neg, **params)
+    meta = {"statistic": "norm_map", "loss": reg_name, "params": {**DEFAULTS[name], **params}, "part": part,
+            "negatives": protocol.n_neg, "protocol": protocol.to_dict(),
+            "reference": "Nie et al. 2023 Eqs. 7-9, 11, 16-22", **runtime_meta()}
+    return Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg},
                   mean=np.asarray(values), meta=meta)

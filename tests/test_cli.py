@@ -354,7 +354,7 @@ def test_variants_get_their_own_files(tmp_path):
     with mock.patch("gradlab.simulate.gd_map", return_value=fake_grid()):
         for extra in ((), ("--exact",), ("--param", "m=0.3"), ("--param", "m=0.3", "--exact")):
             assert run("heatmap", "--loss", "met", *extra, "--out", tmp_path, "--no-plot").exit_code == 0
-    with mock.patch("gradlab_cli.app._norm_on_mu_grid", return_value=fake_grid()):
+    with mock.patch("gradlab.norms.norm_on_mu_grid", return_value=fake_grid()):
         for part in ("pos", "neg"):
             assert run("heatmap", "--loss", "dcl", "-c", "norm", "--part", part, "--out", tmp_path, "--no-plot").exit_code == 0
         # %g would give both of these "u0.174533"

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from gradlab import defaults
 from gradlab.monitor._convert import InputError, to_array
 from gradlab.monitor._sinks import make_sink
 from gradlab.monitor._stats import LossEntry, StatsConfig, batch_statistics_fn
@@ -24,10 +25,10 @@ __all__ = [
     "STATISTICS",
 ]
 
-DEFAULT_LOSSES = ("infonce", "arccon", "mpt", "met", "mat")
-DEFAULT_RATIO_LOSSES = ("arccon", "met", "mat")
-DEFAULT_TAUS = (0.3, 0.1, 0.05, 0.03, 0.01, 0.005)  # Li et al. 2024 Figs. 3 and 7
-DEFAULT_LAMBDAS = (0.1, 0.5, 1.0)
+DEFAULT_LOSSES = defaults.MONITOR_LOSSES
+DEFAULT_RATIO_LOSSES = defaults.MONITOR_RATIO_LOSSES
+DEFAULT_TAUS = defaults.TAUS
+DEFAULT_LAMBDAS = defaults.MONITOR_LAMS
 DEFAULT_SINK = "paradigm_monitor.jsonl"
 
 #: The statistics of a record, in the papers' names (nested ones are keyed by loss / τ / λ).
@@ -446,8 +447,8 @@ def analyze(
     return res
 
 
-def min_ratio_distribution(h, h_prime, *, lams=(0.01, 0.1, 0.5, 1.0), batch_size: int = 128, bins=None,
-                           quantiles=(0.05, 0.25, 0.5, 0.75, 0.95), ratios=(1.0, 1.25, 1.5, 1.75, 2.0),
+def min_ratio_distribution(h, h_prime, *, lams=defaults.LEMMA1_LAMS, batch_size: int = 128, bins=None,
+                           quantiles=defaults.QUANTILES, ratios=defaults.LEMMA1_RATIOS,
                            dtype=np.float32):
     """Li et al. 2024 Fig. 8a from real embeddings: the Lemma-1 minimum ratio of every anchor with its hardest negative.
 

@@ -31,7 +31,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from gradlab.simulate._sampling import cell_draws, common_draws, normal_bound
+from gradlab.simulate._sampling import CellDraws, CommonDraws, cell_draws, normal_bound
 from gradlab.simulate._trig import cos_for
 
 _BUDGET_BYTES = 48 * 2**20  # working-set target per chunk
@@ -132,9 +132,9 @@ def _run_steps(compiled, items: np.ndarray, rep, step: int, progress):
     return joined
 
 
-def _choose_chunk(protocol, per_item_bytes: int, n_items: int, nd: int) -> int:
-    if protocol.chunk is not None:
-        return protocol.chunk
+def _choose_chunk(chunk: int | None, per_item_bytes: int, n_items: int, nd: int) -> int:
+    if chunk is not None:
+        return chunk
     chunk = max(1, _BUDGET_BYTES // max(per_item_bytes, 1))
     return int(min(chunk, max(1, -(-n_items // nd))))
 
@@ -168,29 +168,28 @@ def _pair_stage(stat: Stat, chunk: int, nd: int):
     return _sharded_map(row, chunk, nd)
 
 
-def neg_tables(stat: Stat, protocol, mu_neg: np.ndarray, params):
+def neg_tables(stat: Stat, draws: CommonDraws, mu_neg: np.ndarray, params):
     """Common-mode tables of every μ_neg column: pytree with leading axes (Q, B)."""
-    dtype = protocol.jnp_dtype()
-    _, z_neg, _ = common_draws(protocol)
-    sn = jnp.asarray(protocol.sigma_neg, dtype)
-    rep = (jnp.cos(sn * z_neg), jnp.sin(sn * z_neg), params)
+    dtype = draws.dtype
+    sn = jnp.asarray(draws.sigma_neg, dtype)
+    rep = (jnp.cos(sn * draws.z_neg), jnp.sin(sn * draws.z_neg), params)
     nd = _n_devices()
     return _run_steps(_neg_stage(stat, nd), np.asarray(mu_neg, dtype), rep, _pad(len(mu_neg), _NEG_CHUNK * nd), None)
 
 
-def run_common(stat: Stat, protocol, mu_pos, mu_neg, params, progress=None):
+def run_common(stat: Stat, draws: CommonDraws, mu_pos, mu_neg, params, *, chunk=None, progress=None):
     """Common-mode moments on the grid: {name: (mean (P, Q, ...), stderr, count (P, Q))}."""
-    dtype = protocol.jnp_dtype()
+    dtype = draws.dtype
     mu_pos = np.asarray(mu_pos, dtype)
     mu_neg = np.asarray(mu_neg, dtype)
-    tables = jax.tree.map(jnp.asarray, neg_tables(stat, protocol, mu_neg, params))
-    z_pos, _, u = common_draws(protocol)
-    sp = jnp.asarray(protocol.sigma_pos, dtype)
-    rep = (jnp.cos(sp * z_pos), jnp.sin(sp * z_pos), u, tables, params)
+    tables = jax.tree.map(jnp.asarray, neg_tables(stat, draws, mu_neg, params))
+    sp = jnp.asarray(draws.sigma_pos, dtype)
+    rep = (jnp.cos(sp * draws.z_pos), jnp.sin(sp * draws.z_pos), draws.u, tables, params)
     nd = _n_devices()
-    width = protocol.n_neg if stat.width is None else stat.width
-    per_row = len(mu_neg) * protocol.batches * (width + 6) * dtype.itemsize
-    chunk = _choose_chunk(protocol, per_row, len(mu_pos), nd)
+    batches, n_neg = draws.z_neg.shape
+    width = n_neg if stat.width is None else stat.width
+    per_row = len(mu_neg) * batches * (width + 6) * dtype.itemsize
+    chunk = _choose_chunk(chunk, per_row, len(mu_pos), nd)
     step = _step_size(chunk, nd, len(mu_pos), progress)
     return _run_steps(_pair_stage(stat, chunk, nd), mu_pos, rep, step, progress)
 
@@ -212,33 +211,48 @@ def _cell_stage(stat: Stat, chunk: int, nd: int, batches: int, n: int, dtype_nam
     return _sharded_map(cell, chunk, nd, vectorize=False)
 
 
-def run_independent(stat: Stat, protocol, mu_pos, mu_neg, params, progress=None):
+def run_independent(stat: Stat, draws: CellDraws, mu_pos, mu_neg, params, *, chunk=None, progress=None):
     """Independent-mode moments: draws per cell from ``fold_in(key(seed), i_pos·Q + i_neg)``."""
-    dtype = protocol.jnp_dtype()
+    dtype = jnp.dtype(draws.dtype)
     p_, q_ = len(mu_pos), len(mu_neg)
     n_cells = p_ * q_
     nd = _n_devices()
-    per_cell = protocol.batches * protocol.batch_size * dtype.itemsize * 6
-    chunk = _choose_chunk(protocol, per_cell, n_cells, nd)
+    per_cell = draws.batches * draws.batch_size * dtype.itemsize * 6
+    chunk = _choose_chunk(chunk, per_cell, n_cells, nd)
     step = _step_size(chunk, nd, n_cells, progress)
     rep = (
-        jax.random.key(protocol.seed),
+        jax.random.key(draws.seed),
         jnp.asarray(mu_pos, dtype),
         jnp.asarray(mu_neg, dtype),
-        jnp.asarray(protocol.sigma_pos, dtype),
-        jnp.asarray(protocol.sigma_neg, dtype),
+        jnp.asarray(draws.sigma_pos, dtype),
+        jnp.asarray(draws.sigma_neg, dtype),
         params,
     )
     z = normal_bound(dtype.name)
-    bound = max(np.max(np.abs(mu_pos)) + protocol.sigma_pos * z, np.max(np.abs(mu_neg)) + protocol.sigma_neg * z)
+    bound = max(np.max(np.abs(mu_pos)) + draws.sigma_pos * z, np.max(np.abs(mu_neg)) + draws.sigma_neg * z)
     cos = cos_for(dtype, float(bound))
-    compiled = _cell_stage(stat, chunk, nd, protocol.batches, protocol.batch_size, dtype.name, cos)
+    compiled = _cell_stage(stat, chunk, nd, draws.batches, draws.batch_size, dtype.name, cos)
     flat = _run_steps(compiled, np.arange(n_cells, dtype=np.uint32), rep, step, progress)
     return jax.tree.map(lambda a: a.reshape((p_, q_) + a.shape[1:]), flat)
 
 
-def run(stat: Stat, protocol, mu_pos, mu_neg, params, progress=None):
-    """Moments on the grid in the protocol's mode: {name: (mean, stderr, count)} NumPy arrays."""
-    if protocol.mode == "common":
-        return run_common(stat, protocol, mu_pos, mu_neg, params, progress)
-    return run_independent(stat, protocol, mu_pos, mu_neg, params, progress)
+def run(stat: Stat, draws: CommonDraws | CellDraws, mu_pos, mu_neg, params, *, chunk: int | None = None,
+        progress=None):
+    """Moments of ``stat`` on the grid ``mu_pos`` × ``mu_neg``: {name: (mean, stderr, count)} NumPy arrays.
+
+    Args:
+      stat: the per-batch statistic.
+      draws: ``CommonDraws`` (common mode: the shared standard draws) or ``CellDraws``
+        (independent mode: seed and sizes; each cell draws its own), from
+        ``_sampling.draws_for(protocol)``.
+      mu_pos: (P,) and mu_neg: (Q,) the grid axes (radians).
+      params: pytree of the statistic's parameters.
+      chunk: grid rows (common) or cells (independent) per compiled step; None = from the
+        memory budget.
+      progress: optional ``callable(done, total)``.
+    """
+    if isinstance(draws, CommonDraws):
+        return run_common(stat, draws, mu_pos, mu_neg, params, chunk=chunk, progress=progress)
+    if isinstance(draws, CellDraws):
+        return run_independent(stat, draws, mu_pos, mu_neg, params, chunk=chunk, progress=progress)
+    raise TypeError(f"draws must be CommonDraws or CellDraws; got {type(draws).__name__}")

@@ -20,9 +20,9 @@ reflected) give the same value: the losses see only the geometric angle.
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import ndtr
 
 from gradlab.io import Result
+from gradlab.simulate._results import as_loss, grid_result, meta
 
 INDICATOR_LOSSES = ("mpt", "met", "mat")
 
@@ -51,6 +51,9 @@ def threshold_angle(name: str, theta_pos, m: float):
 
 def prob_angle_below(a, mu, sigma):
     """P(fold(θ) < a) for θ ~ N(mu, sigma²); a in [0, π] or +inf (probability 1). Broadcasts."""
+    # SciPy only when a quadrature runs: ``import gradlab.simulate`` stays lean
+    from scipy.special import ndtr
+
     a = np.asarray(a, dtype=float)
     finite = np.isfinite(a)
     af = np.where(finite, a, 0.0)
@@ -88,16 +91,14 @@ def mean_gd_exact(name: str, m: float, mu_pos, mu_neg, sigma_pos: float, sigma_n
 
 
 def quadrature_gd_map(loss, protocol) -> Result:
-    """Exact mean GD map of an indicator-type loss (MPT, MET, MAT) under ``protocol``.
+    """Exact mean GD map of an indicator-type loss (MPT, MET, MAT): ``gd_map(..., exact=True)``.
 
     Returns:
       ``Result`` with dims (mu_pos, mu_neg), ``stderr`` None, ``meta["method"] = "quadrature"``.
     """
-    from gradlab.simulate._stats import _as_loss, _grid_result, _meta
-
-    loss = _as_loss(loss)
+    loss = as_loss(loss)
     if loss.name not in INDICATOR_LOSSES:
         raise ValueError(f"exact (quadrature) GD maps exist for {', '.join(INDICATOR_LOSSES)}; got {loss.name!r}")
     mean = mean_gd_exact(loss.name, loss.params["m"], protocol.mu_pos, protocol.mu_neg,
                          protocol.sigma_pos, protocol.sigma_neg, protocol.n_neg)
-    return _grid_result(protocol, mean, stderr=None, meta=_meta("gd_map", protocol, loss, method="quadrature"))
+    return grid_result(protocol, mean, stderr=None, meta=meta("gd_map", protocol, loss, method="quadrature"))

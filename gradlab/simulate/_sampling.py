@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -112,6 +113,54 @@ def common_draws(protocol):
     """Standard draws shared by every cell: z_pos (B,), z_neg (B, N−1), u_alpha (B,)."""
     dtype = protocol.jnp_dtype()
     return _common_draws_fn(protocol.batches, protocol.batch_size, dtype.name)(protocol.seed)
+
+
+class CommonDraws(NamedTuple):
+    """Common mode: one set of standard draws for every cell, and the scales of the angles.
+
+    Attributes:
+      z_pos: (B,) standard normals of the positive.
+      z_neg: (B, N − 1) standard normals of the negatives.
+      u: (B,) uniforms on [0, 1) (the α of Lemma 1).
+      sigma_pos, sigma_neg: σ of θ_ii' and θ_ij'.
+    """
+
+    z_pos: jax.Array
+    z_neg: jax.Array
+    u: jax.Array
+    sigma_pos: float
+    sigma_neg: float
+
+    @property
+    def dtype(self):
+        return self.z_pos.dtype
+
+
+class CellDraws(NamedTuple):
+    """Independent mode: cell c draws (B, N) normals from ``fold_in(key(seed), c)`` itself.
+
+    Attributes:
+      seed: the root seed.
+      batches: B; batch_size: N (one positive, N − 1 negatives).
+      dtype: the float dtype of the draws.
+      sigma_pos, sigma_neg: σ of θ_ii' and θ_ij'.
+    """
+
+    seed: int
+    batches: int
+    batch_size: int
+    dtype: np.dtype
+    sigma_pos: float
+    sigma_neg: float
+
+
+def draws_for(protocol) -> CommonDraws | CellDraws:
+    """The draws of a map under ``protocol``'s mode (computed once per map in common mode)."""
+    if protocol.mode == "common":
+        z_pos, z_neg, u = common_draws(protocol)
+        return CommonDraws(z_pos, z_neg, u, protocol.sigma_pos, protocol.sigma_neg)
+    return CellDraws(protocol.seed, protocol.batches, protocol.batch_size, protocol.jnp_dtype(),
+                     protocol.sigma_pos, protocol.sigma_neg)
 
 
 def cell_draws(seed_or_root, cell, batches: int, n: int, dtype):

@@ -16,7 +16,6 @@ table per cell). The tests check that both paths agree to float rounding.
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Callable, Sequence
 
@@ -24,12 +23,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradlab.io import Result, runtime_meta
+from gradlab import defaults
+from gradlab.io import Result
 from gradlab.lemma1 import lemma1_bounds, lemma1_sphere_check, summarize_min_ratio
 from gradlab.losses import Loss, get_loss
 from gradlab.simulate._engine import Stat, run
 from gradlab.simulate._protocol import Protocol
-from gradlab.simulate._sampling import cell_draws, common_draws
+from gradlab.simulate._quadrature import quadrature_gd_map
+from gradlab.simulate._results import as_loss as _as_loss
+from gradlab.simulate._results import check_protocol as _check_protocol
+from gradlab.simulate._results import grid_result as _grid_result
+from gradlab.simulate._results import meta as _meta
+from gradlab.simulate._results import stderr_out as _stderr_out
+from gradlab.simulate._sampling import CommonDraws, cell_draws, draws_for
 
 FACTORED = {
     "infonce": "lse",
@@ -45,12 +51,6 @@ _STAT_CACHE: dict[tuple, Stat] = {}
 
 
 # --- helpers ---------------------------------------------------------------------------------
-def _as_loss(loss) -> Loss:
-    if isinstance(loss, Loss):
-        return loss
-    if isinstance(loss, str):
-        return get_loss(loss)
-    raise TypeError(f"loss must be a registry name or a gradlab Loss; got {type(loss).__name__}")
 
 
 def _check_angle_form(loss: Loss):
@@ -114,30 +114,12 @@ def _stat(key: tuple, build: Callable[[], Stat]) -> Stat:
     return _STAT_CACHE[key]
 
 
-def _meta(statistic: str, protocol: Protocol, loss: Loss | None, **extra) -> dict:
-    meta = {"statistic": statistic}
-    if loss is not None:
-        meta.update(loss=loss.name, params=dict(loss.params), symmetric=loss.symmetric)
-    meta.update(protocol=protocol.to_dict(), seed=protocol.seed, mode=protocol.mode)
-    meta.update(extra)
-    meta.update(runtime_meta())
-    return meta
 
 
-def _check_protocol(protocol) -> Protocol:
-    if not isinstance(protocol, Protocol):
-        raise TypeError(f"protocol must be a gradlab.simulate.Protocol; got {type(protocol).__name__}")
-    return protocol
 
 
-def _grid_result(protocol: Protocol, mean, *, coords=None, **fields) -> Result:
-    """A Result on the protocol's (μ_pos, μ_neg) grid; ``coords`` adds axes of extra arrays."""
-    axes = {"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg, **(coords or {})}
-    return Result(dims=("mu_pos", "mu_neg"), coords=axes, mean=mean, **fields)
 
 
-def _stderr_out(se, count):
-    return np.where(count > 1, se, np.nan)
 
 
 # --- GD --------------------------------------------------------------------------------------
@@ -174,23 +156,22 @@ def gd_map(loss, protocol: Protocol | None = None, *, exact: bool = False, metho
       >>> r.mean.shape
       (4, 4)
     """
-    protocol = _check_protocol(protocol or Protocol())
+    protocol = _check_protocol(protocol)
     loss = _as_loss(loss)
     _check_angle_form(loss)
     if exact:
-        from gradlab.simulate._quadrature import quadrature_gd_map
-
         return quadrature_gd_map(loss, protocol)
     kind = _path(loss, method)
     dtype = protocol.jnp_dtype()
     stat = _stat(("gd", loss, kind, False), lambda: _gd_stat(loss, kind, False))
-    out = run(stat, protocol, protocol.mu_pos, protocol.mu_neg, _params(loss, dtype), progress)
+    out = run(stat, draws_for(protocol), protocol.mu_pos, protocol.mu_neg, _params(loss, dtype),
+              chunk=protocol.chunk, progress=progress)
     mean, se, _ = out["gd"]
     return _grid_result(protocol, mean, stderr=se, meta=_meta("gd_map", protocol, loss, method=kind))
 
 
 # --- ratio -----------------------------------------------------------------------------------
-def ratio_map(loss, protocol: Protocol | None = None, *, gd_threshold: float = 0.05, method: str = "auto", progress=None) -> Result:
+def ratio_map(loss, protocol: Protocol | None = None, *, gd_threshold: float = defaults.GD_THRESHOLD, method: str = "auto", progress=None) -> Result:
     """Mean effective ratio Σ_j W_j R_j / Σ_j W_j per cell (Li et al. 2024 Fig. 4).
 
     For MET / MAT the weight is on the hardest negative, so this is its ratio; for ArcCon
@@ -201,7 +182,7 @@ def ratio_map(loss, protocol: Protocol | None = None, *, gd_threshold: float = 0
       ``Result`` with dims (mu_pos, mu_neg), ``mask``, and extra arrays ``gd`` (mean GD)
       and ``gd_stderr``.
     """
-    protocol = _check_protocol(protocol or Protocol())
+    protocol = _check_protocol(protocol)
     loss = _as_loss(loss)
     _check_angle_form(loss)
     if not isinstance(gd_threshold, numbers.Real) or not np.isfinite(gd_threshold):
@@ -209,7 +190,8 @@ def ratio_map(loss, protocol: Protocol | None = None, *, gd_threshold: float = 0
     kind = _path(loss, method)
     dtype = protocol.jnp_dtype()
     stat = _stat(("gd", loss, kind, True), lambda: _gd_stat(loss, kind, True))
-    out = run(stat, protocol, protocol.mu_pos, protocol.mu_neg, _params(loss, dtype), progress)
+    out = run(stat, draws_for(protocol), protocol.mu_pos, protocol.mu_neg, _params(loss, dtype),
+              chunk=protocol.chunk, progress=progress)
     mean, se, _ = out["ratio"]
     gd, gd_se, _ = out["gd"]
     mask = (protocol.mu_pos[:, None] > protocol.mu_neg[None, :]) | (gd < gd_threshold)
@@ -251,11 +233,40 @@ def _weight_stat(loss: Loss, kind: str, gated: bool) -> Stat:
     return Stat(key=("weight", loss.spec.name, kind, gated), neg=neg, pair=pair, width=None if kind == "direct" else 2)
 
 
+def _check_weight_args(loss: Loss, gd_gate, what: str):
+    _check_angle_form(loss)
+    if "tau" not in loss.params:
+        raise ValueError(f"{loss.name} has no temperature parameter 'tau'; {what} needs one")
+    if gd_gate is not None and not (isinstance(gd_gate, numbers.Real) and np.isfinite(gd_gate)):
+        raise ValueError(f"gd_gate must be None or a finite number; got {gd_gate!r}")
+
+
+def _weight_moments(loss: Loss, kind: str, draws, protocol: Protocol, mu_pos, gd_gate, progress):
+    """(share mean, stderr, count, gd mean) on mu_pos × protocol.mu_neg for ``loss`` as configured."""
+    gated = gd_gate is not None
+    stat = _stat(("weight", loss, kind, gated), lambda: _weight_stat(loss, kind, gated))
+    p = _params(loss, protocol.jnp_dtype(), gd_gate=gd_gate if gated else 0.0)
+    out = run(stat, draws, mu_pos, protocol.mu_neg, p, chunk=protocol.chunk, progress=progress)
+    m, s, c = out["share"]
+    return m, s, np.broadcast_to(c, m.shape), out["gd"][0]
+
+
+def _weight_fields(mean, se, count, gd, batches: int, dims: tuple) -> dict:
+    mask = count == 0
+    return dict(
+        mean=np.where(mask, np.nan, mean),
+        stderr=np.where(mask, np.nan, _stderr_out(se, count)),
+        mask=mask,
+        extra={"passed": count / batches, "gd": gd},
+        extra_dims={"passed": dims, "gd": dims},
+    )
+
+
 def weight_share(
     protocol: Protocol | None = None,
     *,
-    taus: Sequence[float] = (0.3, 0.1, 0.05, 0.03, 0.01, 0.005),
-    mu_pos: float = math.pi / 6,
+    taus: Sequence[float] = defaults.TAUS,
+    mu_pos: float = defaults.WEIGHT_MU_POS,
     loss="infonce",
     gd_gate: float | None = None,
     method: str = "auto",
@@ -270,44 +281,70 @@ def weight_share(
     Returns:
       ``Result`` with dims (tau, mu_neg), ``mask`` (no batch passed), extra ``passed``
       (fraction of batches that passed the gate) and ``gd`` (mean GD).
+
+    Example:
+      >>> from gradlab.simulate import Protocol, weight_share
+      >>> r = weight_share(Protocol(grid=3, batches=8, batch_size=8), taus=(0.1, 0.05))
+      >>> r.dims, r.mean.shape
+      (('tau', 'mu_neg'), (2, 3))
     """
-    protocol = _check_protocol(protocol or Protocol())
+    protocol = _check_protocol(protocol)
     loss = _as_loss(loss)
-    _check_angle_form(loss)
-    if "tau" not in loss.params:
-        raise ValueError(f"{loss.name} has no temperature parameter 'tau'; weight_share sweeps τ")
+    _check_weight_args(loss, gd_gate, "weight_share sweeps τ")
     taus = [float(t) for t in np.atleast_1d(np.asarray(taus, dtype=float))]
     if not taus or any(not (np.isfinite(t) and t > 0) for t in taus):
         raise ValueError(f"taus must be positive finite numbers; got {taus}")
-    if gd_gate is not None and not (isinstance(gd_gate, numbers.Real) and np.isfinite(gd_gate)):
-        raise ValueError(f"gd_gate must be None or a finite number; got {gd_gate!r}")
     kind = _path(loss, method)
-    dtype = protocol.jnp_dtype()
-    gated = gd_gate is not None
-    stat = _stat(("weight", loss, kind, gated), lambda: _weight_stat(loss, kind, gated))
-    rows = {"mean": [], "se": [], "count": [], "gd": []}
+    draws = draws_for(protocol)
+    rows = []
     for i, tau in enumerate(taus):
         lp = get_loss(loss.name, symmetric=loss.symmetric, **{**loss.params, "tau": tau})
-        p = _params(lp, dtype, gd_gate=gd_gate if gated else 0.0)
         sub = None if progress is None else (lambda d, t, i=i: progress(i * t + d, len(taus) * t))
-        out = run(stat, protocol, np.asarray([mu_pos], float), protocol.mu_neg, p, sub)
-        m, s, c = out["share"]
-        rows["mean"].append(m[0])
-        rows["se"].append(s[0])
-        rows["count"].append(np.broadcast_to(c, m.shape)[0])
-        rows["gd"].append(out["gd"][0][0])
-    mean, se, count = (np.stack(rows[k]) for k in ("mean", "se", "count"))
-    mask = count == 0
+        rows.append([a[0] for a in _weight_moments(lp, kind, draws, protocol, np.asarray([mu_pos], float), gd_gate, sub)])
+    mean, se, count, gd = (np.stack(col) for col in zip(*rows, strict=True))
     return Result(
         dims=("tau", "mu_neg"),
         coords={"tau": np.asarray(taus), "mu_neg": protocol.mu_neg},
-        mean=np.where(mask, np.nan, mean),
-        stderr=np.where(mask, np.nan, _stderr_out(se, count)),
-        mask=mask,
-        extra={"passed": count / protocol.batches, "gd": np.stack(rows["gd"])},
-        extra_dims={"passed": ("tau", "mu_neg"), "gd": ("tau", "mu_neg")},
+        **_weight_fields(mean, se, count, gd, protocol.batches, ("tau", "mu_neg")),
         meta=_meta("weight_share", protocol, loss, method=kind, mu_pos=float(mu_pos),
                    gd_gate=None if gd_gate is None else float(gd_gate)),
+    )
+
+
+def weight_map(loss, protocol: Protocol | None = None, *, gd_gate: float | None = None, method: str = "auto",
+               progress=None) -> Result:
+    """Mean share of the hardest negative in the weight over the whole (μ_pos, μ_neg) grid.
+
+    Li et al. 2024 Fig. 3 fixes μ_pos = π/6 and sweeps τ (``weight_share``); this map keeps
+    the loss's own τ and sweeps μ_pos as well. With ``gd_gate = g`` only batches whose GD
+    is >= g count; a cell where none passes is masked.
+
+    Args:
+      loss: registry name or ``gradlab.Loss`` with an angle form and a ``tau`` parameter.
+      protocol: the ``Protocol`` (default: the paper's).
+      gd_gate: None (every batch) or a GD threshold.
+      method: ``"auto"``, ``"factored"`` or ``"direct"``.
+      progress: optional ``callable(done, total)``.
+
+    Returns:
+      ``Result`` with dims (mu_pos, mu_neg): ``mean`` share, ``stderr``, ``mask`` (no batch
+      passed), extra ``passed`` (fraction of batches that passed) and ``gd`` (mean GD).
+
+    Example:
+      >>> from gradlab.simulate import Protocol, weight_map
+      >>> r = weight_map("infonce", Protocol(grid=3, batches=8, batch_size=8), gd_gate=0.01)
+      >>> r.dims, r.mean.shape
+      (('mu_pos', 'mu_neg'), (3, 3))
+    """
+    protocol = _check_protocol(protocol)
+    loss = _as_loss(loss)
+    _check_weight_args(loss, gd_gate, "weight_map")
+    kind = _path(loss, method)
+    moments = _weight_moments(loss, kind, draws_for(protocol), protocol, protocol.mu_pos, gd_gate, progress)
+    return _grid_result(
+        protocol,
+        **_weight_fields(*moments, protocol.batches, ("mu_pos", "mu_neg")),
+        meta=_meta("weight_map", protocol, loss, method=kind, gd_gate=None if gd_gate is None else float(gd_gate)),
     )
 
 
@@ -353,8 +390,8 @@ def _lemma_stat(alpha_key, alpha: Callable) -> Stat:
 def lemma1_map(
     protocol: Protocol | None = None,
     *,
-    lam: float = 0.1,
-    ratios: Sequence[float] = (1, 1.25, 1.5, 1.75, 2),
+    lam: float = defaults.LEMMA1_LAM,
+    ratios: Sequence[float] = defaults.LEMMA1_RATIOS,
     alpha_law="uniform",
     progress=None,
 ) -> Result:
@@ -373,7 +410,7 @@ def lemma1_map(
       the angle to the positive; ``sphere_disagree``: the fraction where the tangent-plane
       lemma and the sphere disagree (``gradlab.lemma1.lemma1_sphere_check``).
     """
-    protocol = _check_protocol(protocol or Protocol())
+    protocol = _check_protocol(protocol)
     if not (isinstance(lam, numbers.Real) and np.isfinite(lam) and lam > 0):
         raise ValueError(f"lam must be a positive finite number; got {lam!r}")
     r = np.atleast_1d(np.asarray(ratios, dtype=float))
@@ -383,7 +420,7 @@ def lemma1_map(
     dtype = protocol.jnp_dtype()
     stat = _stat(("lemma1",) + alpha_key, lambda: _lemma_stat(alpha_key, alpha))
     p = {"lam": jnp.asarray(lam, dtype), "ratios": jnp.asarray(r, dtype)}
-    out = run(stat, protocol, protocol.mu_pos, protocol.mu_neg, p, progress)
+    out = run(stat, draws_for(protocol), protocol.mu_pos, protocol.mu_neg, p, chunk=protocol.chunk, progress=progress)
     low, low_se, n_feas = out["low"]
     mask = n_feas == 0
     sat, closer, disagree = (np.moveaxis(out[k][0], -1, 0) for k in ("satisfied", "sphere_closer", "sphere_disagree"))
@@ -403,14 +440,14 @@ def lemma1_map(
 def min_ratio_distribution(
     protocol: Protocol | None = None,
     *,
-    lams: Sequence[float] = (0.01, 0.1, 0.5, 1.0),
-    mu_pos: float | Sequence[float] = math.pi / 6,
-    mu_neg: float | Sequence[float] = math.pi / 3,
+    lams: Sequence[float] = defaults.LEMMA1_LAMS,
+    mu_pos: float | Sequence[float] = defaults.LEMMA1_MU_POS,
+    mu_neg: float | Sequence[float] = defaults.LEMMA1_MU_NEG,
     bins=None,
-    quantiles: Sequence[float] = (0.05, 0.25, 0.5, 0.75, 0.95),
+    quantiles: Sequence[float] = defaults.QUANTILES,
     alpha_law="uniform",
     return_samples: bool = False,
-    ratios: Sequence[float] = (1.0, 1.25, 1.5, 1.75, 2.0),
+    ratios: Sequence[float] = defaults.LEMMA1_RATIOS,
 ) -> Result:
     """Distribution of the Lemma-1 minimum ratio r_low per λ (Li et al. 2024 Fig. 8a, simulated).
 
@@ -426,7 +463,7 @@ def min_ratio_distribution(
       batches with r_low ≤ r for each of ``ratios``, and with ``return_samples``
       ``samples`` (lam, sample) (NaN where infeasible).
     """
-    protocol = _check_protocol(protocol or Protocol())
+    protocol = _check_protocol(protocol)
     lams = np.atleast_1d(np.asarray(lams, dtype=float))
     if lams.ndim != 1 or lams.size == 0 or not np.all(np.isfinite(lams) & (lams > 0)):
         raise ValueError(f"lams must be positive finite numbers; got {lams!r}")
@@ -440,10 +477,10 @@ def min_ratio_distribution(
     mn = np.atleast_1d(np.asarray(mu_neg, float))
     cp, cn = (np.repeat(mp, mn.size), np.tile(mn, mp.size))
     samples = []
-    shared = common_draws(protocol) if protocol.mode == "common" else None
+    draws = draws_for(protocol)
     for i, (a, b) in enumerate(zip(cp, cn, strict=True)):
-        if shared is not None:
-            z_pos, z_neg, u = shared
+        if isinstance(draws, CommonDraws):
+            z_pos, z_neg, u = draws.z_pos, draws.z_neg, draws.u
         else:
             z_pos, z_neg, u = cell_draws(protocol.seed, i, protocol.batches, protocol.batch_size, dtype)
         theta_pos = jnp.arccos(jnp.cos(jnp.asarray(a, dtype) + protocol.sigma_pos * z_pos))

@@ -1,0 +1,85 @@
+"""The papers' default settings, in one place (a leaf module: no JAX, no gradlab imports).
+
+Each constant names where it comes from. Values marked *ours* are choices of this
+project where the papers give no number; every consumer (``gradlab.simulate``,
+``gradlab.monitor``, ``gradlab.lemma1``, the CLI) imports them from here.
+
+The Monte-Carlo protocol itself (σ_pos, σ_neg, grids, batch shape) lives in
+``gradlab.simulate.Protocol``; the per-loss hyper-parameters live in the loss registry
+(``gradlab.losses.get_spec(name).defaults``).
+
+Example:
+  >>> from gradlab import defaults
+  >>> defaults.TAUS
+  (0.3, 0.1, 0.05, 0.03, 0.01, 0.005)
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "TAUS",
+    "WEIGHT_MU_POS",
+    "GD_THRESHOLD",
+    "LEMMA1_LAM",
+    "LEMMA1_LAMS",
+    "LEMMA1_RATIOS",
+    "LEMMA1_MU_POS",
+    "LEMMA1_MU_NEG",
+    "QUANTILES",
+    "MONITOR_LOSSES",
+    "MONITOR_RATIO_LOSSES",
+    "MONITOR_LAMS",
+    "NORM_NEGATIVES",
+    "NORM_INFONCE_NEGATIVES",
+]
+
+#: The six temperatures of the hardest-negative share, Li et al. 2024 Figs. 3 and 7.
+TAUS = (0.3, 0.1, 0.05, 0.03, 0.01, 0.005)
+
+#: The fixed μ_pos of the weight-share curves, Li et al. 2024 Fig. 3 (App. A.1): π/6.
+WEIGHT_MU_POS = math.pi / 6
+
+#: Mean GD below which a cell counts as "gradient switched off" and is shaded in the
+#: ratio maps (Li et al. 2024 Fig. 4 shades such cells but gives no number): *ours*.
+GD_THRESHOLD = 0.05
+
+#: The λ of the Lemma-1 map (Li et al. 2024 Lemma 1, Sec. 3.1.3): *ours*, one of
+#: ``LEMMA1_LAMS``.
+LEMMA1_LAM = 0.1
+
+#: The step sizes λ of the minimum-ratio distribution, Li et al. 2024 Fig. 8a (read from
+#: the figure's legend).
+LEMMA1_LAMS = (0.01, 0.1, 0.5, 1.0)
+
+#: Static ratios r tested against Lemma 1: *ours*, spanning the ratios of Li et al. 2024's
+#: modified losses (r = 1 for the baseline up to the dynamic ratios' range in Fig. 8b).
+LEMMA1_RATIOS = (1.0, 1.25, 1.5, 1.75, 2.0)
+
+#: The cell (μ_pos, μ_neg) of the *simulated* Fig. 8a (the paper measures BERT
+#: embeddings instead): *ours*, μ_pos as in Fig. 3 and μ_neg = 2 μ_pos.
+LEMMA1_MU_POS = math.pi / 6
+LEMMA1_MU_NEG = math.pi / 3
+
+#: Quantiles reported by the minimum-ratio summaries: *ours*.
+QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+#: Losses whose GD the training monitor records: the effective losses of Li et al. 2024
+#: Fig. 2 (InfoNCE, ArcCon, MPT, MET, MAT).
+MONITOR_LOSSES = ("infonce", "arccon", "mpt", "met", "mat")
+
+#: Losses whose dynamic ratio the monitor records: Li et al. 2024 Figs. 4 and 8b
+#: (ArcCon, MET, MAT).
+MONITOR_RATIO_LOSSES = ("arccon", "met", "mat")
+
+#: Step sizes λ of the monitor's Lemma-1 statistics: *ours*, a subset of ``LEMMA1_LAMS``
+#: (one record per λ per step, so fewer than the figure's).
+MONITOR_LAMS = (0.1, 0.5, 1.0)
+
+#: The number of negatives K of Nie et al. 2023's gradient-norm maps ("under the
+#: condition of 64 negative sample size").
+NORM_NEGATIVES = 64
+
+#: The K of the InfoNCE panels of Nie et al. 2023 Fig. 2 (one panel per K).
+NORM_INFONCE_NEGATIVES = (64, 512, 4096, 32768)
