@@ -17,6 +17,7 @@ from gradlab.simulate import (
     min_ratio_distribution,
     ratio_map,
     sample_angles,
+    weight_map,
     weight_share,
 )
 from gradlab.simulate._quadrature import mean_gd_exact, prob_angle_below, threshold_angle
@@ -142,6 +143,83 @@ def test_weight_share_rules():
         weight_share(SMALL, loss="mpt")
     with pytest.raises(ValueError, match="taus"):
         weight_share(SMALL, taus=(0.0,))
+
+
+@pytest.mark.parametrize("mode", ["common", "independent"])
+def test_weight_map_matches_loop_with_gate(mode):
+    p = SMALL.replace(mode=mode)
+    loss = gradlab.get_loss("infonce", tau=0.1)
+    res = weight_map(loss, p, gd_gate=0.2)
+    assert res.dims == ("mu_pos", "mu_neg") and res.mean.shape == (4, 5)
+    ref = loop_stats(loss, p)  # cell i·Q + j draws its own batches in independent mode
+    passed = ref["gd"] >= 0.2
+    n = passed.sum(-1)
+    np.testing.assert_array_equal(res.mask, n == 0)
+    np.testing.assert_allclose(res.passed, n / p.batches)
+    np.testing.assert_allclose(res.gd, ref["gd"].mean(-1), rtol=1e-9)
+    with np.errstate(invalid="ignore"):
+        want = np.where(n > 0, (ref["share"] * passed).sum(-1) / n, np.nan)
+    np.testing.assert_allclose(res.mean, want, rtol=1e-9, equal_nan=True)
+    assert res.mask.any() and not res.mask.all()
+    assert res.meta["statistic"] == "weight_map" and res.meta["gd_gate"] == 0.2
+
+
+def test_weight_map_rows_are_weight_share_in_common_mode():
+    p = Protocol(grid=(3, 4), batches=20, batch_size=8)
+    res = weight_map("infonce", p, gd_gate=0.01)
+    for i, mp in enumerate(p.mu_pos):
+        row = weight_share(p, taus=(0.05,), mu_pos=float(mp), gd_gate=0.01)
+        np.testing.assert_array_equal(res.mean[i], row.mean[0])
+    with pytest.raises(ValueError, match="tau"):
+        weight_map("mpt", p)
+    with pytest.raises(ValueError, match="gd_gate"):
+        weight_map("infonce", p, gd_gate=float("nan"))
+
+
+def test_common_draws_run_once_per_map(monkeypatch):
+    from gradlab.simulate import _sampling
+
+    calls = []
+    real = _sampling.common_draws
+    monkeypatch.setattr(_sampling, "common_draws", lambda protocol: calls.append(1) or real(protocol))
+    p = Protocol(grid=3, batches=8, batch_size=5)
+    gd_map("infonce", p)
+    assert len(calls) == 1
+    weight_share(p, taus=(0.3, 0.1, 0.05))
+    assert len(calls) == 2  # once for all τ
+
+
+def test_simulate_modules_import_without_a_cycle():
+    """Data flows one way inside gradlab.simulate: the module import graph is acyclic."""
+    import ast
+    import pathlib
+
+    import gradlab.simulate as sim
+
+    pkg = pathlib.Path(sim.__file__).parent
+    graph = {}
+    for path in pkg.glob("_*.py"):
+        tree = ast.parse(path.read_text())
+        graph[path.stem] = {
+            node.module.rsplit(".", 1)[1]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("gradlab.simulate._")
+        }
+    assert graph["_quadrature"] and "_stats" not in graph["_quadrature"]
+    state = {}
+
+    def visit(m):
+        state[m] = "open"
+        for d in graph.get(m, ()):
+            assert state.get(d) != "open", f"import cycle through {m} -> {d}"
+            if d not in state:
+                visit(d)
+        state[m] = "done"
+
+    for m in graph:
+        if m not in state:
+            visit(m)
+    assert "quadrature_gd_map" not in sim.__all__ and not hasattr(sim, "quadrature_gd_map")
 
 
 # --- determinism -----------------------------------------------------------------------------
