@@ -427,7 +427,7 @@ def norm_panels(losses=NORM_LOSSES, *, parts=PARTS, negatives=None, grid: int = 
       list of ``Result`` (dims (theta_pos, theta_neg)), ordered by part, then loss, then K.
 
     Raises:
-      ValueError: an unknown loss, a parameter no requested map has, or no panel at all.
+      ValueError: an unknown loss or part, or a parameter no requested map has.
 
     Example:
       >>> [r.meta["negatives"] for r in norm_panels(["infonce"], parts=["pos"], negatives=[4, 8], grid=3)]
@@ -453,8 +453,6 @@ def norm_panels(losses=NORM_LOSSES, *, parts=PARTS, negatives=None, grid: int = 
             else:
                 k_list = [ks[0] if ks else DEFAULT_NEGATIVES]
             panels.extend(norm_result(name, part=part, negatives=k, grid=grid, **own) for k in k_list)
-    if not panels:
-        raise ValueError("no gradient-norm map for these losses and parts")
     return panels
 
 

@@ -218,3 +218,42 @@ def test_alias_names_and_a_and_u_pair():
     b = norms.norm_map("uniform", 0.5, 1.0, part="pos")  # the a&u pair's positive part
     assert float(a) == float(b) == pytest.approx(2 * math.sin(0.5))
     assert float(norms.norm_map("cl", 0.5, 1.0)) == float(norms.norm_map("infonce", 0.5, 1.0))
+
+
+def test_norm_on_mu_grid_is_the_closed_form_at_the_mean_angles():
+    from gradlab.simulate import Protocol
+
+    p = Protocol(grid=(4, 5), batch_size=9)
+    r = norms.norm_on_mu_grid(gradlab.get_loss("dcl", tau=0.5), p)
+    assert r.dims == ("mu_pos", "mu_neg") and r.mean.shape == (4, 5)
+    np.testing.assert_allclose(r.mean, np.broadcast_to(np.sin(p.mu_pos)[:, None] / 0.5, (4, 5)), rtol=1e-6)
+    # InfoNCE's negative part with K = N − 1 = 8: e^{c_n/τ} sin θ_ij' / (τ (e^{c_p/τ} + 8 e^{c_n/τ}))
+    r = norms.norm_on_mu_grid("infonce", p, part="neg")
+    cp, cn = np.cos(p.mu_pos)[:, None], np.cos(p.mu_neg)[None, :]
+    want = np.exp(cn / 0.05) * np.sin(p.mu_neg)[None, :] / (0.05 * (np.exp(cp / 0.05) + 8 * np.exp(cn / 0.05)))
+    np.testing.assert_allclose(r.mean, want, rtol=2e-5, atol=1e-30)
+    assert r.meta["negatives"] == 8 and r.meta["loss"] == "infonce" and r.meta["params"] == {"tau": 0.05}
+    # the registry's names for the a&u pair; a part the loss does not have is an error
+    np.testing.assert_allclose(norms.norm_on_mu_grid("alignment", p).mean[:, 0], 2 * np.sin(p.mu_pos), rtol=1e-6)
+    with pytest.raises(ValueError, match="no 'neg' gradient-norm map for loss 'alignment'"):
+        norms.norm_on_mu_grid("alignment", p, part="neg")
+    with pytest.raises(ValueError, match="'arccon'"):
+        norms.norm_on_mu_grid("arccon", p)
+
+
+def test_norm_panels_follow_nie_figures():
+    panels = norms.norm_panels(parts=["pos"], grid=3)
+    keys = [(r.meta["loss"], r.meta["negatives"]) for r in panels]
+    # Fig. 2: InfoNCE once per K, then one panel per other loss with a positive part, K = 64
+    assert keys == [("infonce", 64), ("infonce", 512), ("infonce", 4096), ("infonce", 32768), ("align", 64),
+                    ("dcl", 64), ("dcl+", 64), ("mpt", 64), ("met", 64), ("mat", 64)]
+    two = norms.norm_panels(["uniform", "mat"], parts=["pos", "neg"], negatives=[8], grid=3, t=3.0, m=0.2)
+    # "uniform" names the a&u pair: alignment is its positive part
+    assert [(r.meta["part"], r.meta["loss"]) for r in two] == [("pos", "align"), ("pos", "mat"), ("neg", "uniform"),
+                                                               ("neg", "mat")]
+    assert two[2].meta["params"] == {"t": 3.0} and two[3].meta["params"] == {"m": 0.2}
+    np.testing.assert_allclose(two[2].mean, norms.norm_result("uniform", part="neg", negatives=8, grid=3, t=3.0).mean)
+    with pytest.raises(ValueError, match="unknown parameter 'tau'"):
+        norms.norm_panels(["mat"], tau=0.1)
+    with pytest.raises(ValueError, match="no gradient-norm map for loss 'nope'"):
+        norms.norm_panels(["nope"])
