@@ -51,8 +51,6 @@ _STAT_CACHE: dict[tuple, Stat] = {}
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-
 def _check_angle_form(loss: Loss):
     if not loss.spec.has_angle_form:
         raise ValueError(
@@ -112,14 +110,6 @@ def _stat(key: tuple, build: Callable[[], Stat]) -> Stat:
     if key not in _STAT_CACHE:
         _STAT_CACHE[key] = build()
     return _STAT_CACHE[key]
-
-
-
-
-
-
-
-
 
 
 # --- GD --------------------------------------------------------------------------------------
