@@ -233,7 +233,7 @@ def train(
         if transform is None:
             the_loss = get_loss(loss, symmetric=symmetric, **params)  # unknown names / params: one line
         else:
-            from gradlab.margins import apply_transform
+            from gradlab.losses import apply_transform
 
             if loss != "infonce":
                 raise fail(f"--transform rescales InfoNCE's gradient: use --loss infonce (got {loss!r})")
