@@ -1,4 +1,4 @@
-"""Rho et al. 2023: the margin InfoNCE loss (exact GD / W / R), gradlab.margins (analysis) and the transforms."""
+"""Rho et al. 2023: the margin InfoNCE loss (exact GD / W / R), gradlab.margins (analysis) and the transforms.
 
 Witnesses: loop-based NumPy references written from Rho et al. 2023's equations (math-module
 functions, float64), jax.grad of independently written losses, and closed forms.
@@ -6,6 +6,7 @@ functions, float64), jax.grad of independently written losses, and closed forms.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -612,3 +613,71 @@ def test_transform_validation(name, kw, match):
 def test_scales_not_defined_for_margins():
     with pytest.raises(ValueError, match="margins"):
         L.apply_transform("margins").scales(jnp.array([0.5]), jnp.array([[1.0]]))
+
+
+# --- a configured transform is a pytree: a jit argument, differentiable in its numbers -------------
+
+
+def test_transform_is_a_pytree_with_static_name_and_options():
+    t = L.apply_transform("curvature", tau=0.35, beta=0.9, s=2.0, c=0.5, curve="alg3")
+    leaves, treedef = jax.tree_util.tree_flatten(t)
+    assert leaves == [0.35, 0.9, 2.0, 0.5]  # τ, β, then the parameters in TRANSFORMS order
+    assert jax.tree_util.tree_unflatten(treedef, leaves) == t
+    other = L.apply_transform("curvature", tau=0.1, s=2.0, c=0.5, curve="eq10")
+    assert jax.tree_util.tree_structure(other) != treedef  # the option is static
+    doubled = jax.tree_util.tree_map(lambda x: 2 * x, t)
+    assert doubled.tau == 0.7 and doubled.params["s"] == 4.0 and doubled.params["curve"] == "alg3"
+
+
+def test_transform_is_a_jit_argument_and_a_new_tau_does_not_recompile():
+    traces = []
+
+    @jax.jit
+    def objective(t, h, hp):
+        traces.append(None)  # runs once per trace
+        return t(h, hp)
+
+    h, hp = _batch(15, 6, 8)
+    for tau in (0.1, 0.2, 0.35):
+        t = L.apply_transform("ratio", tau=tau, m1=0.3, targets="all")
+        assert float(objective(t, h, hp)) == pytest.approx(float(t(h, hp)), rel=1e-12)
+    assert len(traces) == 1
+    from gradlab.losses import _transforms as T
+
+    L.apply_transform("emphasize", tau=0.1)(h, hp)
+    n = T._embed_jit._cache_size()
+    L.apply_transform("emphasize", tau=0.3, s=3.0)(h, hp)  # new τ and s: the library's own program is reused
+    assert T._embed_jit._cache_size() == n
+
+
+def _central(f, x, eps=1e-6):
+    return (f(x + eps) - f(x - eps)) / (2 * eps)
+
+
+@pytest.mark.parametrize("name,prm", [("none", {}), ("margins", dict(m1=0.3, m2=0.2))])
+def test_grad_with_respect_to_transform_numbers_matches_central_difference(name, prm):
+    # no scale on the gradient: the surrogate is the loss itself, so d/dτ of its value is the witness.
+    h, hp = _batch(16, 6, 8)
+    t = L.apply_transform(name, tau=0.2, beta=0.9, **prm)
+    g = jax.grad(lambda tr: tr(h, hp))(t)
+    value = lambda **kw: float(dataclasses.replace(t, **kw)(h, hp))  # noqa: E731
+    assert float(g.tau) == pytest.approx(_central(lambda x: value(tau=x), 0.2), rel=1e-7)
+    assert float(g.beta) == pytest.approx(_central(lambda x: value(beta=x), 0.9), rel=1e-7)
+    for k in prm:
+        fd = _central(lambda x, k=k: value(params={**t.params, k: x}), t.params[k])
+        assert float(g.params[k]) == pytest.approx(fd, rel=1e-7)
+
+
+def test_grad_with_respect_to_tau_of_a_scaled_transform_is_scaled():
+    # emphasize: ∂L/∂τ = mean_i Σ_j (β q̃_ij − p_ij) w_ij (−c_ij/τ²), w = s on the positive (Eq. 9), NumPy.
+    tau, beta, s = 0.2, 0.9, 2.0
+    h, hp = _batch(17, 5, 7)
+    c = _unit(h) @ _unit(hp).T
+    q = np.exp(c / tau) / np.exp(c / tau).sum(axis=1, keepdims=True)
+    p = np.eye(5)
+    w = 1.0 + (s - 1.0) * p
+    expected = np.mean(np.sum((beta * q - p) * w * (-c / tau**2), axis=1))
+    t = L.apply_transform("emphasize", tau=tau, beta=beta, s=s)
+    g = jax.grad(lambda tr: tr(h, hp))(t)
+    assert float(g.tau) == pytest.approx(expected, rel=1e-10)
+    assert float(g.params["s"]) == 0.0  # s only acts under stop_gradient
