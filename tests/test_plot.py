@@ -63,11 +63,25 @@ def _recipes():
         "min_ratio_distribution": lambda: plot.min_ratio_distribution(dist),
         "norm_maps": lambda: plot.norm_maps([norms.norm_result(n, grid=9) for n in ("infonce", "dcl", "mat")]
                                             + [norms.norm_result("uniform", part="neg", grid=9)]),
-        "margin_gradients": lambda: plot.margin_gradients(margins.fig1_gradient_magnitudes(theta, q)),
-        "margin_multipliers": lambda: plot.margin_multipliers(margins.fig2_margin_multipliers(theta, q)),
+        "margin_gradients": lambda: plot.margin_gradients(margins.free_gradient_grid(theta, q, tau=0.25)),
+        "margin_multipliers": lambda: plot.margin_multipliers(margins.multiplier_grid(theta, q, tau=0.25, m1=0.4)),
         "margin_ratio_grid": lambda: plot.margin_ratio_grid(
-            margins.fig8_ratio_maps(theta, q, m1_values=(0.2, 0.8), tau_values=(0.1, 0.5))),
+            margins.ratio_grid(theta, q, m1_values=(0.2, 0.8), tau_values=(0.1, 0.5))),
+        "stsb_scatter": lambda: plot.stsb_scatter(*_stsb_data(), title="light, STS-B dev"),
+        "train_curves": lambda: plot.train_curves(*_train_data(), best_step=200, title="light + infonce"),
     }
+
+
+def _stsb_data():
+    gold = np.random.default_rng(3).uniform(0, 5, 1500)  # the size of STS-B dev
+    return 0.1 * gold + np.random.default_rng(4).normal(0, 0.1, 1500), gold
+
+
+def _train_data():
+    steps = np.arange(400.0)  # noisy per-step losses, as in a real run
+    losses = 3.0 - 0.3 * np.log1p(steps) + np.random.default_rng(5).normal(0, 0.3, 400)
+    evals = [{"step": s, "dev_spearman": 60.0 + s / 30} for s in (0, 100, 200, 300, 400)]
+    return losses, evals
 
 
 @pytest.mark.parametrize("name", list(_recipes()))
@@ -184,3 +198,39 @@ def test_saved_recipe_does_not_depend_on_the_callers_rc(name, tmp_path):
     ref = png({}, "default")
     other = png({"font.size": 17, "xtick.labelsize": 24, "ytick.labelsize": 3}, "other")
     assert ref.shape == other.shape and np.array_equal(ref, other)
+
+
+def test_real_pipeline_recipes_draw_the_given_data():
+    cos, gold = _stsb_data()
+    fig = plot.stsb_scatter(cos, gold, title="t")
+    (ax,) = fig.axes
+    np.testing.assert_array_equal(ax.collections[0].get_offsets(), np.column_stack([gold, cos]))
+    assert ax.get_xlabel() == "gold similarity (0–5)" and ax.get_ylabel() == "cosine similarity"
+    assert ax.get_title() == "t"
+    losses, evals = _train_data()
+    fig = plot.train_curves(losses, evals, best_step=200, title="run")
+    a1, a2 = fig.axes
+    np.testing.assert_array_equal(a1.lines[0].get_xdata(), np.arange(1, 401))
+    np.testing.assert_array_equal(a1.lines[0].get_ydata(), losses)
+    np.testing.assert_array_equal(a2.lines[0].get_ydata(), [e["dev_spearman"] for e in evals])
+    assert a2.lines[1].get_xdata()[0] == 200 and a2.get_legend().get_texts()[0].get_text() == "best (step 200)"
+    assert a1.get_ylabel() == "training loss" and fig.get_suptitle() == "run"
+    assert plot.train_curves(losses, evals).axes[1].get_legend() is None  # no best step: nothing marked
+
+
+def test_every_recipe_leaves_the_callers_matplotlib_settings_alone():
+    # every recipe of _recipes (the real pipeline's included): no pyplot, no backend or rc change
+    here = __import__("os").path.dirname(__file__)
+    code = (
+        "import matplotlib as mpl, sys\n"
+        "mpl.rcParams['font.size'] = 17.0\n"
+        "backend = mpl.get_backend()\n"
+        f"sys.path.insert(0, {here!r})\n"
+        "import test_plot\n"
+        "for make in test_plot._recipes().values():\n"
+        "    make()\n"
+        "print(mpl.rcParams['font.size'], mpl.get_backend() == backend, 'matplotlib.pyplot' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "MPLBACKEND": "Agg"}).stdout.split()
+    assert out == ["17.0", "True", "False"]
