@@ -681,3 +681,10 @@ def test_grad_with_respect_to_tau_of_a_scaled_transform_is_scaled():
     g = jax.grad(lambda tr: tr(h, hp))(t)
     assert float(g.tau) == pytest.approx(expected, rel=1e-10)
     assert float(g.params["s"]) == 0.0  # s only acts under stop_gradient
+
+
+def test_transform_stays_hashable_and_comparable():
+    a = L.apply_transform("ratio", tau=0.2, m1=0.3)
+    b = L.apply_transform("ratio", tau=0.2, m1=0.3)
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != L.apply_transform("ratio", tau=0.3, m1=0.3)

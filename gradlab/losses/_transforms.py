@@ -228,6 +228,9 @@ class GradientTransform:
     beta: Any = 1.0
     symmetric: bool = False
 
+    def __hash__(self):
+        return hash((self.name, tuple(self.params.items()), self.tau, self.beta, self.symmetric))
+
     def tree_flatten(self):
         keys = tuple(TRANSFORMS[self.name])
         options = tuple((k, v) for k, v in self.params.items() if k not in keys)
