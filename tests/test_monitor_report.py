@@ -10,6 +10,7 @@ import pytest
 
 from gradlab.monitor import ParadigmMonitor, analyze, read_log
 from gradlab.monitor._report import log_series, report
+from tests._mpl import callers_settings_after
 
 CFG = dict(losses=["infonce", "mpt"], taus=(0.1, 0.05), lambdas=(0.1, 0.5), ratio_losses=["arccon", "met"])
 N, D = 12, 6
@@ -330,18 +331,7 @@ def test_track_summary_recipe(run_log):
 
 
 def test_monitor_recipes_leave_the_callers_matplotlib_settings_alone(run_log):
-    import subprocess
-    import sys
-
     d, log = run_log
-    code = (
-        "import matplotlib as mpl, sys\n"
-        "mpl.rcParams['font.size'] = 17.0\n"
-        "backend = mpl.get_backend()\n"
-        "from gradlab.monitor import report\n"
-        f"report({str(log)!r}, {str(d / 'rep_rc')!r})\n"
-        "print(mpl.rcParams['font.size'], mpl.get_backend() == backend, 'matplotlib.pyplot' in sys.modules)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**__import__("os").environ, "MPLBACKEND": "Agg"}).stdout.split()
+    out = callers_settings_after(f"from gradlab.monitor import report\nreport({str(log)!r}, {str(d / 'rep_rc')!r})")
     assert out == ["17.0", "True", "False"]
+    assert (d / "rep_rc" / "monitor_curves.png").stat().st_size > 1000

@@ -13,6 +13,7 @@ import pytest
 from gradlab import plot
 from gradlab.io import Result
 from gradlab.plot._style import pi_label, pi_ticks
+from tests._mpl import callers_settings_after
 
 G = 6
 
@@ -154,21 +155,14 @@ def test_import_gradlab_does_not_import_matplotlib():
 
 def test_plotting_leaves_the_callers_matplotlib_settings_alone():
     # a notebook's rcParams and backend are the user's: recipes style only their own figure
-    code = (
-        "import matplotlib as mpl, numpy as np\n"
-        "mpl.rcParams['font.size'] = 17.0\n"
-        "backend = mpl.get_backend()\n"
+    out = callers_settings_after(
+        "import numpy as np\n"
         "from gradlab import plot\n"
         "fig = plot.heatmap(np.eye(4), x=np.linspace(0, 3, 4), y=np.linspace(0, 1.5, 4))\n"
-        "label_size = fig.axes[0].xaxis.label.get_fontsize()\n"
-        "print(mpl.rcParams['font.size'], mpl.get_backend() == backend, label_size,"
-        " 'matplotlib.pyplot' in __import__('sys').modules)\n"
+        "print(fig.axes[0].xaxis.label.get_fontsize())"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**__import__("os").environ, "MPLBACKEND": "Agg"}).stdout.split()
-    assert out[0] == "17.0" and out[1] == "True"
-    assert float(out[2]) == 12.0  # gradlab's axes.labelsize inside its own figure
-    assert out[3] == "False"  # no pyplot state touched
+    assert float(out[0]) == 12.0  # gradlab's axes.labelsize inside its own figure
+    assert out[1:] == ["17.0", "True", "False"]  # the caller's rc and backend kept, no pyplot state touched
 
 
 def test_min_ratio_legend_reads_the_exact_cdf_at_the_chosen_ratio():
@@ -220,17 +214,5 @@ def test_real_pipeline_recipes_draw_the_given_data():
 
 def test_every_recipe_leaves_the_callers_matplotlib_settings_alone():
     # every recipe of _recipes (the real pipeline's included): no pyplot, no backend or rc change
-    here = __import__("os").path.dirname(__file__)
-    code = (
-        "import matplotlib as mpl, sys\n"
-        "mpl.rcParams['font.size'] = 17.0\n"
-        "backend = mpl.get_backend()\n"
-        f"sys.path.insert(0, {here!r})\n"
-        "import test_plot\n"
-        "for make in test_plot._recipes().values():\n"
-        "    make()\n"
-        "print(mpl.rcParams['font.size'], mpl.get_backend() == backend, 'matplotlib.pyplot' in sys.modules)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**__import__("os").environ, "MPLBACKEND": "Agg"}).stdout.split()
+    out = callers_settings_after("from tests import test_plot\nfor make in test_plot._recipes().values():\n    make()")
     assert out == ["17.0", "True", "False"]
