@@ -120,7 +120,7 @@ def _rho2023_fig1(fid, writer, quick, seed):
     from gradlab import margins, plot
 
     theta, q = _margin_axes(quick)
-    d = margins.fig1_gradient_magnitudes(theta, q, tau=0.25, beta=1.0, dtype=np.float32)
+    d = margins.free_gradient_grid(theta, q, tau=0.25, beta=1.0, dtype=np.float32)
     writer.figure(fid, plot.margin_gradients(d, tau=0.25, beta=1.0) if writer.plot else None)
     writer.data(fid, _dict_arrays(d), dims={"positive": ["theta", "q"], "negative": ["theta", "q"]},
                 extra_meta={"tau": 0.25, "beta": 1.0, "reference": "Rho et al. 2023 Fig. 1, Eq. 14"})
@@ -130,18 +130,25 @@ def _rho2023_fig2(fid, writer, quick, seed):
     from gradlab import margins, plot
 
     theta, q = _margin_axes(quick)
-    d = margins.fig2_margin_multipliers(theta, q, tau=0.25, beta=1.0, m1=0.4, dtype=np.float32)
+    d = margins.multiplier_grid(theta, q, tau=0.25, beta=1.0, m1=0.4, dtype=np.float32)
     writer.figure(fid, plot.margin_multipliers(d, tau=0.25, m1=0.4) if writer.plot else None)
     dims = {k: ["theta_pos", "q_pos"] for k in ("angular", "ratio_pos", "ratio_neg", "total_pos")}
     writer.data(fid, _dict_arrays(d), dims=dims,
                 extra_meta={"tau": 0.25, "beta": 1.0, "m1": 0.4, "reference": "Rho et al. 2023 Fig. 2, Theorem 4.1"})
 
 
+#: Rho et al. 2023 Fig. 8's panels vary m1 and τ without listing the values; ours: the m1 of
+#: Sec. 5.4 / Table 8 and around it, and τ around App. C's 0.25.
+RHO2023_FIG8_M1 = (0.2, 0.4, 0.8, 1.6)
+RHO2023_FIG8_TAU = (0.1, 0.25, 0.5)
+
+
 def _rho2023_fig8(fid, writer, quick, seed):
     from gradlab import margins, plot
 
     theta, q = _margin_axes(quick)
-    d = margins.fig8_ratio_maps(theta, q, dtype=np.float32)
+    d = margins.ratio_grid(theta, q, m1_values=RHO2023_FIG8_M1, tau_values=RHO2023_FIG8_TAU, beta=1.0,
+                           dtype=np.float32)
     writer.figure(fid, plot.margin_ratio_grid(d) if writer.plot else None)
     dims = {k: ["m1", "tau", "theta_pos", "q_pos"] for k in ("ratio_pos", "ratio_neg")}
     writer.data(fid, _dict_arrays(d), dims=dims, extra_meta={"beta": 1.0, "reference": "Rho et al. 2023 Fig. 8"})

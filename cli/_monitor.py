@@ -74,9 +74,9 @@ def track(
         meta = {"n_batches": res.pop("n_batches"), "dropped": res.pop("dropped"), "batch_size": res.pop("batch_size"),
                 "pairs": int(h.shape[0]), "dim": int(h.shape[1])}
         if writer.plot:
-            from gradlab.monitor._report import track_figure
+            from gradlab.plot import track_summary
 
-            writer.figure("track", track_figure(res))
+            writer.figure("track", track_summary(res))
         writer.data("track", _flat_arrays(res), extra_meta=meta)
         writer.report()
 

@@ -81,21 +81,6 @@ def _encoder(name: str, seed: int, dim: int, dropout: float = 0.1, checkpoint: P
     return load_encoder(name, seed=seed, **kwargs)
 
 
-def _scatter(cos, gold, title):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(4.5, 4))
-    ax.scatter(gold, cos, s=4, alpha=0.4)
-    ax.set_xlabel("gold similarity (0–5)")
-    ax.set_ylabel("cosine similarity")
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
 def stsb(
     encoder: EncoderOpt = "minilm",
     split: Annotated[str, typer.Option("--split", help="STS-B split: train, dev or test.")] = "test",
@@ -141,7 +126,10 @@ def stsb(
             res = stsb_scores(enc.encode, split, path=data, details=True)
         seconds = time.perf_counter() - t0
         title = f"{encoder}, STS-B {split}: Spearman {res['spearman']:.2f}"
-        writer.figure("stsb", _scatter(res["cosine"], res["gold"], title) if writer.plot else None)
+        if writer.plot:
+            from gradlab.plot import stsb_scatter
+
+            writer.figure("stsb", stsb_scatter(res["cosine"], res["gold"], title=title))
         writer.data("stsb", {"cosine": res["cosine"], "gold": res["gold"]}, extra_meta={
             "spearman": res["spearman"], "pearson": res["pearson"], "n_pairs": res["n_pairs"],
             "encoder": encoder, "split": split, "seconds": round(seconds, 2),
@@ -149,29 +137,6 @@ def stsb(
         typer.echo(f"STS-B {split} ({res['n_pairs']} pairs), {encoder}: "
                    f"Spearman {res['spearman']:.2f}, Pearson {res['pearson']:.2f} ({seconds:.1f} s)")
         writer.report()
-
-
-def _train_figure(result, title):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.5))
-    steps = np.arange(1, len(result.losses) + 1)
-    a1.plot(steps, result.losses, lw=1)
-    a1.set_xlabel("step")
-    a1.set_ylabel("training loss")
-    ev = result.evals
-    a2.plot([e["step"] for e in ev], [e["dev_spearman"] for e in ev], marker="o")
-    a2.axvline(result.best_step, color="grey", ls="--", lw=1, label=f"best (step {result.best_step})")
-    a2.set_xlabel("step")
-    a2.set_ylabel("STS-B dev Spearman x 100")
-    a2.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
 
 
 def train(
@@ -233,7 +198,7 @@ def train(
         if transform is None:
             the_loss = get_loss(loss, symmetric=symmetric, **params)  # unknown names / params: one line
         else:
-            from gradlab.margins import apply_transform
+            from gradlab.losses import apply_transform
 
             if loss != "infonce":
                 raise fail(f"--transform rescales InfoNCE's gradient: use --loss infonce (got {loss!r})")
@@ -255,7 +220,11 @@ def train(
             result = run_training(cfg, encoder=enc, out_dir=writer.out, progress=progress)
         import numpy as np
 
-        writer.figure("train_curves", _train_figure(result, f"{encoder} + {the_loss.name}") if writer.plot else None)
+        if writer.plot:
+            from gradlab.plot import train_curves
+
+            writer.figure("train_curves", train_curves(result.losses, result.evals, best_step=result.best_step,
+                                                       title=f"{encoder} + {the_loss.name}"))
         writer.data("train_curves", {
             "step": np.arange(1, len(result.losses) + 1), "loss": result.losses,
             "eval_step": np.asarray([e["step"] for e in result.evals]),

@@ -1,4 +1,4 @@
-"""Rho et al. 2023: the margin InfoNCE loss (exact GD / W / R) and gradlab.margins (analysis, transforms).
+"""Rho et al. 2023: the margin InfoNCE loss (exact GD / W / R), gradlab.margins (analysis) and the transforms.
 
 Witnesses: loop-based NumPy references written from Rho et al. 2023's equations (math-module
 functions, float64), jax.grad of independently written losses, and closed forms.
@@ -6,6 +6,7 @@ functions, float64), jax.grad of independently written losses, and closed forms.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -16,7 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gradlab
+from gradlab import losses as L
 from gradlab import margins as M
+from gradlab.losses._effective import angular_factor
 
 # --- loop-based NumPy references (Rho et al. 2023 Eqs. 4–5) -----------------------------------------
 
@@ -378,37 +381,37 @@ def test_lemma44_limit():
 def test_margin_logits_algorithm2():
     theta = jnp.array([[0.3, 1.0, 2.0]])
     p = jnp.array([[1.0, 0.0, 0.0]])
-    out = M.margin_logits(theta, p, tau=0.5, m1=0.2, m2=0.1)
+    out = L.margin_logits(jnp.cos(theta), p, tau=0.5, m1=0.2, m2=0.1)
     exp = [(math.cos(0.5) - 0.1) / 0.5, math.cos(1.0) / 0.5, math.cos(2.0) / 0.5]
     assert _rel(out[0], exp) < 1e-6  # float32 grid (Python list -> float32 by default)
     assert out.dtype == jnp.float32 or out.dtype == jnp.float64
 
 
-# --- the figure functions -------------------------------------------------------------------------
+# --- the grid functions -------------------------------------------------------------------------
 
 
-def test_fig1_gradient_magnitudes():
+def test_free_gradient_grid():
     theta = np.linspace(0.1, 3.0, 7)
     q = np.linspace(0.0, 1.0, 5)
-    out = M.fig1_gradient_magnitudes(theta, q, tau=0.25, beta=1.0)
+    out = M.free_gradient_grid(theta, q, tau=0.25, beta=1.0)
     assert out["positive"].shape == (7, 5) and out["negative"].shape == (7, 5)
     assert np.allclose(out["positive"][:, -1], 0.0)  # q⁺ → p⁺ = 1
     assert np.allclose(out["negative"][:, 0], 0.0)  # q⁻ → p⁻ = 0
     i, j = 3, 2
     assert out["positive"][i, j] == pytest.approx((1 - q[j]) * math.sin(theta[i]) / 0.25, rel=1e-12)
     assert out["negative"][i, j] == pytest.approx(q[j] * math.sin(theta[i]) / 0.25, rel=1e-12)
-    assert M.fig1_gradient_magnitudes([0.5], [0.5])["positive"].dtype == jnp.float32
+    assert M.free_gradient_grid([0.5], [0.5], tau=0.25)["positive"].dtype == jnp.float32
 
 
-def test_fig2_multipliers_and_green_lines():
+def test_multiplier_grid_and_green_lines():
     m1 = 0.4
     theta = np.linspace(0.05, math.pi - 0.05, 301)
     q = np.linspace(0.01, 0.99, 9)
-    out = M.fig2_margin_multipliers(theta, q, tau=0.25, beta=1.0, m1=m1)
+    out = M.multiplier_grid(theta, q, tau=0.25, beta=1.0, m1=m1)
     assert out["angular"].shape == (301, 9)
     # angular factor = 1 at θ⁺ = (π − m1)/2
     t0 = (math.pi - m1) / 2
-    assert float(M.angular_multiplier(t0, m1=m1)) == pytest.approx(1.0, abs=1e-6)
+    assert float(angular_factor(math.cos(t0), m1)) == pytest.approx(1.0, abs=1e-6)
     # ratio (β = 1, m2 = 0) is largest where 1 − η is largest: θ⁺ = (π − m1)/2; = 1 at θ⁺ = π − m1/2
     j = 8
     assert abs(theta[int(np.argmax(np.asarray(out["ratio_pos"][:, j])))] - t0) < 0.02
@@ -418,10 +421,10 @@ def test_fig2_multipliers_and_green_lines():
     assert np.allclose(out["total_pos"], out["angular"] * out["ratio_pos"])
 
 
-def test_fig8_ratio_maps_shapes_and_values():
+def test_ratio_grid_shapes_and_values():
     theta = np.linspace(0.1, 3.0, 11)
     q = np.linspace(0.05, 0.95, 4)
-    out = M.fig8_ratio_maps(theta, q, m1_values=(0.2, 0.8), tau_values=(0.1, 0.25, 0.5))
+    out = M.ratio_grid(theta, q, m1_values=(0.2, 0.8), tau_values=(0.1, 0.25, 0.5))
     assert out["ratio_pos"].shape == (2, 3, 11, 4)
     expected = M.lemma43_multiplier(theta[:, None], q[None, :], tau=0.25, m1=0.8)
     assert _rel(out["ratio_pos"][1, 1], expected) < 1e-12
@@ -494,24 +497,24 @@ TRANSFORM_CASES = [
 @pytest.mark.parametrize("beta", [1.0, 0.7])
 def test_transform_gradients_match_formulas(name, prm, beta):
     tau = 0.25
-    t = M.apply_transform(name, tau=tau, beta=beta, **prm)
+    t = L.apply_transform(name, tau=tau, beta=beta, **prm)
     tp, tn = _angles(6)
     g = jax.grad(lambda a, b: jnp.sum(t.from_angles(a, b)), argnums=(0, 1))(tp, tn)
-    full = dict(M.TRANSFORMS[name])
+    full = dict(L.TRANSFORMS[name])
     merged = {k: v[0] for k, v in full.items()} | prm
     e_pos, e_neg = _np_expected_grad(name, tp, tn, tau, beta, merged)
     assert _rel(g[0], e_pos) < 1e-10 and _rel(g[1], e_neg) < 1e-10
     c_pos, c_neg = t.angle_gradient(tp, tn)
     assert _rel(c_pos, e_pos) < 1e-10 and _rel(c_neg, e_neg) < 1e-10
     # values unchanged: the surrogate is InfoNCE-with-β
-    plain = M.apply_transform("none", tau=tau, beta=beta)
+    plain = L.apply_transform("none", tau=tau, beta=beta)
     assert _rel(t.from_angles(tp, tn), plain.from_angles(tp, tn)) < 1e-14
 
 
 def test_emphasize_s1_and_curvature_large_c_are_identity():
     tp, tn = _angles(7)
-    base = jax.grad(lambda a: jnp.sum(M.apply_transform("none").from_angles(a, tn)))(tp)
-    for t in (M.apply_transform("emphasize", s=1.0), M.apply_transform("curvature", s=1.0, c=1e6)):
+    base = jax.grad(lambda a: jnp.sum(L.apply_transform("none").from_angles(a, tn)))(tp)
+    for t in (L.apply_transform("emphasize", s=1.0), L.apply_transform("curvature", s=1.0, c=1e6)):
         g = jax.grad(lambda a, t=t: jnp.sum(t.from_angles(a, tn)))(tp)
         assert _rel(g, base) < 1e-5
 
@@ -521,14 +524,14 @@ def test_attenuate_type_i_with_margin_alpha_equals_subtractive_margin():
     tau, m2 = 0.25, 0.6
     tp, tn = _angles(8)
     alpha = float(1 - M.eta(tp[0], tau=tau, m1=0.0, m2=m2))
-    t = M.apply_transform("attenuate_i", tau=tau, alpha=alpha)
+    t = L.apply_transform("attenuate_i", tau=tau, alpha=alpha)
     g = jax.grad(lambda a, b: jnp.sum(t.from_angles(a, b)), argnums=(0, 1))(tp, tn)
     e = M.angle_gradient(tp, tn, tau=tau, beta=1.0, m1=0.0, m2=m2)
     assert _rel(g[0], e[0]) < 1e-10 and _rel(g[1], e[1]) < 1e-10
 
 
 def test_margins_transform_equals_margin_infonce():
-    t = M.apply_transform("margins", tau=0.1, beta=0.8, m1=0.3, m2=0.2)
+    t = L.apply_transform("margins", tau=0.1, beta=0.8, m1=0.3, m2=0.2)
     loss = gradlab.get_loss("margin_infonce", tau=0.1, beta=0.8, m1=0.3, m2=0.2)
     h, hp = _batch(12, 6, 9)
     assert _rel(t.per_anchor(h, hp), loss.per_anchor(h, hp)) < 1e-12
@@ -543,13 +546,13 @@ def test_margins_transform_equals_margin_infonce():
 def test_transform_embedding_path(name, prm):
     # On embeddings the gradient w.r.t. the cosine matrix is w ⊙ (β q − p)/τ (diagonal = positive).
     tau, beta = 0.2, 0.9
-    t = M.apply_transform(name, tau=tau, beta=beta, **prm)
+    t = L.apply_transform(name, tau=tau, beta=beta, **prm)
     h, hp = _batch(13, 5, 8)
     hn, hpn = _unit(h), _unit(hp)
     c = jnp.asarray(hn @ hpn.T)
     p = jnp.eye(5)
     gc = jax.grad(lambda cc: jnp.sum(t.loss_from_cosines(cc, p)))(c)
-    full = {k: v[0] for k, v in M.TRANSFORMS[name].items()} | prm
+    full = {k: v[0] for k, v in L.TRANSFORMS[name].items()} | prm
     theta = np.arccos(np.clip(np.asarray(c), -1, 1))
     tp = np.diagonal(theta)[:, None]
     tn = theta[~np.eye(5, dtype=bool)].reshape(5, 4)
@@ -560,16 +563,16 @@ def test_transform_embedding_path(name, prm):
     exp[~np.eye(5, dtype=bool)] = (-g_neg / np.sin(tn)).ravel()
     assert _rel(gc, exp) < 1e-9
     assert float(t(h, hp)) == pytest.approx(float(jnp.mean(t.per_anchor(h, hp))), rel=1e-14)
-    sym = M.apply_transform(name, tau=tau, beta=beta, symmetric=True, **prm)
+    sym = L.apply_transform(name, tau=tau, beta=beta, symmetric=True, **prm)
     assert float(sym(h, hp)) == pytest.approx(0.5 * float(t(h, hp) + t(hp, h)), rel=1e-12)
 
 
 @pytest.mark.parametrize(
     "name",
-    [n if n in ("emphasize", "ratio", "attenuate_ii") else pytest.param(n, marks=pytest.mark.slow) for n in M.TRANSFORMS],
+    [n if n in ("emphasize", "ratio", "attenuate_ii") else pytest.param(n, marks=pytest.mark.slow) for n in L.TRANSFORMS],
 )
 def test_transforms_float32_finite_and_jittable(name):
-    t = M.apply_transform(name, tau=0.05)
+    t = L.apply_transform(name, tau=0.05)
     h, hp = _batch(14, 5, 8, dtype=jnp.float32)
     for views in ((h, hp), (h, h), (h, -h)):
         val, grad = jax.jit(jax.value_and_grad(t))(*views)
@@ -578,7 +581,7 @@ def test_transforms_float32_finite_and_jittable(name):
 
 
 def test_masked_negatives_are_left_out():
-    t = M.apply_transform("attenuate_ii", tau=0.3)
+    t = L.apply_transform("attenuate_ii", tau=0.3)
     c = jnp.array([[0.9, 0.1, -0.2, 0.5]])
     p = jnp.array([[1.0, 0.0, 0.0, 0.0]])
     valid = jnp.array([[True, True, True, False]])
@@ -604,9 +607,84 @@ def test_masked_negatives_are_left_out():
 )
 def test_transform_validation(name, kw, match):
     with pytest.raises(ValueError, match=match):
-        M.apply_transform(name, **kw)
+        L.apply_transform(name, **kw)
 
 
 def test_scales_not_defined_for_margins():
     with pytest.raises(ValueError, match="margins"):
-        M.apply_transform("margins").scales(jnp.array([0.5]), jnp.array([[1.0]]))
+        L.apply_transform("margins").scales(jnp.array([0.5]), jnp.array([[1.0]]))
+
+
+# --- a configured transform is a pytree: a jit argument, differentiable in its numbers -------------
+
+
+def test_transform_is_a_pytree_with_static_name_and_options():
+    t = L.apply_transform("curvature", tau=0.35, beta=0.9, s=2.0, c=0.5, curve="alg3")
+    leaves, treedef = jax.tree_util.tree_flatten(t)
+    assert leaves == [0.35, 0.9, 2.0, 0.5]  # τ, β, then the parameters in TRANSFORMS order
+    assert jax.tree_util.tree_unflatten(treedef, leaves) == t
+    other = L.apply_transform("curvature", tau=0.1, s=2.0, c=0.5, curve="eq10")
+    assert jax.tree_util.tree_structure(other) != treedef  # the option is static
+    doubled = jax.tree_util.tree_map(lambda x: 2 * x, t)
+    assert doubled.tau == 0.7 and doubled.params["s"] == 4.0 and doubled.params["curve"] == "alg3"
+
+
+def test_transform_is_a_jit_argument_and_a_new_tau_does_not_recompile():
+    traces = []
+
+    @jax.jit
+    def objective(t, h, hp):
+        traces.append(None)  # runs once per trace
+        return t(h, hp)
+
+    h, hp = _batch(15, 6, 8)
+    for tau in (0.1, 0.2, 0.35):
+        t = L.apply_transform("ratio", tau=tau, m1=0.3, targets="all")
+        assert float(objective(t, h, hp)) == pytest.approx(float(t(h, hp)), rel=1e-12)
+    assert len(traces) == 1
+    from gradlab.losses import _transforms as T
+
+    L.apply_transform("emphasize", tau=0.1)(h, hp)
+    n = T._embed_jit._cache_size()
+    L.apply_transform("emphasize", tau=0.3, s=3.0)(h, hp)  # new τ and s: the library's own program is reused
+    assert T._embed_jit._cache_size() == n
+
+
+def _central(f, x, eps=1e-6):
+    return (f(x + eps) - f(x - eps)) / (2 * eps)
+
+
+@pytest.mark.parametrize("name,prm", [("none", {}), ("margins", dict(m1=0.3, m2=0.2))])
+def test_grad_with_respect_to_transform_numbers_matches_central_difference(name, prm):
+    # no scale on the gradient: the surrogate is the loss itself, so d/dτ of its value is the witness.
+    h, hp = _batch(16, 6, 8)
+    t = L.apply_transform(name, tau=0.2, beta=0.9, **prm)
+    g = jax.grad(lambda tr: tr(h, hp))(t)
+    value = lambda **kw: float(dataclasses.replace(t, **kw)(h, hp))  # noqa: E731
+    assert float(g.tau) == pytest.approx(_central(lambda x: value(tau=x), 0.2), rel=1e-7)
+    assert float(g.beta) == pytest.approx(_central(lambda x: value(beta=x), 0.9), rel=1e-7)
+    for k in prm:
+        fd = _central(lambda x, k=k: value(params={**t.params, k: x}), t.params[k])
+        assert float(g.params[k]) == pytest.approx(fd, rel=1e-7)
+
+
+def test_grad_with_respect_to_tau_of_a_scaled_transform_is_scaled():
+    # emphasize: ∂L/∂τ = mean_i Σ_j (β q̃_ij − p_ij) w_ij (−c_ij/τ²), w = s on the positive (Eq. 9), NumPy.
+    tau, beta, s = 0.2, 0.9, 2.0
+    h, hp = _batch(17, 5, 7)
+    c = _unit(h) @ _unit(hp).T
+    q = np.exp(c / tau) / np.exp(c / tau).sum(axis=1, keepdims=True)
+    p = np.eye(5)
+    w = 1.0 + (s - 1.0) * p
+    expected = np.mean(np.sum((beta * q - p) * w * (-c / tau**2), axis=1))
+    t = L.apply_transform("emphasize", tau=tau, beta=beta, s=s)
+    g = jax.grad(lambda tr: tr(h, hp))(t)
+    assert float(g.tau) == pytest.approx(expected, rel=1e-10)
+    assert float(g.params["s"]) == 0.0  # s only acts under stop_gradient
+
+
+def test_transform_stays_hashable_and_comparable():
+    a = L.apply_transform("ratio", tau=0.2, m1=0.3)
+    b = L.apply_transform("ratio", tau=0.2, m1=0.3)
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != L.apply_transform("ratio", tau=0.3, m1=0.3)

@@ -10,6 +10,7 @@ import pytest
 
 from gradlab.monitor import ParadigmMonitor, analyze, read_log
 from gradlab.monitor._report import log_series, report
+from tests._mpl import callers_settings_after
 
 CFG = dict(losses=["infonce", "mpt"], taus=(0.1, 0.05), lambdas=(0.1, 0.5), ratio_losses=["arccon", "met"])
 N, D = 12, 6
@@ -264,3 +265,73 @@ def test_cli_track_errors_one_line(cli, run_log, tmp_path):
         res = runner.invoke(app, args)
         assert res.exit_code == 2, (args, res.output)
         assert msg in res.output and "Traceback" not in res.output
+
+
+# --- the monitor's figures are gradlab.plot recipes --------------------------------------------
+
+
+def _first_last(log):
+    valid = sorted((r for r in read_log(log) if r.get("valid")), key=lambda r: r["step"])
+    return valid[0], valid[-1]
+
+
+def test_monitor_curves_recipe_draws_the_logged_series(run_log):
+    from gradlab import plot
+
+    _, log = run_log
+    series = log_series(read_log(log))
+    fig = plot.monitor_curves(series)
+    assert len(fig.axes) == 9
+    ax_mu = fig.axes[0]
+    np.testing.assert_array_equal(ax_mu.lines[0].get_xdata(), series["step"])
+    np.testing.assert_array_equal(ax_mu.lines[0].get_ydata(), series["mu_pos"])
+    assert "Fig. 9" in ax_mu.get_title()
+    share = fig.axes[3]  # one solid (projected) and one dashed (weight) line per τ, in log order
+    taus = [k.split("/")[1] for k in series if k.startswith("hardest_share/")]
+    labels = [line.get_label() for line in share.lines if not line.get_label().startswith("_")]
+    assert sorted(taus) == ["0.05", "0.1"] and labels == [rf"$\tau$={t}" for t in taus]
+    np.testing.assert_array_equal(share.lines[0].get_ydata(), series[f"hardest_share/{taus[0]}"])
+    assert share.lines[1].get_linestyle() == "--"
+    assert all(ax.get_xlabel() == "step" for ax in fig.axes)
+    empty = plot.monitor_curves({"step": np.arange(3.0)})  # nothing recorded: each panel says so
+    assert all(ax.texts for ax in empty.axes)
+    assert sum(len(ax.lines) for ax in empty.axes) == 1  # only the ratio panel's reference line at 1
+
+
+def test_monitor_distribution_recipes(run_log):
+    from gradlab import plot
+
+    _, log = run_log
+    first, last = _first_last(log)
+    fig = plot.lemma1_before_after(first, last)
+    assert [ax.get_title() for ax in fig.axes] == [r"Lemma-1 minimum ratio, $\lambda$=0.1",
+                                                   r"Lemma-1 minimum ratio, $\lambda$=0.5"]
+    fig = plot.cosine_before_after(first, last)
+    assert len(fig.axes) == 2 and all("Fig. 5" in ax.get_title() for ax in fig.axes)
+    # one density step per monitored step: the area under each is 1
+    for patch in fig.axes[0].patches:
+        vals, edges = patch.get_data().values, patch.get_data().edges
+        assert float(np.sum(vals * np.diff(edges))) == pytest.approx(1.0, rel=1e-9)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["step 0", "step 40"]
+
+
+def test_track_summary_recipe(run_log):
+    from gradlab import plot
+
+    d, _ = run_log
+    emb = np.load(d / "emb.npz")
+    res = analyze(emb["h"], emb["h_prime"], batch_size=N, taus=(0.1, 0.05), lambdas=(0.1,), histograms=True)
+    fig = plot.track_summary(res)
+    assert len(fig.axes) == 4
+    assert "Fig. 7" in fig.axes[1].get_title() and fig.axes[1].get_xscale() == "log"
+    x = fig.axes[1].lines[0].get_xdata()
+    np.testing.assert_array_equal(x, [0.05, 0.1])
+    want = np.nanmean(np.stack([np.asarray(res["hardest_share"][t], float) for t in ("0.05", "0.1")]), axis=1)
+    np.testing.assert_allclose(fig.axes[1].lines[0].get_ydata(), want)
+
+
+def test_monitor_recipes_leave_the_callers_matplotlib_settings_alone(run_log):
+    d, log = run_log
+    out = callers_settings_after(f"from gradlab.monitor import report\nreport({str(log)!r}, {str(d / 'rep_rc')!r})")
+    assert out == ["17.0", "True", "False"]
+    assert (d / "rep_rc" / "monitor_curves.png").stat().st_size > 1000

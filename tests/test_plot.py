@@ -13,6 +13,7 @@ import pytest
 from gradlab import plot
 from gradlab.io import Result
 from gradlab.plot._style import pi_label, pi_ticks
+from tests._mpl import callers_settings_after
 
 G = 6
 
@@ -63,11 +64,25 @@ def _recipes():
         "min_ratio_distribution": lambda: plot.min_ratio_distribution(dist),
         "norm_maps": lambda: plot.norm_maps([norms.norm_result(n, grid=9) for n in ("infonce", "dcl", "mat")]
                                             + [norms.norm_result("uniform", part="neg", grid=9)]),
-        "margin_gradients": lambda: plot.margin_gradients(margins.fig1_gradient_magnitudes(theta, q)),
-        "margin_multipliers": lambda: plot.margin_multipliers(margins.fig2_margin_multipliers(theta, q)),
+        "margin_gradients": lambda: plot.margin_gradients(margins.free_gradient_grid(theta, q, tau=0.25)),
+        "margin_multipliers": lambda: plot.margin_multipliers(margins.multiplier_grid(theta, q, tau=0.25, m1=0.4)),
         "margin_ratio_grid": lambda: plot.margin_ratio_grid(
-            margins.fig8_ratio_maps(theta, q, m1_values=(0.2, 0.8), tau_values=(0.1, 0.5))),
+            margins.ratio_grid(theta, q, m1_values=(0.2, 0.8), tau_values=(0.1, 0.5))),
+        "stsb_scatter": lambda: plot.stsb_scatter(*_stsb_data(), title="light, STS-B dev"),
+        "train_curves": lambda: plot.train_curves(*_train_data(), best_step=200, title="light + infonce"),
     }
+
+
+def _stsb_data():
+    gold = np.random.default_rng(3).uniform(0, 5, 1500)  # the size of STS-B dev
+    return 0.1 * gold + np.random.default_rng(4).normal(0, 0.1, 1500), gold
+
+
+def _train_data():
+    steps = np.arange(400.0)  # noisy per-step losses, as in a real run
+    losses = 3.0 - 0.3 * np.log1p(steps) + np.random.default_rng(5).normal(0, 0.3, 400)
+    evals = [{"step": s, "dev_spearman": 60.0 + s / 30} for s in (0, 100, 200, 300, 400)]
+    return losses, evals
 
 
 @pytest.mark.parametrize("name", list(_recipes()))
@@ -140,21 +155,14 @@ def test_import_gradlab_does_not_import_matplotlib():
 
 def test_plotting_leaves_the_callers_matplotlib_settings_alone():
     # a notebook's rcParams and backend are the user's: recipes style only their own figure
-    code = (
-        "import matplotlib as mpl, numpy as np\n"
-        "mpl.rcParams['font.size'] = 17.0\n"
-        "backend = mpl.get_backend()\n"
+    out = callers_settings_after(
+        "import numpy as np\n"
         "from gradlab import plot\n"
         "fig = plot.heatmap(np.eye(4), x=np.linspace(0, 3, 4), y=np.linspace(0, 1.5, 4))\n"
-        "label_size = fig.axes[0].xaxis.label.get_fontsize()\n"
-        "print(mpl.rcParams['font.size'], mpl.get_backend() == backend, label_size,"
-        " 'matplotlib.pyplot' in __import__('sys').modules)\n"
+        "print(fig.axes[0].xaxis.label.get_fontsize())"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**__import__("os").environ, "MPLBACKEND": "Agg"}).stdout.split()
-    assert out[0] == "17.0" and out[1] == "True"
-    assert float(out[2]) == 12.0  # gradlab's axes.labelsize inside its own figure
-    assert out[3] == "False"  # no pyplot state touched
+    assert float(out[0]) == 12.0  # gradlab's axes.labelsize inside its own figure
+    assert out[1:] == ["17.0", "True", "False"]  # the caller's rc and backend kept, no pyplot state touched
 
 
 def test_min_ratio_legend_reads_the_exact_cdf_at_the_chosen_ratio():
@@ -184,3 +192,27 @@ def test_saved_recipe_does_not_depend_on_the_callers_rc(name, tmp_path):
     ref = png({}, "default")
     other = png({"font.size": 17, "xtick.labelsize": 24, "ytick.labelsize": 3}, "other")
     assert ref.shape == other.shape and np.array_equal(ref, other)
+
+
+def test_real_pipeline_recipes_draw_the_given_data():
+    cos, gold = _stsb_data()
+    fig = plot.stsb_scatter(cos, gold, title="t")
+    (ax,) = fig.axes
+    np.testing.assert_array_equal(ax.collections[0].get_offsets(), np.column_stack([gold, cos]))
+    assert ax.get_xlabel() == "gold similarity (0–5)" and ax.get_ylabel() == "cosine similarity"
+    assert ax.get_title() == "t"
+    losses, evals = _train_data()
+    fig = plot.train_curves(losses, evals, best_step=200, title="run")
+    a1, a2 = fig.axes
+    np.testing.assert_array_equal(a1.lines[0].get_xdata(), np.arange(1, 401))
+    np.testing.assert_array_equal(a1.lines[0].get_ydata(), losses)
+    np.testing.assert_array_equal(a2.lines[0].get_ydata(), [e["dev_spearman"] for e in evals])
+    assert a2.lines[1].get_xdata()[0] == 200 and a2.get_legend().get_texts()[0].get_text() == "best (step 200)"
+    assert a1.get_ylabel() == "training loss" and fig.get_suptitle() == "run"
+    assert plot.train_curves(losses, evals).axes[1].get_legend() is None  # no best step: nothing marked
+
+
+def test_every_recipe_leaves_the_callers_matplotlib_settings_alone():
+    # every recipe of _recipes (the real pipeline's included): no pyplot, no backend or rc change
+    out = callers_settings_after("from tests import test_plot\nfor make in test_plot._recipes().values():\n    make()")
+    assert out == ["17.0", "True", "False"]

@@ -12,3 +12,8 @@ from gradlab.losses._base import get_spec as get_spec
 from gradlab.losses._base import list_losses as list_losses
 from gradlab.losses._base import loss_table as loss_table
 from gradlab.losses._base import register as register
+from gradlab.losses._transforms import TRANSFORMS as TRANSFORMS
+from gradlab.losses._transforms import GradientTransform as GradientTransform
+from gradlab.losses._transforms import apply_transform as apply_transform
+from gradlab.losses._transforms import margin_logits as margin_logits
+from gradlab.losses._transforms import transform_loss_from_logits as transform_loss_from_logits

@@ -33,7 +33,6 @@ _LAZY = {
     "to_array": "gradlab.monitor._convert",
     "report": "gradlab.monitor._report",
     "log_series": "gradlab.monitor._report",
-    "track_figure": "gradlab.monitor._report",
 }
 
 __all__ = sorted(_LAZY)

@@ -7,7 +7,12 @@ Recipes (Li et al. 2024): ``gd_maps`` (Figs. 2, 10), ``weight_share_curves`` (Fi
 ``ratio_maps`` (Fig. 4), ``lemma1_maps``, ``min_ratio_distribution`` (Fig. 8a);
 (Nie et al. 2023): ``norm_maps`` (Figs. 2, 4); (Rho et al. 2023): ``margin_gradients`` (Fig. 1),
 ``margin_multipliers`` (Fig. 2), ``margin_ratio_grid`` (Fig. 8).
+The training monitor (Li et al. 2024 Sec. 3.2 on real embeddings): ``monitor_curves``,
+``lemma1_before_after``, ``cosine_before_after``, ``track_summary``.
+The real pipeline: ``stsb_scatter``, ``train_curves``.
 Primitives: ``heatmap``, ``curves``, ``shade_mask``, ``save_figure``; style: ``CMAPS``.
+
+Plotting lives here alone: the monitor report and the CLI call these recipes.
 """
 
 from gradlab.plot._core import curves as curves
@@ -16,13 +21,19 @@ from gradlab.plot._core import shade_mask as shade_mask
 from gradlab.plot._figures import gd_maps as gd_maps
 from gradlab.plot._figures import lemma1_maps as lemma1_maps
 from gradlab.plot._figures import loss_title as loss_title
-from gradlab.plot._figures import margin_gradients as margin_gradients
-from gradlab.plot._figures import margin_multipliers as margin_multipliers
-from gradlab.plot._figures import margin_ratio_grid as margin_ratio_grid
 from gradlab.plot._figures import min_ratio_distribution as min_ratio_distribution
 from gradlab.plot._figures import norm_maps as norm_maps
 from gradlab.plot._figures import ratio_maps as ratio_maps
 from gradlab.plot._figures import weight_share_curves as weight_share_curves
+from gradlab.plot._margins import margin_gradients as margin_gradients
+from gradlab.plot._margins import margin_multipliers as margin_multipliers
+from gradlab.plot._margins import margin_ratio_grid as margin_ratio_grid
+from gradlab.plot._monitor import cosine_before_after as cosine_before_after
+from gradlab.plot._monitor import lemma1_before_after as lemma1_before_after
+from gradlab.plot._monitor import monitor_curves as monitor_curves
+from gradlab.plot._monitor import track_summary as track_summary
+from gradlab.plot._real import stsb_scatter as stsb_scatter
+from gradlab.plot._real import train_curves as train_curves
 from gradlab.plot._style import CMAPS as CMAPS
 from gradlab.plot._style import LABELS as LABELS
 from gradlab.plot._style import pi_label as pi_label
@@ -31,5 +42,6 @@ from gradlab.plot._style import save_figure as save_figure
 __all__ = [
     "curves", "heatmap", "shade_mask", "gd_maps", "lemma1_maps", "loss_title", "margin_gradients",
     "margin_multipliers", "margin_ratio_grid", "min_ratio_distribution", "norm_maps", "ratio_maps",
-    "weight_share_curves", "CMAPS", "LABELS", "pi_label", "save_figure",
+    "weight_share_curves", "monitor_curves", "lemma1_before_after", "cosine_before_after", "track_summary",
+    "stsb_scatter", "train_curves", "CMAPS", "LABELS", "pi_label", "save_figure",
 ]

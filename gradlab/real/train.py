@@ -85,9 +85,9 @@ class TrainConfig:
       eval_test: also score STS-B test before training and with the best checkpoint.
       monitor: attach a ParadigmMonitor if ``gradlab.monitor`` is importable.
       monitor_every: monitor every this many steps.
-      transform: a seed-002 gradient-scaling transform (``gradlab.margins.TRANSFORMS``:
+      transform: a Rho et al. 2023 gradient-scaling transform (``gradlab.losses.TRANSFORMS``:
         emphasize, curvature, ratio, attenuate_i, attenuate_ii, margins, none). The trained
-        objective is then ``gradlab.margins.apply_transform(transform, **loss_params)``, the
+        objective is then ``gradlab.losses.apply_transform(transform, **loss_params)``, the
         generalized InfoNCE with its gradient rescaled (Eqs. 8–12, Algorithms 3–6); ``loss``
         must stay ``"infonce"``, which the monitor watches at the same τ.
       fixed_length: pad every batch to the corpus-wide length bucket (one compilation per
@@ -318,7 +318,7 @@ def train(
     if config.transform is None:
         loss = watched = get_loss(config.loss, symmetric=config.symmetric, **dict(config.loss_params))
     else:
-        from gradlab.margins import apply_transform
+        from gradlab.losses import apply_transform
 
         loss = apply_transform(config.transform, symmetric=config.symmetric, **dict(config.loss_params))
         watched = get_loss("infonce", tau=float(dict(config.loss_params).get("tau", 0.25)))
