@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gradlab import defaults
+
 
 @dataclass(frozen=True)
 class Figure:
@@ -77,7 +79,7 @@ def _fig4(fid, writer, quick, seed):
 def _fig8a(fid, writer, quick, seed):
     from gradlab import plot, simulate
 
-    r = simulate.min_ratio_distribution(_protocol(quick, seed), lams=(0.01, 0.1, 0.5, 1.0))
+    r = simulate.min_ratio_distribution(_protocol(quick, seed), lams=defaults.LEMMA1_LAMS)
     writer.result(fid, r, plot.min_ratio_distribution(r) if writer.plot else None)
 
 
@@ -88,7 +90,7 @@ def _lemma1(fid, writer, quick, seed):
     writer.result(fid, r, plot.lemma1_maps(r) if writer.plot else None)
 
 
-def _norms(part, names, ks_infonce=(64, 512, 4096, 32768), ncols=4):
+def _norms(part, names, ks_infonce=defaults.NORM_INFONCE_NEGATIVES, ncols=4):
     def build(fid, writer, quick, seed):
         from gradlab_cli.app import _write_panels
 
