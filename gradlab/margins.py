@@ -504,7 +504,7 @@ _OPTIONS = {"curvature": {"curve": ("eq10", "alg3")}, "ratio": {"targets": ("pos
 
 @dataclasses.dataclass(frozen=True)
 class GradientTransform:
-    """A seed-002 gradient transform as a surrogate loss: Eq. 5 on transformed logits.
+    """A Rho et al. 2023 gradient transform as a surrogate loss: Eq. 5 on transformed logits.
 
     The loss values are those of plain InfoNCE-with-β (except ``margins``, which changes
     the logits); only the gradients change. Every method is pure and jit-friendly.
@@ -639,7 +639,7 @@ def _scales_jit(tr, theta_pos, theta_neg):
 
 def apply_transform(name: str, *, tau: float = 0.25, beta: float = 1.0, symmetric: bool = False,
                     **params: Any) -> GradientTransform:
-    """A seed-002 gradient transform, ready for a JAX training loop.
+    """A Rho et al. 2023 gradient transform, ready for a JAX training loop.
 
     Names and parameters (defaults: SimCLR on CIFAR-10 in Rho et al. 2023's App. C tables):
 

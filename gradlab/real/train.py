@@ -85,7 +85,7 @@ class TrainConfig:
       eval_test: also score STS-B test before training and with the best checkpoint.
       monitor: attach a ParadigmMonitor if ``gradlab.monitor`` is importable.
       monitor_every: monitor every this many steps.
-      transform: a seed-002 gradient-scaling transform (``gradlab.margins.TRANSFORMS``:
+      transform: a Rho et al. 2023 gradient-scaling transform (``gradlab.margins.TRANSFORMS``:
         emphasize, curvature, ratio, attenuate_i, attenuate_ii, margins, none). The trained
         objective is then ``gradlab.margins.apply_transform(transform, **loss_params)``, the
         generalized InfoNCE with its gradient rescaled (Eqs. 8–12, Algorithms 3–6); ``loss``
