@@ -79,6 +79,14 @@ def _error(exc: Exception) -> tuple[int, str | None]:
 class _Gradlab(TyperGroup):
     """The root group: records the command line, and runs every command under ``_error``."""
 
+    def get_command(self, ctx, name):
+        # the listing's one-liner is the docstring's first line whole: click's default stops at
+        # the first word ending in "." and would print "Lemma 1 (Li et al."
+        command = super().get_command(ctx, name)
+        if command is not None and command.short_help is None and command.help:
+            command.short_help = command.help.strip().split("\n\n")[0].replace("\n", " ")
+        return command
+
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         args = list(sys.argv[1:] if args is None else args)
         _common.COMMAND_LINE = args
@@ -604,7 +612,7 @@ def figures(
     seed: Seed = 0,
     debug: Debug = False,
 ):
-    """Regenerate every paper figure (Li et al. 2024, 003, 002) with its data and metadata.
+    """Regenerate every paper figure (Li et al. 2024, Nie et al. 2023, Rho et al. 2023) with its data and metadata.
 
     Examples:
 
