@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
 from gradlab_cli._common import Debug, Formats, NoPlot, Out
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -52,12 +51,13 @@ def track(
 
       gradlab track views.npz --batch-size 64 --tau 0.05 --lambda 0.1 --out out/
     """
-    from gradlab_cli._common import fail
+    from gradlab_cli._common import fail, load_views
+    from gradlab_cli.app import _writer
+
     if batch_size < 2:
         raise fail(f"--batch-size N must be >= 2; got {batch_size}")
+
     from gradlab.monitor import DEFAULT_LAMBDAS, DEFAULT_TAUS, analyze
-    from gradlab_cli._common import load_views
-    from gradlab_cli.app import _writer
 
     taus = list(tau) if tau else list(DEFAULT_TAUS)
     lams = list(lam) if lam else list(DEFAULT_LAMBDAS)
@@ -98,6 +98,7 @@ def report_cmd(
       gradlab report run/monitor.csv --out report/ --format pdf
     """
     from gradlab_cli._common import check_formats, check_out_dir, command_line
+
     formats = check_formats(fmt)
     check_out_dir(out)
     from gradlab.monitor import report

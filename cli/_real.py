@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
 from gradlab_cli._common import (
     Debug,
     Formats,

@@ -27,8 +27,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from typer.core import TyperGroup
-
 from gradlab_cli import _common
 from gradlab_cli._common import (
     Debug,
@@ -43,6 +41,7 @@ from gradlab_cli._common import (
     parse_params,
     progress_bar,
 )
+from typer.core import TyperGroup
 
 OOM_HINT = "out of memory for these sizes: reduce --grid, --batches or --batch-size"
 

@@ -22,7 +22,6 @@ def _cli_reference() -> str:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     import typer
-
     from gradlab_cli.app import app
 
     root = typer.main.get_command(app)

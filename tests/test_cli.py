@@ -283,7 +283,6 @@ def test_internal_errors_are_one_line_exit_1(tmp_path):
 
 def test_plugins_register_through_their_register_function():
     import typer
-
     from gradlab_cli import app as app_module
 
     target = typer.Typer()
