@@ -46,7 +46,7 @@ def _cli_reference() -> str:
     return "\n".join(parts) + "\n"
 
 
-_ROW = re.compile(r"^\|\s*`(?P<file>[^`]+\.png)`\s*\|(?P<reproduces>[^|]*)\|(?P<what>[^|]*)\|(?P<diff>[^|]*)\|\s*$")
+_ROW = re.compile(r"^\|\s*`(?P<file>[^`]+\.png)`\s*\|(?P<reproduces>[^|]*)\|(?P<what>.*)\|(?P<diff>[^|]*)\|\s*$")  # "what" may hold |x|
 
 
 def _gallery() -> str:

@@ -389,3 +389,62 @@ def test_variants_get_their_own_files(tmp_path):
     stems = sorted(p.stem for p in tmp_path.glob("*.npz"))
     assert stems == ["heatmap_dcl_norm", "heatmap_dcl_norm_neg", "heatmap_met_gd", "heatmap_met_gd_exact",
                      "heatmap_met_m0.3_gd", "heatmap_met_m0.3_gd_exact"]
+
+
+def test_bare_gradlab_prints_the_help():
+    r = run()
+    assert r.exit_code == 0 and r.stdout.startswith("Usage: gradlab") and "heatmap" in r.stdout
+
+
+@pytest.mark.parametrize("value, raises", [("1", True), ("0", False), ("", False)])
+def test_gradlab_debug_environment_variable(value, raises, monkeypatch):
+    monkeypatch.setenv("GRADLAB_DEBUG", value)
+    r = run("heatmap", "--loss", "nope")
+    if raises:
+        assert isinstance(r.exception, ValueError) and "unknown loss" in str(r.exception)
+    else:
+        one_line_error(r)
+
+
+def test_usage_errors_stay_one_line_under_debug():
+    # --debug shows tracebacks of library errors; a typo in an option is still one line
+    err = one_line_error(run("--debug", "heatmap", "--loss", "infonce", "--grid", "many"))
+    assert "Invalid value for '--grid'" in err and "integer" in err
+
+
+# --- the documentation pages generated from the code (scripts/mkdocs_hooks.py) -----------------
+def _hooks():
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "mkdocs_hooks.py"
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cli_reference_has_every_command_and_option():
+    import typer
+    from gradlab_cli.app import app
+
+    page = _hooks()._cli_reference()
+    root = typer.main.get_command(app)
+    for name, command in root.commands.items():
+        assert f"## gradlab {name}\n" in page, name
+        for param in command.params:
+            for opt in param.opts:
+                if opt.startswith("--"):
+                    assert opt in page, (name, opt)
+
+
+def test_the_gallery_shows_every_figure_with_its_command():
+    from pathlib import Path
+
+    page = _hooks()._gallery()
+    pngs = sorted((Path(__file__).resolve().parents[1] / "figures").glob("*.png"))
+    assert pngs
+    for png in pngs:
+        fid = png.stem
+        assert f"![{fid}](figures/{png.name})" in page and f"gradlab figures --only {fid} " in page, fid
