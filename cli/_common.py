@@ -34,6 +34,11 @@ def set_debug(value: bool) -> bool:
     return value
 
 
+def reset_debug() -> None:
+    """At the start of every run: tracebacks only if ``GRADLAB_DEBUG`` is set (not 0)."""
+    _DEBUG["on"] = os.environ.get("GRADLAB_DEBUG", "") not in ("", "0")
+
+
 def debug_enabled() -> bool:
     return _DEBUG["on"]
 

@@ -20,7 +20,6 @@ library loads inside the command, and a missing extra is the one-line error that
 from __future__ import annotations
 
 import math
-import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -89,7 +88,7 @@ class _Gradlab(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         args = list(sys.argv[1:] if args is None else args)
         _common.COMMAND_LINE = args
-        _common._DEBUG["on"] = os.environ.get("GRADLAB_DEBUG", "") not in ("", "0")
+        _common.reset_debug()
         try:
             rv = super().main(args=args, prog_name=prog_name or "gradlab", complete_var=complete_var,
                               standalone_mode=False, **extra)
