@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.gradlab-installed
 
-.PHONY: install real run test test-all lint bench clean
+.PHONY: install real run test test-all lint bench docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,9 +31,20 @@ test-all: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check gradlab cli tests benchmarks examples
 
+# The documentation site (docs extra): API pages from the docstrings, the CLI reference and the
+# figure gallery generated at build time (scripts/mkdocs_hooks.py); --strict fails on any warning.
+DOCS_STAMP := $(VENV)/.gradlab-docs-installed
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev,docs]"
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
 bench: $(STAMP)
 	$(PY) benchmarks/mc.py
 	$(PY) benchmarks/monitor.py
 
 clean:
-	rm -rf $(VENV) out build *.egg-info
+	rm -rf $(VENV) out build site *.egg-info

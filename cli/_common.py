@@ -1,4 +1,4 @@
-"""Shared CLI plumbing: error translation, output checks, progress, writing figure + data + metadata."""
+"""Shared CLI plumbing: option parsers, output checks, progress, writing figure + data + metadata."""
 
 from __future__ import annotations
 
@@ -18,68 +18,39 @@ from typing import Annotated, Any
 
 import numpy as np
 import typer
-from gradlab_cli._clickcompat import ClickException, echo, get_current_context
 
 FORMATS = ("png", "pdf", "svg")
 
-# Options every command shares.
-Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory (created if missing).")]
-Formats = Annotated[list[str] | None, typer.Option("--format", "-f", help="Figure format: png, pdf or svg (repeatable).")]
-NoPlot = Annotated[bool, typer.Option("--no-plot", help="Write the data and metadata only, no figure.")]
-Debug = Annotated[bool, typer.Option("--debug", help="Show a traceback on errors.")]
-
-#: The command line as typed (set by ``app.main``); see ``command_line``.
+#: The command line as typed (set by ``app.main`` for every run, in-process runs included).
 COMMAND_LINE: list[str] | None = None
+
+_DEBUG = {"on": False}
+
+
+def set_debug(value: bool) -> bool:
+    """``--debug`` callback: the one error handler (``app.main``) then re-raises instead."""
+    if value:
+        _DEBUG["on"] = True
+    return value
+
+
+def reset_debug() -> None:
+    """At the start of every run: tracebacks only if ``GRADLAB_DEBUG`` is set (not 0)."""
+    _DEBUG["on"] = os.environ.get("GRADLAB_DEBUG", "") not in ("", "0")
+
+
+def debug_enabled() -> bool:
+    return _DEBUG["on"]
 
 
 def command_line() -> str:
-    """The command line for metadata: as typed when run as ``gradlab``; otherwise (the app
-    invoked in-process, e.g. by a test or a notebook) rebuilt from the click context."""
-    if COMMAND_LINE is not None:
-        return shlex.join(["gradlab", *COMMAND_LINE])
-    ctx = get_current_context(silent=True)
-    if ctx is None:
-        return "gradlab"
-    words = ["gradlab", *ctx.command_path.split()[1:]]
-    for key, value in ctx.params.items():
-        if value is None or value is False or value == () or value == []:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            words.append(flag)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                words += [flag, str(v)]
-        else:
-            words += [flag, str(value)]
-    return shlex.join(words)
+    """The command line for metadata, as typed: ``gradlab heatmap --loss arccon``."""
+    return shlex.join(["gradlab", *(COMMAND_LINE or [])])
 
 
-class CLIError(ClickException):
-    """A user error: one line on stderr, exit code 2."""
-
-    exit_code = 2
-
-    def show(self, file=None):  # pragma: no cover - main() prints instead
-        echo(f"Error: {self.format_message()}", err=True)
-
-
-def fail(message: str) -> CLIError:
-    return CLIError(message)
-
-
-def parse_params(items: Sequence[str] | None) -> dict[str, float]:
-    """``["tau=0.05", "u=0.1745"]`` -> ``{"tau": 0.05, "u": 0.1745}`` (values may use ``pi``)."""
-    out: dict[str, float] = {}
-    for item in items or ():
-        if "=" not in item:
-            raise fail(f"--param expects KEY=VALUE; got {item!r}")
-        key, _, raw = item.partition("=")
-        key, raw = key.strip(), raw.strip()
-        if not key:
-            raise fail(f"--param expects KEY=VALUE; got {item!r}")
-        out[key] = parse_number(raw, f"--param {key}")
-    return out
+def fail(message: str) -> ValueError:
+    """A user error found by the CLI itself: ``app.main`` prints it as one line, exit code 2."""
+    return ValueError(message)
 
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
@@ -101,26 +72,55 @@ def _arith(node):
     raise ValueError("unsupported expression")
 
 
-def parse_number(raw: str, what: str) -> float:
-    """A finite float, also written with π: ``0.15pi``, ``pi/18``, ``3*pi/4``, ``-pi/2``."""
-    text = str(raw).strip().lower().replace("π", "pi")
+def number(raw: str) -> float:
+    """Typer ``parser=``: a finite float, also written with π: ``0.15pi``, ``pi/18``, ``3*pi/4``."""
+    if not isinstance(raw, str):  # a default already given as a number
+        raw = repr(raw)
+    text = raw.strip().lower().replace("π", "pi")
     text = re.sub(r"(?<=[0-9.])\s*(?=pi|\()", "*", text)  # 0.15pi -> 0.15*pi, 2(pi) -> 2*(pi)
     text = re.sub(r"(?<=\))\s*(?=[0-9.(]|pi)", "*", text)  # (1)(2) -> (1)*(2)
     try:
         value = _arith(ast.parse(text, mode="eval"))
     except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, RecursionError):
-        raise fail(f"{what}: not a number: {raw!r}") from None
+        raise typer.BadParameter(f"not a number: {raw!r}") from None
     if not math.isfinite(value):
-        raise fail(f"{what}: not a finite number: {raw!r}")
+        raise typer.BadParameter(f"not a finite number: {raw!r}")
     return value
 
 
-def parse_angle(raw: str, what: str) -> float:
-    """``parse_number`` for an angle between unit vectors: must lie in [0, π]."""
-    value = parse_number(raw, what)
+def angle(raw: str) -> float:
+    """Typer ``parser=``: ``number`` for an angle between unit vectors, within [0, π]."""
+    value = number(raw)
     if not 0 <= value <= math.pi:
-        raise fail(f"{what} must lie within [0, pi]; got {value:g}")
+        raise typer.BadParameter(f"must lie within [0, pi]; got {value:g}")
     return value
+
+
+def key_value(raw: str) -> tuple[str, float]:
+    """Typer ``parser=`` of ``--param``: ``"u=pi/18"`` -> ``("u", 0.1745...)``."""
+    if isinstance(raw, tuple):
+        return raw
+    key, sep, value = str(raw).partition("=")
+    if not sep or not key.strip():
+        raise typer.BadParameter(f"expects KEY=VALUE; got {raw!r}")
+    try:
+        return key.strip(), number(value)
+    except typer.BadParameter as exc:
+        raise typer.BadParameter(f"{key.strip()}: {exc.message}") from None
+
+
+def parse_params(items: Sequence[str | tuple[str, float]] | None) -> dict[str, float]:
+    """``--param`` values (already parsed by ``key_value``, or raw ``KEY=VALUE``) as a dict."""
+    return dict(key_value(item) for item in items or ())
+
+
+# Options every command shares.
+Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory (created if missing).")]
+Formats = Annotated[list[str] | None, typer.Option("--format", "-f", help="Figure format: png, pdf or svg (repeatable).")]
+NoPlot = Annotated[bool, typer.Option("--no-plot", help="Write the data and metadata only, no figure.")]
+Debug = Annotated[bool, typer.Option("--debug", callback=set_debug, help="Show a traceback on errors.")]
+Params = Annotated[list[str] | None, typer.Option("--param", "-p", parser=key_value, metavar="KEY=VALUE",
+                                                   help="Loss parameter KEY=VALUE (repeatable); values may use pi, e.g. u=pi/18.")]
 
 
 def check_out_dir(out: Path) -> Path:

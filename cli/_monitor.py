@@ -15,7 +15,6 @@ from gradlab_cli._common import Debug, Formats, NoPlot, Out
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-
 def _flat_arrays(tree, prefix=""):
     import numpy as np
 
@@ -52,33 +51,30 @@ def track(
 
       gradlab track views.npz --batch-size 64 --tau 0.05 --lambda 0.1 --out out/
     """
-    from gradlab_cli._common import fail
-    from gradlab_cli.app import guard
+    from gradlab_cli._common import fail, load_views
+    from gradlab_cli.app import _writer
 
-    with guard(debug):
-        if batch_size < 2:
-            raise fail(f"--batch-size N must be >= 2; got {batch_size}")
-        from gradlab_cli._common import load_views
-        from gradlab_cli.app import _writer
+    if batch_size < 2:
+        raise fail(f"--batch-size N must be >= 2; got {batch_size}")
 
-        from gradlab.monitor import DEFAULT_LAMBDAS, DEFAULT_TAUS, analyze
+    from gradlab.monitor import DEFAULT_LAMBDAS, DEFAULT_TAUS, analyze
 
-        taus = list(tau) if tau else list(DEFAULT_TAUS)
-        lams = list(lam) if lam else list(DEFAULT_LAMBDAS)
-        h, hp = load_views(embeddings)
-        if h.shape[0] < batch_size:
-            raise fail(f"{str(embeddings)!r} holds M = {h.shape[0]} pairs, fewer than one batch of N = {batch_size}")
-        writer = _writer(out, fmt, no_plot, "track", embeddings=str(embeddings), batch_size=batch_size,
-                         taus=taus, lambdas=lams, margin=margin)
-        res = analyze(h, hp, batch_size=batch_size, taus=taus, lambdas=lams, margin=margin, histograms=True)
-        meta = {"n_batches": res.pop("n_batches"), "dropped": res.pop("dropped"), "batch_size": res.pop("batch_size"),
-                "pairs": int(h.shape[0]), "dim": int(h.shape[1])}
-        if writer.plot:
-            from gradlab.plot import track_summary
+    taus = list(tau) if tau else list(DEFAULT_TAUS)
+    lams = list(lam) if lam else list(DEFAULT_LAMBDAS)
+    h, hp = load_views(embeddings)
+    if h.shape[0] < batch_size:
+        raise fail(f"{str(embeddings)!r} holds M = {h.shape[0]} pairs, fewer than one batch of N = {batch_size}")
+    writer = _writer(out, fmt, no_plot, "track", embeddings=str(embeddings), batch_size=batch_size,
+                     taus=taus, lambdas=lams, margin=margin)
+    res = analyze(h, hp, batch_size=batch_size, taus=taus, lambdas=lams, margin=margin, histograms=True)
+    meta = {"n_batches": res.pop("n_batches"), "dropped": res.pop("dropped"), "batch_size": res.pop("batch_size"),
+            "pairs": int(h.shape[0]), "dim": int(h.shape[1])}
+    if writer.plot:
+        from gradlab.plot import track_summary
 
-            writer.figure("track", track_summary(res))
-        writer.data("track", _flat_arrays(res), extra_meta=meta)
-        writer.report()
+        writer.figure("track", track_summary(res))
+    writer.data("track", _flat_arrays(res), extra_meta=meta)
+    writer.report()
 
 
 def report_cmd(
@@ -102,16 +98,14 @@ def report_cmd(
       gradlab report run/monitor.csv --out report/ --format pdf
     """
     from gradlab_cli._common import check_formats, check_out_dir, command_line
-    from gradlab_cli.app import guard
 
-    with guard(debug):
-        formats = check_formats(fmt)
-        check_out_dir(out)
-        from gradlab.monitor import report
+    formats = check_formats(fmt)
+    check_out_dir(out)
+    from gradlab.monitor import report
 
-        meta = report(log, out, formats=formats, plot=not no_plot, extra_meta={"command_line": command_line()})
-        for path in meta["files"]:
-            typer.echo(path)
+    meta = report(log, out, formats=formats, plot=not no_plot, extra_meta={"command_line": command_line()})
+    for path in meta["files"]:
+        typer.echo(path)
 
 
 def register(app: typer.Typer) -> None:

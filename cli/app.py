@@ -4,24 +4,22 @@ Every computing command writes into ``--out`` (default: the working directory) t
 (``--format png|pdf|svg``, repeatable; ``--no-plot`` skips it), the data (``STEM.npz``:
 the result's arrays under the engine's names ``mu_pos``, ``mu_neg``, ``mean``, ``stderr``,
 ``mask``, ...) and the metadata (``STEM.json``: command line, parameters, seed, versions,
-device, wall time), each atomically. User errors print one line and exit with code 2;
-``--debug`` shows the traceback instead.
+device, wall time), each atomically.
 
-Plug-in convention (commands owned by other modules): a module ``cli/_X.py`` exposes
-``register(app: typer.Typer) -> None`` which adds its commands with ``@app.command(...)``.
-``app.py`` calls ``register`` for every name in ``PLUGINS`` that imports; a plug-in that is
-missing (ImportError) is skipped silently, so the CLI works without it. Keep the plug-in's
-top-level imports light (typer, stdlib): import gradlab / JAX inside the command body, and
-raise ``ValueError`` (or ``cli._common.CLIError``) for user errors so they get the
-one-line / exit-code-2 treatment of ``guard``.
+Validation lives in the library (``Protocol``, the loss registry): the commands build library
+objects from the options and let their ``ValueError`` / ``TypeError`` through. ONE handler,
+``main``, turns those (and out-of-memory, and a missing optional dependency) into one line on
+stderr with exit code 2; ``--debug`` or ``GRADLAB_DEBUG=1`` shows the traceback instead.
+
+Plug-ins: the commands of ``cli/_monitor.py`` (``track``, ``report``) and ``cli/_real.py``
+(``stsb``, ``train``) are registered explicitly through their ``register(app)``, so they always
+appear in ``gradlab --help``. Their modules import only typer and the stdlib at the top; the
+library loads inside the command, and a missing extra is the one-line error that names it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import math
-import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -30,98 +28,22 @@ from typing import Annotated
 import typer
 from gradlab import defaults
 from gradlab_cli import _common
-from gradlab_cli._clickcompat import (
-    Abort,
-    ClickException,
-    Exit,
-    NoArgsIsHelpError,
-    UsageError,
-    echo,
-)
 from gradlab_cli._common import (
-    CLIError,
     Debug,
     Formats,
     NoPlot,
     Out,
+    Params,
     Writer,
+    angle,
     fail,
-    parse_angle,
-    parse_number,
+    number,
     parse_params,
     progress_bar,
 )
 from typer.core import TyperGroup
 
-PLUGINS = ("_monitor", "_real")
-
-
-class _OneLineErrors(TyperGroup):
-    """Prints every click / user error as one line on stderr and exits with its code (2)."""
-
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        try:
-            rv = super().main(args=args, prog_name=prog_name or "gradlab", complete_var=complete_var,
-                              standalone_mode=False, **extra)
-        except NoArgsIsHelpError as exc:
-            exc.show()
-            code = 0
-        except ClickException as exc:
-            msg = exc.format_message().strip().replace("\n", " ")
-            hint = ""
-            if isinstance(exc, UsageError) and not isinstance(exc, CLIError):
-                ctx = exc.ctx
-                hint = f" (see '{ctx.command_path} -h')" if ctx is not None else " (see 'gradlab -h')"
-            echo(f"Error: {msg}{hint}", err=True)
-            code = exc.exit_code
-        except Abort:
-            echo("Aborted.", err=True)
-            code = 130
-        else:
-            code = rv if isinstance(rv, int) else 0
-        if standalone_mode:
-            sys.exit(code)
-        return code
-
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-app = typer.Typer(
-    name="gradlab",
-    cls=_OneLineErrors,
-    help="gradlab: the GD / W / R gradient paradigm of contrastive losses, as an instrument.\n\n"
-    "Examples:\n\n"
-    "\b\n"
-    "  gradlab heatmap --loss arccon        # Li et al. 2024 Fig. 2 (GD map)\n"
-    "  gradlab lemma1 --lambda 0.1          # Lemma 1 map + distribution\n"
-    "  gradlab figures --out figures/       # every paper figure\n"
-    "  gradlab losses                       # the registry",
-    context_settings=CONTEXT,
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-
-_DEBUG = {"on": bool(os.environ.get("GRADLAB_DEBUG"))}
-
-
-def _version_callback(value: bool):
-    if value:
-        from gradlab import __version__
-
-        typer.echo(f"gradlab {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True,
-                                          help="Print the version and exit.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks instead of one-line errors.")] = False,
-):
-    """gradlab: the GD / W / R gradient paradigm of contrastive losses."""
-    _DEBUG["on"] = bool(debug or os.environ.get("GRADLAB_DEBUG"))
+OOM_HINT = "out of memory for these sizes: reduce --grid, --batches or --batch-size"
 
 
 def _one_line(exc: BaseException) -> str:
@@ -136,30 +58,96 @@ def _out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or "RESOURCE_EXHAUSTED" in text or "Out of memory" in text
 
 
-@contextlib.contextmanager
-def guard(debug: bool = False):
-    """Translate library errors into one-line CLI errors (exit 2); ``--debug`` re-raises."""
-    debug = debug or _DEBUG["on"]
-    try:
-        yield
-    except (CLIError, Exit, Abort):
-        raise
-    except (ValueError, TypeError, KeyError, OSError, NotImplementedError) as exc:
-        if debug:
-            raise
-        raise CLIError(_one_line(exc)) from None
-    except KeyboardInterrupt:
-        if debug:
-            raise
-        raise Abort() from None
-    except Exception as exc:  # noqa: BLE001 - never a traceback without --debug
-        if debug:
-            raise
-        if _out_of_memory(exc):
-            raise CLIError("out of memory for these sizes: reduce --grid, --batches or --batch-size") from None
-        err = ClickException(f"internal error ({type(exc).__name__}): {_one_line(exc)}; rerun with --debug")
-        err.exit_code = 1
-        raise err from None
+def _error(exc: Exception) -> tuple[int, str | None]:
+    """The exit code and the one stderr line for an exception escaping a command."""
+    if isinstance(exc, typer.Exit):
+        return exc.exit_code, None
+    if isinstance(exc, typer.Abort):
+        return 130, "Aborted."
+    if isinstance(exc, typer.TyperException):  # usage errors, typer.BadParameter from the parsers
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
+        return exc.exit_code, f"Error: {' '.join(exc.format_message().split())}{hint}"
+    if _out_of_memory(exc):
+        return 2, f"Error: {OOM_HINT}"
+    if isinstance(exc, (ValueError, TypeError, KeyError, OSError, ImportError, NotImplementedError)):
+        return 2, f"Error: {_one_line(exc)}"
+    return 1, f"Error: internal error ({type(exc).__name__}): {_one_line(exc)}; rerun with --debug"
+
+
+class _Gradlab(TyperGroup):
+    """The root group: records the command line, and runs every command under ``_error``."""
+
+    def get_command(self, ctx, name):
+        # the listing's one-liner is the docstring's first line whole: click's default stops at
+        # the first word ending in "." and would print "Lemma 1 (Li et al."
+        command = super().get_command(ctx, name)
+        if command is not None and command.short_help is None and command.help:
+            command.short_help = command.help.strip().split("\n\n")[0].replace("\n", " ")
+        return command
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        args = list(sys.argv[1:] if args is None else args)
+        _common.COMMAND_LINE = args
+        _common.reset_debug()
+        try:
+            rv = super().main(args=args, prog_name=prog_name or "gradlab", complete_var=complete_var,
+                              standalone_mode=False, **extra)
+            code, line = (rv if isinstance(rv, int) else 0), None
+        except KeyboardInterrupt:
+            if _common.debug_enabled():
+                raise
+            code, line = 130, "Aborted."
+        except Exception as exc:  # noqa: BLE001 - never a traceback without --debug
+            if _common.debug_enabled() and not isinstance(exc, (typer.Exit, typer.TyperException)):
+                raise
+            code, line = _error(exc)
+        if line is not None:
+            typer.echo(line, err=True)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+app = typer.Typer(
+    name="gradlab",
+    cls=_Gradlab,
+    help="gradlab: the GD / W / R gradient paradigm of contrastive losses, as an instrument.\n\n"
+    "Examples:\n\n"
+    "\b\n"
+    "  gradlab heatmap --loss arccon        # Li et al. 2024 Fig. 2 (GD map)\n"
+    "  gradlab lemma1 --lambda 0.1          # Lemma 1 map + distribution\n"
+    "  gradlab figures --out figures/       # every paper figure\n"
+    "  gradlab losses                       # the registry",
+    context_settings=CONTEXT,
+    invoke_without_command=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version_callback(value: bool):
+    if value:
+        from gradlab import __version__
+
+        typer.echo(f"gradlab {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+    debug: Debug = False,
+):
+    """gradlab: the GD / W / R gradient paradigm of contrastive losses."""
+    if ctx.invoked_subcommand is None:  # bare `gradlab`: the help
+        typer.echo(ctx.get_help())
+        raise typer.Exit()
 
 
 # --- shared options ------------------------------------------------------------------------------
@@ -180,46 +168,25 @@ class Mode(str, Enum):
     independent = "independent"
 
 
-Params = Annotated[list[str] | None, typer.Option("--param", "-p", help="Loss parameter KEY=VALUE (repeatable); values may use pi, e.g. u=pi/18.")]
+def _alpha_law(raw: str) -> str | float:
+    """Typer ``parser=`` of ``--alpha-law``: ``uniform`` or an angle in [0, π]."""
+    if str(raw).strip().lower() == "uniform":
+        return "uniform"
+    try:
+        return angle(raw)
+    except typer.BadParameter as exc:
+        raise typer.BadParameter(f"'uniform' or an angle: {exc.message}") from None
+
+
 Grid = Annotated[int, typer.Option("--grid", help="Points per μ axis (the paper: 100).")]
 Batches = Annotated[int, typer.Option("--batches", help="Batches per (μ_pos, μ_neg) cell (the paper: 1000).")]
 BatchSize = Annotated[int, typer.Option("--batch-size", "-N", help="N: 1 positive + N-1 negatives (the paper: 128).")]
-SigmaPos = Annotated[float, typer.Option("--sigma-pos", help="σ_pos of θ_ii' (the paper: 0.05).")]
+SigmaPos = Annotated[float, typer.Option("--sigma-pos", help="σ_pos of θ_ii' (the paper: 0.05; 0 draws every angle at its mean).")]
 SigmaNeg = Annotated[float, typer.Option("--sigma-neg", help="σ_neg of θ_ij' (the paper: 0.10).")]
-MuPosRange = Annotated[tuple[str, str], typer.Option("--mu-pos-range", help="LO HI of μ_pos, radians; pi allowed (pi/20 pi/2).")]
-MuNegRange = Annotated[tuple[str, str], typer.Option("--mu-neg-range", help="LO HI of μ_neg, radians (pi/20 pi).")]
-Seed = Annotated[int, typer.Option("--seed", help="Root seed: fixes every number bit for bit.")]
+MuPosRange = Annotated[tuple[float, float], typer.Option("--mu-pos-range", parser=number, metavar="LO HI", help="LO HI of μ_pos, radians within [0, pi]; pi allowed (pi/20 pi/2).")]
+MuNegRange = Annotated[tuple[float, float], typer.Option("--mu-neg-range", parser=number, metavar="LO HI", help="LO HI of μ_neg, radians within [0, pi] (pi/20 pi).")]
+Seed = Annotated[int, typer.Option("--seed", help="Root seed in [0, 2**31 - 1]: fixes every number bit for bit.")]
 ModeOpt = Annotated[Mode, typer.Option("--mode", help="common: one set of draws for every cell (fast); independent: draws per cell.")]
-
-
-def _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, mu_pos_range, mu_neg_range, seed, mode):
-    """Validate the Monte-Carlo options (one-line errors) and build a ``Protocol``."""
-    if grid < 2:
-        raise fail(f"--grid must be >= 2; got {grid}")
-    if batches < 1:
-        raise fail(f"--batches must be >= 1; got {batches}")
-    if batch_size < 2:
-        raise fail(f"--batch-size N must be >= 2 (one positive and at least one negative); got {batch_size}")
-    for name, s in (("--sigma-pos", sigma_pos), ("--sigma-neg", sigma_neg)):
-        if not (math.isfinite(s) and s > 0):
-            raise fail(f"{name} must be > 0; got {s}")
-    ranges = {}
-    for name, (lo, hi) in (("--mu-pos-range", mu_pos_range), ("--mu-neg-range", mu_neg_range)):
-        lo_v, hi_v = parse_number(lo, name), parse_number(hi, name)
-        if not hi_v > lo_v:
-            raise fail(f"{name} is empty: LO = {lo_v:g} must be < HI = {hi_v:g}")
-        if lo_v < 0 or hi_v > math.pi:
-            raise fail(f"{name} must lie within [0, pi] (angles between unit vectors); got {lo_v:g} {hi_v:g}")
-        ranges[name] = (lo_v, hi_v)
-    if not 0 <= seed <= 2**31 - 1:
-        raise fail(f"--seed must be in [0, 2**31 - 1]; got {seed}")
-    if batches * batch_size > 2**31 - 1:
-        raise fail(f"--batches × --batch-size must be below 2**31 (one cell's draws); got {batches} × {batch_size}")
-    from gradlab.simulate import Protocol
-
-    return Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos, sigma_neg=sigma_neg,
-                    mu_pos_range=ranges["--mu-pos-range"], mu_neg_range=ranges["--mu-neg-range"], seed=seed,
-                    mode=mode.value if isinstance(mode, Enum) else mode)
 
 
 def _loss(name: str, params: dict):
@@ -263,7 +230,7 @@ def heatmap(
     seed: Seed = 0,
     mode: ModeOpt = Mode.common,
     exact: Annotated[bool, typer.Option("--exact", help="Quadrature instead of Monte Carlo (GD of MPT, MET, MAT).")] = False,
-    gd_threshold: Annotated[float, typer.Option("--gd-threshold", help="ratio: shade cells whose mean GD is below; weight: count only batches with GD at least this.")] = 0.05,
+    gd_threshold: Annotated[float, typer.Option("--gd-threshold", help="ratio: shade cells whose mean GD is below; weight: count only batches with GD at least this.")] = defaults.GD_THRESHOLD,
     part: Annotated[Part, typer.Option("--part", help="norm only: alignment (pos) or uniformity (neg) part.")] = Part.pos,
     param: Params = None,
     out: Out = Path("."),
@@ -283,54 +250,57 @@ def heatmap(
 
       gradlab heatmap --loss mpt --exact
     """
-    with guard(debug):
-        params = parse_params(param)
-        if exact and component is not Component.gd:
-            raise fail("--exact applies to --component gd only (quadrature of MPT, MET, MAT)")
-        if exact and mode is Mode.independent:
-            raise fail("--exact computes by quadrature: --mode does not apply")
-        protocol = _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, mu_pos_range, mu_neg_range, seed, mode)
-        the_loss = _loss(loss, params)
-        writer = _writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
-                         params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
-                         gd_threshold=gd_threshold, part=part.value)
-        from gradlab import simulate
+    params = parse_params(param)
+    if exact and component is not Component.gd:
+        raise fail("--exact applies to --component gd only (quadrature of MPT, MET, MAT)")
+    if exact and mode is Mode.independent:
+        raise fail("--exact computes by quadrature: --mode does not apply")
+    from gradlab.simulate import Protocol
 
-        comp = component.value
-        with progress_bar(f"{comp} map of {the_loss.name}") as cb:
-            if comp == "gd":
-                result = simulate.gd_map(the_loss, protocol, exact=exact, progress=cb)
-            elif comp == "ratio":
-                result = simulate.ratio_map(the_loss, protocol, gd_threshold=gd_threshold, progress=cb)
-            elif comp == "weight":
-                result = simulate.weight_map(the_loss, protocol, gd_gate=gd_threshold, progress=cb)
-            else:
-                from gradlab import norms
+    protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
+                        sigma_neg=sigma_neg, mu_pos_range=mu_pos_range, mu_neg_range=mu_neg_range, seed=seed,
+                        mode=mode.value)
+    the_loss = _loss(loss, params)
+    writer = _writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
+                     params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
+                     gd_threshold=gd_threshold, part=part.value)
+    from gradlab import simulate
 
-                result = norms.norm_on_mu_grid(the_loss, protocol, part=part.value)
-        fig = None
-        if not no_plot:
-            from gradlab import plot
+    comp = component.value
+    with progress_bar(f"{comp} map of {the_loss.name}") as cb:
+        if comp == "gd":
+            result = simulate.gd_map(the_loss, protocol, exact=exact, progress=cb)
+        elif comp == "ratio":
+            result = simulate.ratio_map(the_loss, protocol, gd_threshold=gd_threshold, progress=cb)
+        elif comp == "weight":
+            result = simulate.weight_map(the_loss, protocol, gd_gate=gd_threshold, progress=cb)
+        else:
+            from gradlab import norms
 
-            if comp == "gd":
-                fig = plot.gd_maps([result])
-            elif comp == "ratio":
-                fig = plot.ratio_maps([result])
-            elif comp == "weight":
-                fig = plot.heatmap(result, quantity="weight", vmin=0, vmax=1,
-                                   title=f"{plot.loss_title(the_loss.name)}: hardest negative's share (GD ≥ {gd_threshold:g})")
-            else:
-                fig = plot.heatmap(result, quantity="norm", vmin=0, title=f"{plot.loss_title(the_loss.name)}: ‖∇^{part.value}‖ at the mean angles")
-        variant = ("_neg" if comp == "norm" and part is Part.neg else "") + ("_exact" if exact else "")
-        writer.result(f"heatmap_{_safe(the_loss.name)}{_param_tag(params)}_{comp}{variant}", result, fig)
-        writer.report()
+            result = norms.norm_on_mu_grid(the_loss, protocol, part=part.value)
+    fig = None
+    if not no_plot:
+        from gradlab import plot
+
+        if comp == "gd":
+            fig = plot.gd_maps([result])
+        elif comp == "ratio":
+            fig = plot.ratio_maps([result])
+        elif comp == "weight":
+            fig = plot.heatmap(result, quantity="weight", vmin=0, vmax=1,
+                               title=f"{plot.loss_title(the_loss.name)}: hardest negative's share (GD ≥ {gd_threshold:g})")
+        else:
+            fig = plot.heatmap(result, quantity="norm", vmin=0, title=f"{plot.loss_title(the_loss.name)}: ‖∇^{part.value}‖ at the mean angles")
+    variant = ("_neg" if comp == "norm" and part is Part.neg else "") + ("_exact" if exact else "")
+    writer.result(f"heatmap_{_safe(the_loss.name)}{_param_tag(params)}_{comp}{variant}", result, fig)
+    writer.report()
 
 
 # --- weight --------------------------------------------------------------------------------------
 @app.command(context_settings=CONTEXT)
 def weight(
     tau: Annotated[list[float] | None, typer.Option("--tau", help="Temperature τ (repeatable; default the paper's six).")] = None,
-    mu_pos: Annotated[str, typer.Option("--mu-pos", help="Fixed μ_pos, radians (pi allowed).")] = "pi/6",
+    mu_pos: Annotated[float, typer.Option("--mu-pos", parser=angle, help="Fixed μ_pos, radians within [0, pi] (pi allowed).")] = "pi/6",
     loss: Annotated[str, typer.Option("--loss", "-l", help="A loss with a temperature tau.")] = "infonce",
     gd_gate: Annotated[float | None, typer.Option("--gd-gate", help="Count only batches with GD >= this.")] = None,
     grid: Grid = 100,
@@ -355,30 +325,31 @@ def weight(
 
       gradlab weight --tau 0.05 --tau 0.01 --mu-pos pi/4 --out out/
     """
-    with guard(debug):
-        taus = list(tau) if tau else list(defaults.TAUS)
-        bad = [t for t in taus if not (math.isfinite(t) and t > 0)]
-        if bad:
-            raise fail(f"--tau must be > 0; got {bad[0]:g}")
-        mp = parse_angle(mu_pos, "--mu-pos")
-        params = parse_params(param)
-        if "tau" in params:
-            raise fail("weight sweeps τ with --tau; do not also give --param tau")
-        protocol = _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, ("pi/20", "pi/2"), mu_neg_range, seed, mode)
-        the_loss = _loss(loss, params)
-        writer = _writer(out, fmt, no_plot, "weight", loss=the_loss.name, taus=taus, mu_pos=mp, gd_gate=gd_gate,
-                         params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed)
-        from gradlab import simulate
+    taus = list(tau) if tau else list(defaults.TAUS)
+    bad = [t for t in taus if not (math.isfinite(t) and t > 0)]
+    if bad:
+        raise fail(f"--tau must be > 0; got {bad[0]:g}")
+    params = parse_params(param)
+    if "tau" in params:
+        raise fail("weight sweeps τ with --tau; do not also give --param tau")
+    from gradlab.simulate import Protocol
 
-        with progress_bar("weight share") as cb:
-            result = simulate.weight_share(protocol, taus=taus, mu_pos=mp, loss=the_loss, gd_gate=gd_gate, progress=cb)
-        fig = None
-        if not no_plot:
-            from gradlab import plot
+    protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
+                        sigma_neg=sigma_neg, mu_neg_range=mu_neg_range, seed=seed, mode=mode.value)
+    the_loss = _loss(loss, params)
+    writer = _writer(out, fmt, no_plot, "weight", loss=the_loss.name, taus=taus, mu_pos=mu_pos, gd_gate=gd_gate,
+                     params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed)
+    from gradlab import simulate
 
-            fig = plot.weight_share_curves(result)
-        writer.result(f"weight_{_safe(the_loss.name)}{_param_tag(params)}", result, fig)
-        writer.report()
+    with progress_bar("weight share") as cb:
+        result = simulate.weight_share(protocol, taus=taus, mu_pos=mu_pos, loss=the_loss, gd_gate=gd_gate, progress=cb)
+    fig = None
+    if not no_plot:
+        from gradlab import plot
+
+        fig = plot.weight_share_curves(result)
+    writer.result(f"weight_{_safe(the_loss.name)}{_param_tag(params)}", result, fig)
+    writer.report()
 
 
 # --- lemma1 --------------------------------------------------------------------------------------
@@ -386,10 +357,10 @@ def weight(
 def lemma1(
     lam: Annotated[list[float] | None, typer.Option("--lambda", help="Step size λ (repeatable). The map uses the first; the distribution all (default 0.01 0.1 0.5 1).")] = None,
     ratio: Annotated[list[float] | None, typer.Option("--ratio", "-r", help="Static ratio r to test (repeatable; default 1 1.25 1.5 1.75 2).")] = None,
-    alpha_law: Annotated[str, typer.Option("--alpha-law", help="Law of α, the angle between the planes: 'uniform' on [0, π] or a fixed angle (pi allowed).")] = "uniform",
+    alpha_law: Annotated[str, typer.Option("--alpha-law", parser=_alpha_law, help="Law of α, the angle between the planes: 'uniform' on [0, π] or a fixed angle (pi allowed).")] = "uniform",
     embeddings: Annotated[Path | None, typer.Option("--embeddings", help="An .npz with two views 'h' and 'h_prime' (N, D): the distribution from real embeddings.")] = None,
-    dist_mu_pos: Annotated[str, typer.Option("--dist-mu-pos", help="μ_pos of the simulated distribution (pi allowed).")] = "pi/6",
-    dist_mu_neg: Annotated[str, typer.Option("--dist-mu-neg", help="μ_neg of the simulated distribution.")] = "pi/3",
+    dist_mu_pos: Annotated[float, typer.Option("--dist-mu-pos", parser=angle, help="μ_pos of the simulated distribution (pi allowed).")] = "pi/6",
+    dist_mu_neg: Annotated[float, typer.Option("--dist-mu-neg", parser=angle, help="μ_neg of the simulated distribution.")] = "pi/3",
     grid: Grid = 100,
     batches: Batches = 1000,
     batch_size: BatchSize = 128,
@@ -414,49 +385,52 @@ def lemma1(
 
       gradlab lemma1 --lambda 0.1 --lambda 1 --embeddings views.npz --out out/
     """
-    with guard(debug):
-        lams = list(lam) if lam else list(defaults.LEMMA1_LAMS)
-        bad = [x for x in lams if not (math.isfinite(x) and x > 0)]
-        if bad:
-            raise fail(f"--lambda must be > 0; got {bad[0]:g}")
-        ratios = list(ratio) if ratio else list(defaults.LEMMA1_RATIOS)
-        if not all(math.isfinite(r) for r in ratios):
-            raise fail("--ratio must be finite")
-        law = alpha_law if alpha_law == "uniform" else parse_angle(alpha_law, "--alpha-law ('uniform' or an angle)")
-        protocol = _protocol(grid, batches, batch_size, sigma_pos, sigma_neg, mu_pos_range, mu_neg_range, seed, mode)
-        views = None
-        if embeddings is not None:
-            from gradlab_cli._common import load_views
+    lams = list(lam) if lam else list(defaults.LEMMA1_LAMS)
+    bad = [x for x in lams if not (math.isfinite(x) and x > 0)]
+    if bad:
+        raise fail(f"--lambda must be > 0; got {bad[0]:g}")
+    ratios = list(ratio) if ratio else list(defaults.LEMMA1_RATIOS)
+    if not all(math.isfinite(r) for r in ratios):
+        raise fail("--ratio must be finite")
+    law = alpha_law
+    from gradlab.simulate import Protocol
 
-            views = load_views(embeddings)
-        mp, mn = parse_angle(dist_mu_pos, "--dist-mu-pos"), parse_angle(dist_mu_neg, "--dist-mu-neg")
-        writer = _writer(out, fmt, no_plot, "lemma1", lams=lams, ratios=ratios, alpha_law=law, protocol=protocol.to_dict(),
-                         seed=seed, embeddings=None if embeddings is None else str(embeddings),
-                         dist_mu_pos=mp, dist_mu_neg=mn)
-        from gradlab import simulate
+    protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
+                        sigma_neg=sigma_neg, mu_pos_range=mu_pos_range, mu_neg_range=mu_neg_range, seed=seed,
+                        mode=mode.value)
+    views = None
+    if embeddings is not None:
+        from gradlab_cli._common import load_views
 
-        with progress_bar("Lemma-1 map") as cb:
-            lmap = simulate.lemma1_map(protocol, lam=lams[0], ratios=ratios, alpha_law=law, progress=cb)
-        if views is not None:
-            from gradlab import monitor
+        views = load_views(embeddings)
+    mp, mn = dist_mu_pos, dist_mu_neg
+    writer = _writer(out, fmt, no_plot, "lemma1", lams=lams, ratios=ratios, alpha_law=law, protocol=protocol.to_dict(),
+                     seed=seed, embeddings=None if embeddings is None else str(embeddings),
+                     dist_mu_pos=mp, dist_mu_neg=mn)
+    from gradlab import simulate
 
-            dist = monitor.min_ratio_distribution(*views, lams=lams, ratios=ratios)
-        else:
-            dist = simulate.min_ratio_distribution(protocol, lams=lams, mu_pos=mp, mu_neg=mn, alpha_law=law, ratios=ratios)
-        figs = (None, None)
-        if not no_plot:
-            from gradlab import plot
+    with progress_bar("Lemma-1 map") as cb:
+        lmap = simulate.lemma1_map(protocol, lam=lams[0], ratios=ratios, alpha_law=law, progress=cb)
+    if views is not None:
+        from gradlab import monitor
 
-            figs = (plot.lemma1_maps(lmap), plot.min_ratio_distribution(
-                dist, ratio=ratios[0], title="distribution of the minimum ratio (embeddings)" if views is not None else None))
-        writer.result("lemma1_map", lmap, figs[0])
-        writer.result("lemma1_distribution", dist, figs[1])
-        import numpy as np
+        dist = monitor.min_ratio_distribution(*views, lams=lams, ratios=ratios)
+    else:
+        dist = simulate.min_ratio_distribution(protocol, lams=lams, mu_pos=mp, mu_neg=mn, alpha_law=law, ratios=ratios)
+    figs = (None, None)
+    if not no_plot:
+        from gradlab import plot
 
-        sat = np.asarray(lmap.extra["satisfied"])
-        for r, frac in zip(np.asarray(lmap.coords.get("r", ratios)), sat, strict=False):
-            typer.echo(f"r = {r:g}: satisfies Lemma 1 (λ = {lams[0]:g}) in {100 * float(np.nanmean(frac)):.1f}% of batches over the grid")
-        writer.report()
+        figs = (plot.lemma1_maps(lmap), plot.min_ratio_distribution(
+            dist, ratio=ratios[0], title="distribution of the minimum ratio (embeddings)" if views is not None else None))
+    writer.result("lemma1_map", lmap, figs[0])
+    writer.result("lemma1_distribution", dist, figs[1])
+    import numpy as np
+
+    sat = np.asarray(lmap.extra["satisfied"])
+    for r, frac in zip(np.asarray(lmap.coords.get("r", ratios)), sat, strict=False):
+        typer.echo(f"r = {r:g}: satisfies Lemma 1 (λ = {lams[0]:g}) in {100 * float(np.nanmean(frac)):.1f}% of batches over the grid")
+    writer.report()
 
 
 # --- norms ---------------------------------------------------------------------------------------
@@ -482,30 +456,29 @@ def norms(
 
       gradlab norms --loss dcl+ --param tau=0.1
     """
-    with guard(debug):
-        from gradlab import norms as gn
+    from gradlab import norms as gn
 
-        names = list(loss) if loss else list(gn.NORM_LOSSES)
-        ks = list(negatives) if negatives else None
-        if ks is not None and any(k < 1 for k in ks):
-            raise fail(f"--negatives must be >= 1; got {min(ks)}")
-        if grid < 2:
-            raise fail(f"--grid must be >= 2; got {grid}")
-        params = parse_params(param)
-        parts = [part.value] if part else ["pos", "neg"]
-        panels = gn.norm_panels(names, parts=parts, negatives=ks, grid=grid, **params)
-        writer = _writer(out, fmt, no_plot, "norms", losses=names, parts=parts, negatives=ks, params=params, grid=grid)
-        for p in parts:
-            rs = [r for r in panels if r.meta["part"] == p]
-            if not rs:
-                continue
-            fig = None
-            if not no_plot:
-                from gradlab import plot
+    names = list(loss) if loss else list(gn.NORM_LOSSES)
+    ks = list(negatives) if negatives else None
+    if ks is not None and any(k < 1 for k in ks):
+        raise fail(f"--negatives must be >= 1; got {min(ks)}")
+    if grid < 2:
+        raise fail(f"--grid must be >= 2; got {grid}")
+    params = parse_params(param)
+    parts = [part.value] if part else ["pos", "neg"]
+    panels = gn.norm_panels(names, parts=parts, negatives=ks, grid=grid, **params)
+    writer = _writer(out, fmt, no_plot, "norms", losses=names, parts=parts, negatives=ks, params=params, grid=grid)
+    for p in parts:
+        rs = [r for r in panels if r.meta["part"] == p]
+        if not rs:
+            continue
+        fig = None
+        if not no_plot:
+            from gradlab import plot
 
-                fig = plot.norm_maps(rs, ncols=min(4, len(rs)))
-            _write_panels(writer, f"norms_{p}{_param_tag(params)}", rs, fig)
-        writer.report()
+            fig = plot.norm_maps(rs, ncols=min(4, len(rs)))
+        _write_panels(writer, f"norms_{p}{_param_tag(params)}", rs, fig)
+    writer.report()
 
 
 def _write_panels(writer: Writer, stem: str, results, fig):
@@ -535,30 +508,29 @@ def losses(
 
       gradlab losses --family effective --json
     """
-    with guard(debug):
-        from gradlab.losses import loss_table
+    from gradlab.losses import loss_table
 
-        rows = loss_table()
-        if family is not None:
-            from gradlab.losses import FAMILIES
+    rows = loss_table()
+    if family is not None:
+        from gradlab.losses import FAMILIES
 
-            if family not in FAMILIES:
-                raise fail(f"unknown --family {family!r}; choose from {', '.join(FAMILIES)}")
-            rows = [r for r in rows if r["family"] == family]
-        if as_json:
-            import json
+        if family not in FAMILIES:
+            raise fail(f"unknown --family {family!r}; choose from {', '.join(FAMILIES)}")
+        rows = [r for r in rows if r["family"] == family]
+    if as_json:
+        import json
 
-            typer.echo(json.dumps(rows, indent=2, ensure_ascii=False))
-            return
-        from rich.console import Console
-        from rich.table import Table
+        typer.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    from rich.console import Console
+    from rich.table import Table
 
-        table = Table(title="gradlab losses: ∂L_i/∂h_i = GD · Σ_j W_j (h_j' − R h_i')", show_lines=True)
-        for col in ("name", "family", "params", "GD", "W", "R"):
-            table.add_column(col, overflow="fold")
-        for r in rows:
-            table.add_row(r["name"], r["family"], r["params"], r["gd"], r["weight"], r["ratio"])
-        Console(width=160).print(table)
+    table = Table(title="gradlab losses: ∂L_i/∂h_i = GD · Σ_j W_j (h_j' − R h_i')", show_lines=True)
+    for col in ("name", "family", "params", "GD", "W", "R"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["name"], r["family"], r["params"], r["gd"], r["weight"], r["ratio"])
+    Console(width=160).print(table)
 
 
 # --- figures -------------------------------------------------------------------------------------
@@ -572,7 +544,7 @@ def figures(
     seed: Seed = 0,
     debug: Debug = False,
 ):
-    """Regenerate every paper figure (Li et al. 2024, 003, 002) with its data and metadata.
+    """Regenerate every paper figure (Li et al. 2024, Nie et al. 2023, Rho et al. 2023) with its data and metadata.
 
     Examples:
 
@@ -582,46 +554,43 @@ def figures(
 
       gradlab figures --only li2024_fig2 --only nie2023_fig4
     """
-    with guard(debug):
-        from gradlab_cli._figures import FIGURES, build
+    from gradlab_cli._figures import FIGURES, build
 
-        ids = list(only) if only else list(FIGURES)
-        unknown = [i for i in ids if i not in FIGURES]
-        if unknown:
-            raise fail(f"unknown figure id {unknown[0]!r}; choose from {', '.join(FIGURES)}")
-        writer = _writer(out, fmt, no_plot, "figures", quick=quick, only=ids, seed=seed)
-        with progress_bar("figures") as cb:
-            for n, fid in enumerate(ids):
-                build(fid, writer, quick=quick, seed=seed)
-                if cb:
-                    cb(n + 1, len(ids))
-        writer.report()
+    ids = list(only) if only else list(FIGURES)
+    unknown = [i for i in ids if i not in FIGURES]
+    if unknown:
+        raise fail(f"unknown figure id {unknown[0]!r}; choose from {', '.join(FIGURES)}")
+    writer = _writer(out, fmt, no_plot, "figures", quick=quick, only=ids, seed=seed)
+    with progress_bar("figures") as cb:
+        for n, fid in enumerate(ids):
+            build(fid, writer, quick=quick, seed=seed)
+            if cb:
+                cb(n + 1, len(ids))
+    writer.report()
 
 
 # --- plug-ins ------------------------------------------------------------------------------------
-def _register_plugins(target: typer.Typer) -> list[str]:
-    loaded = []
-    for name in PLUGINS:
-        try:
-            module = importlib.import_module(f"gradlab_cli.{name}")
-        except ImportError:
-            continue
-        register = getattr(module, "register", None)
-        if callable(register):
-            register(target)
-            loaded.append(name)
-    return loaded
+from gradlab_cli import _monitor, _real  # noqa: E402 - they import CONTEXT from this module
+
+#: The plug-in modules, each with ``register(app)``; registered explicitly, so their commands
+#: always appear in ``gradlab --help`` (a missing extra is reported when the command runs).
+PLUGINS = (_monitor, _real)
+
+
+def _register_plugins(target: typer.Typer, plugins=PLUGINS) -> list[str]:
+    """Call every plug-in's ``register(target)``; returns the plug-in module names."""
+    for plugin in plugins:
+        plugin.register(target)
+    return [plugin.__name__ for plugin in plugins]
 
 
 _register_plugins(app)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point (``gradlab``)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    _common.COMMAND_LINE = args
+    """Console-script entry point (``gradlab``); ``_Gradlab.main`` is the one error handler."""
     command = typer.main.get_command(app)
-    return command.main(args=args, prog_name="gradlab", standalone_mode=True)
+    return command.main(args=argv, prog_name="gradlab", standalone_mode=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

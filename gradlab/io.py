@@ -31,7 +31,7 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
+import secrets
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -57,14 +57,21 @@ PathLike = str | os.PathLike
 
 
 # --- atomic writes ---------------------------------------------------------------------
-def _file_mode() -> int:
-    """The mode ``open()`` would give a new file: 0o666 less the process umask.
+def _create_temp(directory: Path, name: str) -> tuple[int, Path]:
+    """Create a fresh temp file beside the target, mode 0o666 less the process umask.
 
-    ``mkstemp`` creates files 0o600; without this, every output would be private.
+    ``os.open(O_CREAT | O_EXCL, 0o666)`` lets the kernel apply the umask, as ``open()`` does,
+    without reading or changing the process umask (``os.umask`` is process state and not
+    thread-safe; ``mkstemp`` would make every output private, 0o600).
     """
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = directory / f".{name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:  # pragma: no cover - 48 random bits collide
+            continue
+    raise FileExistsError(f"cannot create a temporary file in {str(directory)!r}")  # pragma: no cover
 
 
 def _atomic_write(path: PathLike, write) -> Path:
@@ -72,12 +79,11 @@ def _atomic_write(path: PathLike, write) -> Path:
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    fd, tmp = _create_temp(directory, path.name)
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
-            os.fchmod(fh.fileno(), _file_mode())
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:

@@ -32,8 +32,7 @@ def lemma1_bounds(theta_pos: ArrayLike, theta_neg: ArrayLike, alpha: ArrayLike, 
       theta_pos: anchor–positive angle θ_ii' (radians).
       theta_neg: anchor–negative angle θ_ij' (radians).
       alpha: angle between the planes O h_i h_i' and O h_i h_j' (radians).
-      lam: step size λ > 0.
-      All four broadcast against each other.
+      lam: step size λ > 0. All four arguments broadcast against each other.
 
     Returns:
       ``(low, high, feasible)``: float arrays of the broadcast shape (NaN where not

@@ -206,12 +206,12 @@ def test_figures_quick_one_id(tmp_path):
     "args,needle",
     [
         (["heatmap", "--loss", "nope"], "unknown loss 'nope'"),
-        (["heatmap", "--loss", "arccon", "--batches", "-5"], "--batches must be >= 1"),
-        (["heatmap", "--loss", "arccon", "--mu-pos-range", "1", "0.5"], "--mu-pos-range is empty"),
-        (["heatmap", "--loss", "arccon", "--mu-neg-range", "1", "1"], "--mu-neg-range is empty"),
-        (["heatmap", "--loss", "arccon", "--sigma-pos", "0"], "--sigma-pos must be > 0"),
-        (["heatmap", "--loss", "arccon", "--sigma-neg", "-1"], "--sigma-neg must be > 0"),
-        (["heatmap", "--loss", "arccon", "--batch-size", "1"], "--batch-size N must be >= 2"),
+        (["heatmap", "--loss", "arccon", "--batches", "-5"], "batches must be an int in [1, 2**31 - 1]; got -5"),
+        (["heatmap", "--loss", "arccon", "--mu-pos-range", "1", "0.5"], "mu_pos_range is empty"),
+        (["heatmap", "--loss", "arccon", "--mu-neg-range", "1", "1"], "mu_neg_range is empty"),
+        (["heatmap", "--loss", "arccon", "--sigma-pos", "-0.1"], "sigma_pos must be a finite number >= 0"),
+        (["heatmap", "--loss", "arccon", "--sigma-neg", "-1"], "sigma_neg must be a finite number >= 0"),
+        (["heatmap", "--loss", "arccon", "--batch-size", "1"], "batch_size must be an int in [2, 2**31 - 1]"),
         (["heatmap", "--loss", "arccon", "--param", "zeta=1"], "unknown parameter(s) zeta"),
         (["heatmap", "--loss", "arccon", "--param", "tau"], "KEY=VALUE"),
         (["heatmap", "--loss", "arccon", "--param", "tau=-1"], "must be > 0"),
@@ -228,10 +228,13 @@ def test_figures_quick_one_id(tmp_path):
         (["heatmap", "--loss", "arccon", "--param", "tau=9**9**9"], "not a number"),  # no eval: cannot hang
         (["heatmap", "--loss", "arccon", "--param", "tau=__import__('os')"], "not a number"),
         (["heatmap", "--loss", "arccon", "--param", "tau=nan"], "not a number"),
-        (["heatmap", "--loss", "arccon", "--mu-pos-range", "-5", "10"], "must lie within [0, pi]"),
-        (["weight", "--mu-pos", "-3"], "--mu-pos must lie within [0, pi]"),
-        (["weight", "--mu-pos", "inf"], "--mu-pos: not a number"),
-        (["lemma1", "--alpha-law", "7"], "--alpha-law ('uniform' or an angle) must lie within [0, pi]"),
+        (["heatmap", "--loss", "arccon", "--mu-pos-range", "-5", "10"], "mu_pos_range must lie within [0, pi]"),
+        (["heatmap", "--loss", "arccon", "--mu-neg-range", "0.1", "pi+0.01"], "mu_neg_range must lie within [0, pi]"),
+        (["heatmap", "--loss", "arccon", "--mu-neg-range", "0.1", "x"], "Invalid value for '--mu-neg-range': not a number: 'x'"),
+        (["heatmap", "--loss", "arccon", "--seed", "-1"], "seed must be an int in [0, 2**31 - 1]"),
+        (["weight", "--mu-pos", "-3"], "Invalid value for '--mu-pos': must lie within [0, pi]; got -3"),
+        (["weight", "--mu-pos", "inf"], "Invalid value for '--mu-pos': not a number: 'inf'"),
+        (["lemma1", "--alpha-law", "7"], "Invalid value for '--alpha-law': 'uniform' or an angle: must lie within [0, pi]"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
@@ -283,13 +286,31 @@ def test_plugins_register_through_their_register_function():
     from gradlab_cli import app as app_module
 
     target = typer.Typer()
-    fake = mock.Mock()
-    with mock.patch.object(app_module, "PLUGINS", ("_fake",)), \
-            mock.patch("importlib.import_module", return_value=mock.Mock(register=fake)):
-        assert app_module._register_plugins(target) == ["_fake"]
-    fake.assert_called_once_with(target)
-    with mock.patch.object(app_module, "PLUGINS", ("_absent_module_xyz",)):
-        assert app_module._register_plugins(target) == []
+    fakes = (mock.Mock(__name__="one"), mock.Mock(__name__="two"))
+    assert app_module._register_plugins(target, fakes) == ["one", "two"]
+    for fake in fakes:
+        fake.register.assert_called_once_with(target)
+
+
+def test_plugin_commands_always_appear_in_the_help():
+    r = run("--help")
+    assert r.exit_code == 0
+    for cmd in ("track", "report", "stsb", "train"):
+        assert f"  {cmd} " in r.stdout, (cmd, r.stdout)
+
+
+@pytest.mark.parametrize("args", [("stsb", "--encoder", "minilm"), ("train", "--loss", "infonce", "--steps", "1")])
+def test_a_missing_extra_names_the_extra_to_install(args, tmp_path, monkeypatch):
+    """The real-data extra's packages made unimportable in-process: the command is still listed,
+    its help works, and running it is one line naming the extra (exit 2), writing nothing."""
+    import sys
+
+    for module in ("tokenizers", "safetensors", "safetensors.numpy"):
+        monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
+    assert run(args[0], "-h").exit_code == 0
+    err = one_line_error(run(*args, "--out", tmp_path / "o"))
+    assert '.[real]' in err and "install_real.sh" in err, err
+    assert not (tmp_path / "o").exists() or not list((tmp_path / "o").iterdir())
 
 
 def test_heatmap_weight_component_stacks_the_engine_rows(tmp_path):
@@ -313,9 +334,9 @@ def test_heatmap_weight_component_stacks_the_engine_rows(tmp_path):
 @pytest.mark.parametrize("text,value", [("0.05", 0.05), ("pi/18", math.pi / 18), ("0.15pi", 0.15 * math.pi),
                                         ("3*pi/4", 0.75 * math.pi), ("-pi/2", -math.pi / 2), ("π/20", math.pi / 20)])
 def test_numbers_may_be_written_with_pi(text, value):
-    from gradlab_cli._common import parse_number
+    from gradlab_cli._common import number
 
-    assert parse_number(text, "x") == pytest.approx(value, rel=1e-15)
+    assert number(text) == pytest.approx(value, rel=1e-15)
 
 
 def test_norms_accepts_a_parameter_of_any_requested_part(tmp_path):
@@ -324,8 +345,9 @@ def test_norms_accepts_a_parameter_of_any_requested_part(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("heatmap", "--loss", "infonce", "--seed", 2**31), "--seed must be in [0, 2**31 - 1]"),
-    (("heatmap", "--loss", "infonce", "-N", 10**11, "--batches", 5), "below 2**31"),
+    (("heatmap", "--loss", "infonce", "--seed", 2**31), "seed must be an int in [0, 2**31 - 1]"),
+    (("heatmap", "--loss", "infonce", "-N", 2**16, "--batches", 2**15), "below 2**31"),
+    (("heatmap", "--loss", "infonce", "-N", 10**11, "--batches", 5), "batch_size must be an int in [2, 2**31 - 1]"),
     (("heatmap", "--loss", "met", "--exact", "--component", "ratio"), "--exact applies to --component gd only"),
     (("heatmap", "--loss", "met", "--exact", "--mode", "independent"), "--mode does not apply"),
     (("weight", "--param", "tau=0.1", "--tau", "0.05"), "do not also give --param tau"),
@@ -367,3 +389,62 @@ def test_variants_get_their_own_files(tmp_path):
     stems = sorted(p.stem for p in tmp_path.glob("*.npz"))
     assert stems == ["heatmap_dcl_norm", "heatmap_dcl_norm_neg", "heatmap_met_gd", "heatmap_met_gd_exact",
                      "heatmap_met_m0.3_gd", "heatmap_met_m0.3_gd_exact"]
+
+
+def test_bare_gradlab_prints_the_help():
+    r = run()
+    assert r.exit_code == 0 and r.stdout.startswith("Usage: gradlab") and "heatmap" in r.stdout
+
+
+@pytest.mark.parametrize("value, raises", [("1", True), ("0", False), ("", False)])
+def test_gradlab_debug_environment_variable(value, raises, monkeypatch):
+    monkeypatch.setenv("GRADLAB_DEBUG", value)
+    r = run("heatmap", "--loss", "nope")
+    if raises:
+        assert isinstance(r.exception, ValueError) and "unknown loss" in str(r.exception)
+    else:
+        one_line_error(r)
+
+
+def test_usage_errors_stay_one_line_under_debug():
+    # --debug shows tracebacks of library errors; a typo in an option is still one line
+    err = one_line_error(run("--debug", "heatmap", "--loss", "infonce", "--grid", "many"))
+    assert "Invalid value for '--grid'" in err and "integer" in err
+
+
+# --- the documentation pages generated from the code (scripts/mkdocs_hooks.py) -----------------
+def _hooks():
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed")
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "mkdocs_hooks.py"
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cli_reference_has_every_command_and_option():
+    import typer
+    from gradlab_cli.app import app
+
+    page = _hooks()._cli_reference()
+    root = typer.main.get_command(app)
+    for name, command in root.commands.items():
+        assert f"## gradlab {name}\n" in page, name
+        for param in command.params:
+            for opt in param.opts:
+                if opt.startswith("--"):
+                    assert opt in page, (name, opt)
+
+
+def test_the_gallery_shows_every_figure_with_its_command():
+    from pathlib import Path
+
+    page = _hooks()._gallery()
+    pngs = sorted((Path(__file__).resolve().parents[1] / "figures").glob("*.png"))
+    assert pngs
+    for png in pngs:
+        fid = png.stem
+        assert f"![{fid}](figures/{png.name})" in page and f"gradlab figures --only {fid} " in page, fid

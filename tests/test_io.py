@@ -207,14 +207,53 @@ def test_runtime_meta_has_versions():
     assert m["device_count"] >= 1 and isinstance(m["device"], str)
 
 
-def test_atomic_writes_get_the_umask_mode_not_mkstemp_private(tmp_path):
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_atomic_writes_get_the_umask_mode_not_mkstemp_private(tmp_path, umask):
     """An output file is readable like one made by open(): 0o666 less the umask (mkstemp gives 0o600)."""
-    import os
     import stat
 
-    old = os.umask(0o022)
+    old = os.umask(umask)
     try:
         path = atomic_write_text(tmp_path / "a.json", "{}")
-        assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+        with open(tmp_path / "witness", "w"):  # the witness: what open() makes under this umask
+            pass
     finally:
         os.umask(old)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE(os.stat(path).st_mode) == stat.S_IMODE(os.stat(tmp_path / "witness").st_mode)
+
+
+def test_atomic_writes_never_touch_the_process_umask(tmp_path, monkeypatch):
+    """The umask is process state (not thread-safe): a write must neither read nor set it."""
+
+    def forbidden(*a):
+        raise AssertionError("os.umask called during an atomic write")
+
+    monkeypatch.setattr(os, "umask", forbidden)
+    save_json_atomic(tmp_path / "m.json", {"a": 1})
+    save_npz_atomic(tmp_path / "d.npz", a=np.arange(3))
+    _result().save(tmp_path / "r")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.npz", "m.json", "r.json", "r.npz"]
+
+
+def test_atomic_writes_are_thread_safe(tmp_path):
+    """Threads writing at once each get their own temp file and a complete target."""
+    import threading
+
+    errors = []
+
+    def work(i):
+        try:
+            for k in range(5):
+                atomic_write_text(tmp_path / f"t{i}.txt", f"{i}:{k}" * 100)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(os.listdir(tmp_path)) == sorted(f"t{i}.txt" for i in range(8))
+    assert all((tmp_path / f"t{i}.txt").read_text() == f"{i}:4" * 100 for i in range(8))

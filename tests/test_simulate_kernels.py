@@ -139,9 +139,11 @@ def _loop_gd(loss, protocol):
     return out
 
 
-@pytest.mark.parametrize("mu_neg_range", [(0.2, 3.1), (5000.0, 5001.0)])  # fast cos, then jnp.cos
-def test_independent_float32_gd_matches_loop(mu_neg_range):
-    p = Protocol(grid=(3, 4), batches=50, batch_size=16, mode="independent", mu_neg_range=mu_neg_range)
+# fast cos, then jnp.cos (angles past COS_F32_LIMIT: μ ranges lie in [0, π], so a huge σ_neg)
+@pytest.mark.parametrize("mu_neg_range, sigma_neg", [((0.2, 3.1), 0.1), ((2.9, 3.1), 1000.0)])
+def test_independent_float32_gd_matches_loop(mu_neg_range, sigma_neg):
+    p = Protocol(grid=(3, 4), batches=50, batch_size=16, mode="independent", mu_neg_range=mu_neg_range,
+                 sigma_neg=sigma_neg)
     bound = max(mu_neg_range) + p.sigma_neg * normal_bound("float32")
     assert cos_for(np.float32, bound) is (cos_f32 if bound < COS_F32_LIMIT else jnp.cos)
     for name in ("infonce", "arccon"):

@@ -389,8 +389,8 @@ def analyze(
 
     Args:
       h, h_prime: (M, D) the two views, any array-like.
-      batch_size: N per batch (the paper: 128).
-      Other options as for ``ParadigmMonitor``.
+      batch_size: N per batch (the paper: 128). The other options are as for
+        ``ParadigmMonitor``.
 
     Returns:
       A dict with the record's names, each leaf an array of shape (B,) (one value per

@@ -25,6 +25,22 @@ def _as_pair(value, name: str, *, kind=float) -> tuple:
     return (kind(a), kind(b))
 
 
+def _angle_range(value, name: str, points: int) -> tuple[float, float]:
+    """A (low, high) of angles between unit vectors: finite, within [0, π], and low < high
+    unless the axis has a single point (then low == high is allowed)."""
+    try:
+        lo, hi = _as_pair(value, name)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a (low, high) pair of numbers; got {value!r}") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"{name} must be finite; got {(lo, hi)}")
+    if not (0 <= lo and hi <= math.pi):
+        raise ValueError(f"{name} must lie within [0, pi] (angles between unit vectors); got {(lo, hi)}")
+    if hi < lo or (hi == lo and points > 1):
+        raise ValueError(f"{name} is empty: low = {lo:g} must be < high = {hi:g} for {points} grid points")
+    return (lo, hi)
+
+
 @dataclasses.dataclass(frozen=True)
 class Protocol:
     """Everything that fixes a simulation's numbers (Li et al. 2024 App. A.1 defaults).
@@ -62,11 +78,8 @@ class Protocol:
         if any(isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 1 for x in g):
             raise ValueError(f"grid must be a positive int or a pair of them; got {self.grid!r}")
         object.__setattr__(self, "grid", int(g[0]) if isinstance(self.grid, numbers.Integral) else (int(g[0]), int(g[1])))
-        for name in ("mu_pos_range", "mu_neg_range"):
-            lo, hi = _as_pair(getattr(self, name), name)
-            if not (np.isfinite(lo) and np.isfinite(hi)) or hi < lo:
-                raise ValueError(f"{name} must be a finite (low, high) with low <= high; got {(lo, hi)}")
-            object.__setattr__(self, name, (lo, hi))
+        for name, points in zip(("mu_pos_range", "mu_neg_range"), self.grid_shape, strict=True):
+            object.__setattr__(self, name, _angle_range(getattr(self, name), name, points))
         for name in ("sigma_pos", "sigma_neg"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (np.isfinite(v) and v >= 0):

@@ -1,0 +1,89 @@
+"""MkDocs hooks (mkdocs.yml ``hooks:``): pages generated at build time, never hand-written.
+
+- ``cli.md``: the CLI reference, from the Typer app itself (every command's ``--help``).
+- ``gallery.md``: the figure gallery, from ``figures/README.md`` (one home for the index of
+  figures), each figure shown with the command that regenerates it.
+- ``figures/*.png``: copied into the site so the gallery can show them.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli_reference() -> str:
+    """Markdown of ``gradlab --help`` and of every command's ``--help``."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import typer
+    from gradlab_cli.app import app
+
+    root = typer.main.get_command(app)
+    ctx = root.make_context("gradlab", [], resilient_parsing=True)
+    parts = [
+        "# CLI reference",
+        "",
+        "Generated at build time from the Typer app (`gradlab_cli.app`): what `gradlab COMMAND --help` prints.",
+        "Every computing command writes the figure, `STEM.npz` and `STEM.json` into `--out`;",
+        "a user error is one line on stderr with exit code 2 (`--debug` or `GRADLAB_DEBUG=1` shows the traceback).",
+        "",
+        "## gradlab",
+        "",
+        "```text",
+        root.get_help(ctx).rstrip(),
+        "```",
+    ]
+    for name in root.list_commands(ctx):
+        command = root.get_command(ctx, name)
+        sub = command.make_context(name, [], parent=ctx, resilient_parsing=True)
+        parts += ["", f"## gradlab {name}", "", "```text", command.get_help(sub).rstrip(), "```"]
+    return "\n".join(parts) + "\n"
+
+
+_ROW = re.compile(r"^\|\s*`(?P<file>[^`]+\.png)`\s*\|(?P<reproduces>[^|]*)\|(?P<what>.*)\|(?P<diff>[^|]*)\|\s*$")  # "what" may hold |x|
+
+
+def _gallery() -> str:
+    """The gallery: figures/README.md's preamble, then one section per table row with its image."""
+    text = (ROOT / "figures" / "README.md").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    preamble, rows, after = [], [], []
+    for line in lines[1:]:
+        match = _ROW.match(line)
+        if match:
+            rows.append(match)
+        elif line.startswith("|"):
+            continue  # the table's header and rule
+        elif rows:
+            after.append(line)
+        else:
+            preamble.append(line)
+    parts = ["# Figure gallery", "", "Generated from `figures/README.md` at build time.", *preamble]
+    for row in rows:
+        name = row["file"]
+        fid = name.removesuffix(".png")
+        parts += [
+            "", f"## {fid}", "",
+            f"![{fid}](figures/{name})", "",
+            f"**Reproduces:** {row['reproduces'].strip()}.", "",
+            f"**Shows:** {row['what'].strip()}", "",
+            f"**Differences from the paper:** {row['diff'].strip()}", "",
+            "```bash", f"gradlab figures --only {fid} --out figures/", "```",
+        ]
+    parts += ["", *after]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def on_files(files, config):
+    """Add the generated pages and the figure images to the build."""
+    files.append(File.generated(config, "cli.md", content=_cli_reference()))
+    files.append(File.generated(config, "gallery.md", content=_gallery()))
+    for png in sorted((ROOT / "figures").glob("*.png")):
+        files.append(File.generated(config, f"figures/{png.name}", abs_src_path=str(png)))
+    return files
