@@ -72,6 +72,15 @@ def test_loss_is_a_jit_argument_and_a_new_tau_does_not_recompile():
     assert len(traces) == 1 and jitted._cache_size() == 1
 
 
+def test_the_methods_compile_once_per_spec_not_per_parameter_value():
+    h, hp = batch(5, 6, 9)
+    get_loss("arccon", tau=0.1, u=0.2).components(h, hp)
+    before = _loss._run._cache_size()
+    for tau, u in ((0.2, 0.1), (0.07, -0.3)):
+        get_loss("arccon", tau=tau, u=u).components(h, hp)
+    assert _loss._run._cache_size() == before
+
+
 def test_vmap_over_a_batch_of_tau():
     h, hp = batch(5, 7, 1)
     taus = np.array([0.03, 0.1, 0.5])
