@@ -49,7 +49,7 @@ from jax import Array
 from jax.typing import ArrayLike
 
 from gradlab._validation import check_angles, check_param
-from gradlab.losses._effective import angular_factor
+from gradlab.losses._ops import angular_factor
 from gradlab.losses._transforms import angle_logits, margin_angle_gradient, margin_logits
 from gradlab.losses._transforms import one_minus_beta_q as _one_minus_bq
 

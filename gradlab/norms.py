@@ -53,6 +53,7 @@ from jax.typing import ArrayLike
 
 from gradlab import defaults
 from gradlab.losses import get_spec
+from gradlab.losses._ops import TRIPLET_METRICS, triplet_gate
 
 __all__ = [
     "NORM_LOSSES",
@@ -236,16 +237,22 @@ def dclplus_neg(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = 
 
 
 # --- triplet losses with the hardest negative --------------------------------------------
+def _triplet_gate(name, tp, tn, m):
+    """1[d(θ_neg) − d(θ_pos) < m] in the loss's metric d (``gradlab.losses._ops.TRIPLET_METRICS``)."""
+    d = TRIPLET_METRICS[name].of_angle
+    return triplet_gate(d(tn, jnp), d(tp, jnp), m).astype(tp.dtype)
+
+
 def _gate_mpt(tp, tn, m):
-    return (jnp.cos(tp) - jnp.cos(tn) < m).astype(tp.dtype)
+    return _triplet_gate("mpt", tp, tn, m)
 
 
 def _gate_met(tp, tn, m):
-    return (2 * jnp.sin(tn / 2) - 2 * jnp.sin(tp / 2) < m).astype(tp.dtype)
+    return _triplet_gate("met", tp, tn, m)
 
 
 def _gate_mat(tp, tn, m):
-    return (tn - tp < m).astype(tp.dtype)
+    return _triplet_gate("mat", tp, tn, m)
 
 
 def mpt_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, m: float = DEFAULTS["mpt"]["m"], **_) -> Array:

@@ -32,12 +32,27 @@ def _has_examples(name: str) -> bool:
     return bool(source) and ">>>" in source
 
 
-MODULES = [name for name in _module_names() if _has_examples(name)]
+# ``gradlab.losses._functional`` holds the docstring template of the generated per-loss functions;
+# their examples are run one function at a time below.
+TEMPLATES = {"gradlab.losses._functional"}
+MODULES = [name for name in _module_names() if _has_examples(name) and name not in TEMPLATES]
+
+
+def _run_doctests(tests) -> tuple[int, list[str]]:
+    failed, report = 0, []
+    for test in tests:
+        runner = doctest.DocTestRunner(optionflags=FLAGS)
+        lines: list[str] = []
+        runner.run(test, out=lines.append)
+        if runner.summarize(verbose=False).failed:
+            failed += runner.summarize(verbose=False).failed
+            report.append("".join(lines))
+    return failed, report
 
 
 def test_the_suite_finds_the_documented_modules():
     # a witness that collection works: these modules carry examples today
-    for name in ("gradlab.io", "gradlab.losses._base", "gradlab.paradigm", "gradlab.simulate._stats"):
+    for name in ("gradlab.io", "gradlab.losses._loss", "gradlab.paradigm", "gradlab.simulate._stats"):
         assert name in MODULES, name
 
 
@@ -48,12 +63,23 @@ def test_docstring_examples(name):
     module = importlib.import_module(name)
     tests = [t for t in doctest.DocTestFinder(exclude_empty=True).find(module, name) if t.examples]
     assert tests, f"{name} has '>>>' in its source but no doctest was found"
-    failed, report = 0, []
-    for test in tests:
-        runner = doctest.DocTestRunner(optionflags=FLAGS)
-        lines: list[str] = []
-        runner.run(test, out=lines.append)
-        if runner.summarize(verbose=False).failed:
-            failed += runner.summarize(verbose=False).failed
-            report.append("".join(lines))
+    failed, report = _run_doctests(tests)
     assert not failed, f"{failed} doctest example(s) failed in {name}:\n" + "\n".join(report)
+
+
+def _generated_functions() -> list[str]:
+    from gradlab import losses
+
+    return sorted(losses._FUNCTIONS)
+
+
+@pytest.mark.parametrize("fname", _generated_functions())
+def test_generated_loss_function_examples(fname):
+    from gradlab import losses
+
+    fn = getattr(losses, fname)
+    tests = [t for t in doctest.DocTestFinder(exclude_empty=True).find(fn, f"gradlab.losses.{fname}", globs={})
+             if t.examples]
+    assert tests, f"gradlab.losses.{fname} has no example"
+    failed, report = _run_doctests(tests)
+    assert not failed, f"{failed} doctest example(s) failed in gradlab.losses.{fname}:\n" + "\n".join(report)

@@ -14,44 +14,25 @@ import jax
 import jax.numpy as jnp
 
 from gradlab.geometry import distance_from_cos, safe_arccos, sin_from_cos
-from gradlab.losses._base import LossSpec, register
-
-_NEG_INF = -jnp.inf
-
-
-def masked_logsumexp(x, valid):
-    """log Σ_{valid} exp(x) over the last axis (−inf where nothing is valid)."""
-    return jax.nn.logsumexp(jnp.where(valid, x, _NEG_INF), axis=-1)
-
-
-def masked_softmax(x, valid):
-    """Softmax over the valid entries of the last axis; exactly 0 on invalid ones."""
-    return jax.nn.softmax(jnp.where(valid, x, _NEG_INF), axis=-1, where=valid)
-
-
-def hardest(c_neg, valid):
-    """One-hot (..., M) of the hardest negative: the largest cosine (nearest), first on ties."""
-    idx = jnp.argmax(jnp.where(valid, c_neg, _NEG_INF), axis=-1)
-    return jax.nn.one_hot(idx, c_neg.shape[-1], dtype=c_neg.dtype)
-
-
-def hardest_cos(c_neg, valid):
-    """max_{valid k} c_k, the hardest negative's cosine, (...,)."""
-    return jnp.max(jnp.where(valid, c_neg, _NEG_INF), axis=-1)
-
-
-def _tiny(x):
-    return jnp.finfo(jnp.result_type(x)).tiny
-
-
-def _floor(x):
-    """Keep a divisor away from 0 (θ → 0 guards): max(x, smallest normal)."""
-    return jnp.maximum(x, _tiny(x))
+from gradlab.losses._ops import (
+    NEG_INF,
+    TRIPLET_METRICS,
+    angular_factor,
+    floor_tiny,
+    hardest,
+    hardest_cos,
+    masked_logsumexp,
+    masked_softmax,
+    ratio_to_positive,
+    shifted_cos,
+    triplet_gate,
+)
+from gradlab.losses._registry import LossSpec, register
 
 
 # --- InfoNCE -------------------------------------------------------------------------
 def infonce_value(c_pos, c_neg, valid, *, tau):
-    logits_neg = jnp.where(valid, c_neg / tau, _NEG_INF)
+    logits_neg = jnp.where(valid, c_neg / tau, NEG_INF)
     all_logits = jnp.concatenate([(c_pos / tau)[..., None], logits_neg], axis=-1)
     return jax.nn.logsumexp(all_logits, axis=-1) - c_pos / tau
 
@@ -64,26 +45,9 @@ def infonce_kernel(c_pos, c_neg, valid, *, tau):
 
 
 # --- ArcCon ---------------------------------------------------------------------------
-def shifted_cos(c_pos, shift):
-    """cos(θ_p + shift) from c_p = cos θ_p: c_p cos(shift) − sin θ_p sin(shift) (no arccos round trip)."""
-    return c_pos * jnp.cos(shift) - sin_from_cos(c_pos) * jnp.sin(shift)
-
-
-def angular_factor(c_pos, shift):
-    """sin(θ_p + shift) / sin θ_p = cos(shift) + sin(shift) cot θ_p = ∂ cos(θ_p + shift) / ∂ c_p.
-
-    Where sin θ_p = 0 to working precision (h_i' = ±h_i) the cot term is dropped: the
-    pull direction P_i h_i' vanishes there, and this is what autodiff of ``shifted_cos``
-    (a zero-gradient ``safe_sqrt`` at the pole) gives, so gradient and paradigm agree.
-    """
-    s = sin_from_cos(c_pos)
-    ok = s > 0
-    return jnp.cos(shift) + jnp.sin(shift) * jnp.where(ok, c_pos / jnp.where(ok, s, 1.0), 0.0)
-
-
 def arccon_value(c_pos, c_neg, valid, *, tau, u):
     pos = shifted_cos(c_pos, u) / tau
-    logits_neg = jnp.where(valid, c_neg / tau, _NEG_INF)
+    logits_neg = jnp.where(valid, c_neg / tau, NEG_INF)
     all_logits = jnp.concatenate([pos[..., None], logits_neg], axis=-1)
     return jax.nn.logsumexp(all_logits, axis=-1) - pos
 
@@ -95,19 +59,19 @@ def arccon_kernel(c_pos, c_neg, valid, *, tau, u):
     return gd, weight, angular_factor(c_pos, u)[..., None]
 
 
-def _ratio_to_positive(num, den):
-    """num / den with den the positive's sine or distance; 0 where den = 0 (the pull direction vanishes)."""
-    ok = den > 0
-    return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
-
-
 # --- MPT / MET / MAT (triplet losses with the hardest negative) ------------------------
+def _triplet_gd(name, c_pos, c_neg, valid, m):
+    """GD = 1[d(hardest) − d(positive) < m] in the loss's own metric d (``_ops.TRIPLET_METRICS``)."""
+    d = TRIPLET_METRICS[name].of_cos
+    return triplet_gate(d(hardest_cos(c_neg, valid)), d(c_pos), m).astype(c_neg.dtype)
+
+
 def mpt_value(c_pos, c_neg, valid, *, m):
     return jax.nn.relu(-c_pos + hardest_cos(c_neg, valid) + m)
 
 
 def mpt_kernel(c_pos, c_neg, valid, *, m):
-    gd = (c_pos - hardest_cos(c_neg, valid) < m).astype(c_neg.dtype)
+    gd = _triplet_gd("mpt", c_pos, c_neg, valid, m)
     return gd, hardest(c_neg, valid), jnp.ones_like(c_pos)[..., None]
 
 
@@ -120,10 +84,10 @@ def met_value(c_pos, c_neg, valid, *, m):
 def met_kernel(c_pos, c_neg, valid, *, m):
     d_pos = distance_from_cos(c_pos)
     d_neg = distance_from_cos(c_neg)
-    gd = (distance_from_cos(hardest_cos(c_neg, valid)) - d_pos < m).astype(c_neg.dtype)
+    gd = _triplet_gd("met", c_pos, c_neg, valid, m)
     onehot = hardest(c_neg, valid)
-    weight = onehot / _floor(d_neg)
-    ratio = _ratio_to_positive(d_neg, d_pos[..., None])
+    weight = onehot / floor_tiny(d_neg)
+    ratio = ratio_to_positive(d_neg, d_pos[..., None])
     return gd, weight, ratio
 
 
@@ -134,11 +98,10 @@ def mat_value(c_pos, c_neg, valid, *, m):
 
 
 def mat_kernel(c_pos, c_neg, valid, *, m):
-    theta_pos = safe_arccos(c_pos)
-    gd = (safe_arccos(hardest_cos(c_neg, valid)) - theta_pos < m).astype(c_neg.dtype)
+    gd = _triplet_gd("mat", c_pos, c_neg, valid, m)
     s_neg = sin_from_cos(c_neg)
-    weight = hardest(c_neg, valid) / _floor(s_neg)
-    ratio = _ratio_to_positive(s_neg, sin_from_cos(c_pos)[..., None])
+    weight = hardest(c_neg, valid) / floor_tiny(s_neg)
+    ratio = ratio_to_positive(s_neg, sin_from_cos(c_pos)[..., None])
     return gd, weight, ratio
 
 
@@ -165,28 +128,28 @@ def dclplus_kernel(c_pos, c_neg, valid, *, tau):
 _SOFT_W = "E_j / (τ S): softmax of c_j/τ over negatives, over τ"
 
 register(LossSpec(
-    name="infonce", title="InfoNCE", family="effective",
+    name="infonce", title="InfoNCE", family="effective", kind="cosine",
     defaults={"tau": 0.05}, rules={"tau": "positive"},
     value=infonce_value, kernel=infonce_kernel,
     gd="1 / (1 + e^{c_p/τ} / S), S = Σ_j e^{c_j/τ}", weight=_SOFT_W, ratio="1",
     reference="Li et al. 2024 Table 1; Oord et al. 2018",
 ))
 register(LossSpec(
-    name="arccon", title="ArcCon", family="effective",
+    name="arccon", title="ArcCon", family="effective", kind="cosine",
     defaults={"tau": 0.05, "u": math.pi / 18}, rules={"tau": "positive", "u": "real"},
     value=arccon_value, kernel=arccon_kernel,
     gd="1 / (1 + e^{cos(θ_p+u)/τ} / S)", weight=_SOFT_W, ratio="sin(θ_p + u) / sin θ_p",
     reference="Li et al. 2024 Table 1; Zhang et al. 2022b",
 ))
 register(LossSpec(
-    name="mpt", title="MPT", family="effective",
+    name="mpt", title="MPT", family="effective", kind="cosine",
     defaults={"m": 0.23}, rules={"m": "nonnegative"},
     value=mpt_value, kernel=mpt_kernel,
     gd="1[c_p − max_k c_k < m]", weight="1 for the hardest negative, else 0", ratio="1",
     reference="Li et al. 2024 Table 1; Nie et al. 2023 Table 2 (m)",
 ))
 register(LossSpec(
-    name="met", title="MET", family="effective",
+    name="met", title="MET", family="effective", kind="cosine",
     defaults={"m": 0.45}, rules={"m": "nonnegative"},
     value=met_value, kernel=met_kernel,
     gd="1[min_k d_k − d_p < m], d = √(2−2c)", weight="1/d_j for the nearest negative, else 0",
@@ -194,7 +157,7 @@ register(LossSpec(
     reference="Li et al. 2024 Table 1 (typo: min, not max); Nie et al. 2023 Table 2 (m)",
 ))
 register(LossSpec(
-    name="mat", title="MAT", family="effective",
+    name="mat", title="MAT", family="effective", kind="cosine",
     defaults={"m": 0.15 * math.pi}, rules={"m": "nonnegative"},
     value=mat_value, kernel=mat_kernel,
     gd="1[min_k θ_k − θ_p < m]", weight="1/sin θ_j for the nearest negative, else 0",
@@ -202,14 +165,14 @@ register(LossSpec(
     reference="Nie et al. 2023 (Eq. 20–22, Table 2: m = 0.15π)",
 ))
 register(LossSpec(
-    name="dcl", title="DCL", family="effective",
+    name="dcl", title="DCL", family="effective", kind="cosine",
     defaults={"tau": 0.03}, rules={"tau": "positive"},
     value=dcl_value, kernel=dcl_kernel,
     gd="1", weight=_SOFT_W, ratio="1",
     reference="Nie et al. 2023 Eq. 5 (Table 2: τ = 0.03); Yeh et al. 2021",
 ))
 register(LossSpec(
-    name="dcl+", title="DCL+", family="effective",
+    name="dcl+", title="DCL+", family="effective", kind="cosine",
     defaults={"tau": 0.17}, rules={"tau": "positive"},
     value=dclplus_value, kernel=dclplus_kernel,
     gd="1[L_dcl > 0]", weight=_SOFT_W, ratio="1",

@@ -22,14 +22,20 @@ Conventions (see docs/losses.md):
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 
 from gradlab.geometry import cosine_matrix, distance_from_cos, safe_sqrt, tangent_project
-from gradlab.losses._base import LossSpec, register
-from gradlab.losses._effective import hardest, hardest_cos
+from gradlab.losses._ops import (
+    hardest,
+    hardest_cos,
+    log_mean_gaussian,
+    masked_lse_all,
+    offdiag,
+    pair_softmax,
+    sq_dist_pos,
+)
+from gradlab.losses._registry import LossSpec, register
 from gradlab.paradigm import Components, fit_paradigm
 
 __all__ = [
@@ -45,26 +51,6 @@ __all__ = [
 
 
 # --- shared helpers ------------------------------------------------------------------
-def _offdiag(n: int):
-    return ~jnp.eye(n, dtype=bool)
-
-
-def _masked_lse(x, mask):
-    """log Σ_{mask} exp(x) over *all* entries (a scalar)."""
-    return jax.nn.logsumexp(jnp.where(mask, x, -jnp.inf))
-
-
-def _pair_softmax(logits, mask):
-    """exp(x_kl) / Σ_{mask} exp(x_kl) on the mask, 0 elsewhere; (N, N)."""
-    lse = _masked_lse(logits, mask)
-    return jnp.where(mask, jnp.exp(jnp.where(mask, logits, 0.0) - lse), 0.0)
-
-
-def _sq_dist_pos(h, hp):
-    """‖h_i − h_i'‖², (N,), from the difference (exact 0 for identical rows)."""
-    return jnp.sum(jnp.square(h - hp), axis=-1)
-
-
 def _resolved(d2):
     """d² > 16 ε²: the two unit rows differ by more than rounding (‖h − h'‖ > 4ε).
 
@@ -78,7 +64,7 @@ def _resolved(d2):
 
 def alignment_per_anchor(h, hp, alpha):
     """‖h_i − h_i'‖^α, (N,) (Nie et al. 2023 Eq. 3), with a zero gradient where h_i = h_i' (up to rounding)."""
-    d2 = _sq_dist_pos(h, hp)
+    d2 = sq_dist_pos(h, hp)
     pos = _resolved(d2)
     return jnp.where(pos, jnp.power(jnp.where(pos, d2, 1.0), 0.5 * alpha), 0.0)
 
@@ -88,7 +74,7 @@ def alignment_coefficient(h, hp, alpha):
 
     Set to 0 where h_i = h_i' up to rounding (there the tangential gradient is 0).
     """
-    d2 = _sq_dist_pos(h, hp)
+    d2 = sq_dist_pos(h, hp)
     pos = _resolved(d2)
     return jnp.where(pos, alpha * jnp.power(jnp.where(pos, d2, 1.0), 0.5 * alpha - 1.0), 0.0)
 
@@ -143,16 +129,14 @@ def _alignment(h, hp, *, alpha):
 # --- uniformity (Nie et al. 2023 Eq. 4 and App. C: cross-view pairs i ≠ j) ----------------------
 def uniformity_batch(h, hp, *, t):
     """log (1/(N(N−1))) Σ_i Σ_{j≠i} exp(−t ‖h_i − h_j'‖²)  (Nie et al. 2023 App. C)."""
-    n = h.shape[0]
-    logits = -t * (2.0 - 2.0 * cosine_matrix(h, hp))
-    return _masked_lse(logits, _offdiag(n)) - math.log(n * (n - 1))
+    return log_mean_gaussian(h, hp, t, "k≠l")
 
 
 def _uniformity_weight(h, hp, t):
     """W_ij = 2t exp(−t‖h_i − h_j'‖²) / Σ_{k≠l} exp(−t‖h_k − h_l'‖²), (N, N)."""
     n = h.shape[0]
     logits = -t * (2.0 - 2.0 * cosine_matrix(h, hp))
-    return 2.0 * t * _pair_softmax(logits, _offdiag(n))
+    return 2.0 * t * pair_softmax(logits, offdiag(n))
 
 
 def uniformity_components(h, hp, *, t):
@@ -187,14 +171,11 @@ def mhe_uniformity(h, tau=0.5):
 
     τ = 1/2 is Li et al. 2024's MHE (Sec. 4); other τ give the tempered form of mMHE (App. E).
     """
-    n = h.shape[0]
-    upper = jnp.triu(jnp.ones((n, n), dtype=bool), k=1)
-    logits = (cosine_matrix(h, h) - 1.0) / tau  # −‖h_k − h_l‖²/(2τ) on unit rows
-    return _masked_lse(logits, upper) + math.log(2.0 / (n * (n - 1)))
+    return log_mean_gaussian(h, h, 1.0 / (2.0 * tau), "k<l")
 
 
 def align_mhe_batch(h, hp, *, nu):
-    return jnp.mean(_sq_dist_pos(h, hp)) + nu * mhe_uniformity(h)
+    return jnp.mean(sq_dist_pos(h, hp)) + nu * mhe_uniformity(h)
 
 
 def align_mhe_components(h, hp, *, nu):
@@ -202,8 +183,8 @@ def align_mhe_components(h, hp, *, nu):
     n = h.shape[0]
     upper = jnp.triu(jnp.ones((n, n), dtype=bool), k=1)
     logits = 2.0 * cosine_matrix(h, h)
-    lse = _masked_lse(logits, upper)
-    off = _offdiag(n)
+    lse = masked_lse_all(logits, upper)
+    off = offdiag(n)
     weight = jnp.where(off, 2.0 * nu * jnp.exp(jnp.where(off, logits, 0.0) - lse), 0.0)
     pull = jnp.full((n,), 2.0 / n, h.dtype)
     return _components(weight, pull, "h", h.dtype)
@@ -213,15 +194,15 @@ def align_mhe_components(h, hp, *, nu):
 def align_mhs_per_anchor(h, hp, *, nu):
     """L_i = ‖h_i − h_i'‖²/N − ν min_{j≠i} ‖h_i − h_j‖ (per anchor; see docs/losses.md)."""
     n = h.shape[0]
-    nearest = hardest_cos(cosine_matrix(h, h), _offdiag(n))
-    return _sq_dist_pos(h, hp) / n - nu * distance_from_cos(nearest)
+    nearest = hardest_cos(cosine_matrix(h, h), offdiag(n))
+    return sq_dist_pos(h, hp) / n - nu * distance_from_cos(nearest)
 
 
 def align_mhs_components(h, hp, *, nu):
     """W_j = ν/‖h_i − h_j‖ for the nearest same-view j, else 0; R = 2‖h_i − h_j‖/(νN)."""
     n = h.shape[0]
     c = cosine_matrix(h, h)
-    off = _offdiag(n)
+    off = offdiag(n)
     d = distance_from_cos(c)
     pos = d > 0
     weight = jnp.where(pos, hardest(c, off) * nu / jnp.where(pos, d, 1.0), 0.0)
@@ -247,7 +228,7 @@ def barlow_twins_components(h, hp, *, nu):
     R_i is undefined (division by zero) where Σ_{k≠i} h_i'·h_k' = 0 exactly.
     """
     n, d = h.shape
-    off = _offdiag(n)
+    off = offdiag(n)
     gram = cosine_matrix(hp, hp)
     weight = jnp.where(off, 2.0 * nu * gram / n**2, 0.0)
     s = jnp.sum(jnp.where(off, gram, 0.0), axis=-1)
@@ -310,7 +291,7 @@ def vicreg_batch(h, hp, *, nu1, nu2, gamma):
         sigma = safe_sqrt(jnp.diagonal(_covariance(x)))
         return jnp.sum(jax.nn.relu(gamma - sigma)) / d
 
-    align = jnp.mean(_sq_dist_pos(h, hp))
+    align = jnp.mean(sq_dist_pos(h, hp))
     return align + nu1 * (v(h) + v(hp)) + nu2 * (c(h) + c(hp))
 
 
@@ -318,7 +299,7 @@ def vicreg_components(h, hp, *, nu1, nu2, gamma):
     """Table 2 (approximate): W_ij = 4ν1 h_i·h_j/(D(N−1)²), R = D(N−1)²/(2Nν1 Σ_{k≠i} h_i·h_k)."""
     del nu2, gamma  # the variance hinge has no place in Table 2's decomposition
     n, d = h.shape
-    off = _offdiag(n)
+    off = offdiag(n)
     weight = jnp.where(off, 4.0 * nu1 * cosine_matrix(h, h) / (d * (n - 1) ** 2), 0.0)
     pull = jnp.full((n,), 2.0 / n, h.dtype)
     return _components(weight, pull, "h", h.dtype)
@@ -332,7 +313,7 @@ def vicreg_nc_batch(h, hp, *, lambda_i, lambda_v, lambda_c, eps):
     def var_term(x):
         return jnp.sum(jax.nn.relu(1.0 - safe_sqrt(jnp.diagonal(_covariance(x)) + eps)))
 
-    inv = jnp.sum(_sq_dist_pos(h, hp)) / n
+    inv = jnp.sum(sq_dist_pos(h, hp)) / n
     return (
         lambda_i * inv
         + lambda_v / d * (var_term(h) + var_term(hp))
@@ -349,7 +330,7 @@ def vicreg_nc_components(h, hp, *, lambda_i, lambda_v, lambda_c, eps):
     """
     del lambda_v, eps
     n, d = h.shape
-    off = _offdiag(n)
+    off = offdiag(n)
     hc = h - jnp.mean(h, axis=0, keepdims=True)
     weight = jnp.where(off, 4.0 * lambda_c * (hc @ hc.T) / (d * (n - 1) ** 2), 0.0)
     pull = jnp.full((n,), 2.0 * lambda_i / n, h.dtype)
@@ -362,6 +343,7 @@ register(
         name="alignment",
         title="Alignment",
         family="ineffective",
+        kind="per_anchor",
         defaults={"alpha": 2.0},
         rules={"alpha": "positive"},
         per_anchor=_alignment,
@@ -377,6 +359,7 @@ register(
         name="uniformity",
         title="Uniformity",
         family="ineffective",
+        kind="batch",
         defaults={"t": 6.0},
         rules={"t": "positive"},
         batch=uniformity_batch,
@@ -392,6 +375,7 @@ register(
         name="align_uniform",
         title="Alignment & uniformity",
         family="ineffective",
+        kind="batch",
         defaults={"lam": 0.1, "alpha": 2.0, "t": 6.0},
         rules={"lam": "unit", "alpha": "positive", "t": "positive"},
         batch=align_uniform_batch,
@@ -407,6 +391,7 @@ register(
         name="align_mhe",
         title="Alignment + ν·MHE",
         family="ineffective",
+        kind="batch",
         defaults={"nu": 1.0},
         rules={"nu": "nonnegative"},
         negatives="h",
@@ -423,6 +408,7 @@ register(
         name="align_mhs",
         title="Alignment + ν·MHS",
         family="ineffective",
+        kind="per_anchor",
         defaults={"nu": 1.0},
         rules={"nu": "nonnegative"},
         negatives="h",
@@ -439,6 +425,7 @@ register(
         name="barlow_twins",
         title="Barlow Twins (ℓ2 form)",
         family="ineffective",
+        kind="batch",
         defaults={"nu": 0.005},
         rules={"nu": "positive"},
         negatives="h",
@@ -455,6 +442,7 @@ register(
         name="barlow_twins_pearson",
         title="Barlow Twins (Pearson form)",
         family="ineffective",
+        kind="batch",
         defaults={"lambda_bt": 0.005},
         rules={"lambda_bt": "nonnegative"},
         negatives="h",
@@ -472,6 +460,7 @@ register(
         name="vicreg",
         title="VICReg (Li et al. 2024 form)",
         family="ineffective",
+        kind="batch",
         defaults={"nu1": 0.04, "nu2": 1.0, "gamma": 1.0},
         rules={"nu1": "nonnegative", "nu2": "nonnegative", "gamma": "nonnegative"},
         negatives="h",
@@ -489,6 +478,7 @@ register(
         name="vicreg_nc",
         title="VICReg (Farina et al. 2023 form)",
         family="ineffective",
+        kind="batch",
         defaults={"lambda_i": 1.0, "lambda_v": 25.0, "lambda_c": 0.04, "eps": 1e-4},
         rules={
             "lambda_i": "nonnegative",

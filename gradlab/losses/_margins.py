@@ -52,9 +52,9 @@ import math
 import jax
 import jax.numpy as jnp
 
-from gradlab.losses._base import LossSpec, register
-from gradlab.losses._effective import angular_factor as _angular_factor
-from gradlab.losses._effective import masked_logsumexp, masked_softmax, shifted_cos
+from gradlab.losses._ops import angular_factor as _angular_factor
+from gradlab.losses._ops import masked_logsumexp, masked_softmax, shifted_cos
+from gradlab.losses._registry import LossSpec, register
 
 __all__ = [
     "MARGIN_DEFAULTS",
@@ -106,7 +106,7 @@ def margin_infonce_kernel(c_pos, c_neg, valid, *, tau, beta, m1, m2):
 
 
 register(LossSpec(
-    name="margin_infonce", title="Margin InfoNCE", family="margin",
+    name="margin_infonce", title="Margin InfoNCE", family="margin", kind="cosine",
     defaults=dict(MARGIN_DEFAULTS),
     rules={"tau": "positive", "beta": "positive", "m1": "real", "m2": "real"},
     value=margin_infonce_value, kernel=margin_infonce_kernel,

@@ -30,9 +30,18 @@ import jax
 import jax.numpy as jnp
 
 from gradlab.geometry import cosine_matrix, distance_from_cos
-from gradlab.losses._base import LossSpec, register
-from gradlab.losses._effective import _floor, hardest, hardest_cos, masked_softmax
-from gradlab.losses._ineffective import _offdiag, _sq_dist_pos, mhe_uniformity
+from gradlab.losses._ineffective import mhe_uniformity
+from gradlab.losses._ops import (
+    TRIPLET_METRICS,
+    floor_tiny,
+    hardest,
+    hardest_cos,
+    masked_softmax,
+    offdiag,
+    sq_dist_pos,
+    triplet_gate,
+)
+from gradlab.losses._registry import LossSpec, register
 from gradlab.paradigm import Components
 
 __all__ = ["gate", "baseline_value", "baseline_kernel"]
@@ -40,18 +49,24 @@ __all__ = ["gate", "baseline_value", "baseline_kernel"]
 sg = jax.lax.stop_gradient
 
 
+def _mpt_gate(c_hardest, c_pos, m):
+    """MPT's gate (Li et al. 2024 Sec. 4): c_p − max_k c_k < m, i.e. ``triplet_gate`` in d = −cos."""
+    d = TRIPLET_METRICS["mpt"].of_cos
+    return triplet_gate(d(c_hardest), d(c_pos), m)
+
+
 def gate(h, hp, m):
     """d_i = 1[h_i·h_i' − max_{k≠i} h_i·h_k' < m], (N,), under stop-gradient."""
     n = h.shape[0]
     c_pos = jnp.sum(h * hp, axis=-1)
-    c_max = hardest_cos(cosine_matrix(h, hp), _offdiag(n))
-    return sg((c_pos - c_max < m).astype(h.dtype))
+    c_max = hardest_cos(cosine_matrix(h, hp), offdiag(n))
+    return sg(_mpt_gate(c_max, c_pos, m).astype(h.dtype))
 
 
 def _pair_weights(c, tau, pairs):
     """e^{c_ij/τ} / Σ_{pairs} e^{c_kl/τ} off the diagonal (0 on it), (N, N), via logsumexp."""
     n = c.shape[0]
-    off = _offdiag(n)
+    off = offdiag(n)
     mask = jnp.triu(jnp.ones((n, n), dtype=bool), k=1) if pairs == "k<l" else off
     logits = c / tau
     lse = jax.nn.logsumexp(jnp.where(mask, logits, -jnp.inf))
@@ -121,7 +136,7 @@ def _mmhe_align_coef(h, tau, r):
 def mmhe_per_anchor(h, hp, *, m, tau, r):
     """L_i = d_i (L_i^{a,mMHE} + L^{u,mMHE}) (Eq. 14): the shared uniformity in every L_i."""
     d = gate(h, hp, m)
-    return d * (_mmhe_align_coef(h, tau, r) * _sq_dist_pos(h, hp) + mmhe_uniformity(h, tau))
+    return d * (_mmhe_align_coef(h, tau, r) * sq_dist_pos(h, hp) + mmhe_uniformity(h, tau))
 
 
 def mmhe_objective(h, hp, *, m, tau, r):
@@ -132,7 +147,7 @@ def mmhe_objective(h, hp, *, m, tau, r):
     """
     n = h.shape[0]
     d = gate(h, hp, m)
-    align = jnp.mean(d * _mmhe_align_coef(h, tau, r) * _sq_dist_pos(h, hp))
+    align = jnp.mean(d * _mmhe_align_coef(h, tau, r) * sq_dist_pos(h, hp))
     h_gated = jnp.where(d[:, None] > 0, h, sg(h))
     uni = mmhe_uniformity(h_gated, tau)
     return align + jnp.sum(d) / n * sg(uni) + (uni - sg(uni)) / n
@@ -148,10 +163,10 @@ def mmhe_components(h, hp, *, m, tau, r):
 def _mmhs(h, hp, neg, m, r):
     n = h.shape[0]
     d = gate(h, hp, m)
-    c_near = hardest_cos(cosine_matrix(h, neg), _offdiag(n))
+    c_near = hardest_cos(cosine_matrix(h, neg), offdiag(n))
     dist = distance_from_cos(c_near)
-    coef = sg(r / (2.0 * _floor(dist)))
-    return d * (coef * _sq_dist_pos(h, hp) - dist)
+    coef = sg(r / (2.0 * floor_tiny(dist)))
+    return d * (coef * sq_dist_pos(h, hp) - dist)
 
 
 def mmhs_per_anchor(h, hp, *, m, r):
@@ -167,15 +182,15 @@ def mmhs_components(h, hp, *, m, r):
     """W_j = 1/‖h_i − h_j‖ for the nearest same-view j, else 0; R = r; GD = d_i."""
     n = h.shape[0]
     c = cosine_matrix(h, h)
-    off = _offdiag(n)
-    w = jnp.where(off, hardest(c, off) / _floor(distance_from_cos(c)), 0.0)
+    off = offdiag(n)
+    w = jnp.where(off, hardest(c, off) / floor_tiny(distance_from_cos(c)), 0.0)
     return _components(gate(h, hp, m), w, r, h.dtype)
 
 
 # --- baseline of the empirical study (Eq. 5) ---------------------------------------------
 def baseline_kernel(c_pos, c_neg, valid, *, m, tau, r):
     """GD = 1[c_p − max_k c_k < m], W = softmax_k(c_k/τ), R = r (no 1/τ on W)."""
-    gd = (c_pos - hardest_cos(c_neg, valid) < m).astype(c_neg.dtype)
+    gd = _mpt_gate(hardest_cos(c_neg, valid), c_pos, m).astype(c_neg.dtype)
     weight = masked_softmax(c_neg / tau, valid)
     return gd, weight, jnp.full(c_pos.shape + (1,), r, c_neg.dtype)
 
@@ -197,6 +212,7 @@ register(
         name="mmhe",
         title="mMHE",
         family="modified",
+        kind="per_anchor",
         defaults={"m": 0.30, "tau": 0.05, "r": 1.75},
         rules=_RULES_MTR,
         negatives="h",
@@ -214,6 +230,7 @@ register(
         name="mmhs",
         title="mMHS",
         family="modified",
+        kind="per_anchor",
         defaults={"m": 0.30, "r": 1.75},
         rules={"m": "nonnegative", "r": "nonnegative"},
         negatives="h",
@@ -231,6 +248,7 @@ register(
         name="mb",
         title="mB (modified Barlow Twins)",
         family="modified",
+        kind="per_anchor",
         defaults={"m": 0.30, "tau": 0.05, "r": 1.5},
         rules=_RULES_MTR,
         negatives="h",
@@ -248,6 +266,7 @@ register(
         name="mv",
         title="mV (modified VICReg)",
         family="modified",
+        kind="per_anchor",
         defaults={"m": 0.30, "tau": 0.05, "r": 1.5},
         rules=_RULES_MTR,
         negatives="h",
@@ -265,6 +284,7 @@ register(
         name="baseline",
         title="Paradigm baseline (Eq. 5)",
         family="modified",
+        kind="cosine",
         defaults={"m": 0.30, "tau": 0.05, "r": 1.0},
         rules=_RULES_MTR,
         value=baseline_value,

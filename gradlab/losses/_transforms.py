@@ -43,7 +43,7 @@ from jax.typing import ArrayLike
 
 from gradlab._validation import check_angles, check_pair, check_param
 from gradlab.geometry import cosine_matrix, fold_angle, normalize, safe_arccos
-from gradlab.losses._effective import masked_logsumexp, masked_softmax, shifted_cos
+from gradlab.losses._ops import masked_logsumexp, masked_softmax, shifted_cos
 
 __all__ = [
     "TRANSFORMS",

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from gradlab.collapse import collapse_ratios
 from gradlab.geometry import normalize, safe_arccos, sin_from_cos
 from gradlab.lemma1 import lemma1_bounds
+from gradlab.losses._ops import log_mean_gaussian
 
 __all__ = ["StatsConfig", "batch_statistics_fn", "QUANTILES", "tau_key", "lam_key"]
 
@@ -85,12 +86,8 @@ def _nan_if_empty(total, count):
 
 
 def _uniformity(x, t):
-    """Wang & Isola: log mean_{i<j} exp(−t ‖x_i − x_j‖²) for unit rows x (N, D)."""
-    n = x.shape[0]
-    sq = jnp.maximum(2.0 - 2.0 * (x @ x.T), 0.0)
-    upper = jnp.triu(jnp.ones((n, n), dtype=bool), k=1)
-    lse = jax.nn.logsumexp(jnp.where(upper, -t * sq, -jnp.inf))
-    return lse - jnp.log(n * (n - 1) / 2.0).astype(x.dtype)
+    """Wang & Isola: log mean_{i<j} exp(−t ‖x_i − x_j‖²) for unit rows x (N, D) (``log_mean_gaussian``)."""
+    return log_mean_gaussian(x, x, t, "k<l")
 
 
 def _first_true(mask):

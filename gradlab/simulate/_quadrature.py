@@ -23,6 +23,7 @@ import numpy as np
 
 from gradlab.io import Result
 from gradlab.simulate._results import as_loss, grid_result, meta
+from gradlab.losses._ops import threshold_angle as triplet_threshold_angle
 
 INDICATOR_LOSSES = ("mpt", "met", "mat")
 
@@ -33,20 +34,14 @@ def _fold(theta):
 
 
 def threshold_angle(name: str, theta_pos, m: float):
-    """The angle a(θ_pos) below which a negative switches GD on; +inf means always on."""
-    theta = _fold(np.asarray(theta_pos, dtype=float))
-    c_pos = np.cos(theta)
-    if name == "mpt":
-        x = c_pos - m
-    elif name == "met":
-        d_pos = np.sqrt(np.maximum(2 - 2 * c_pos, 0))
-        x = 1 - (d_pos + m) ** 2 / 2
-    elif name == "mat":
-        a = theta + m
-        return np.where(a > np.pi, np.inf, a)
-    else:
+    """The angle a(θ_pos) below which a negative switches GD on; +inf means always on.
+
+    a = d⁻¹(d(θ_pos) + m) in the loss's metric d, evaluated in float64 NumPy by the same
+    expressions as the JAX kernels' gate (``gradlab.losses._ops.threshold_angle``).
+    """
+    if name not in INDICATOR_LOSSES:
         raise ValueError(f"no quadrature for {name!r}; indicator losses: {INDICATOR_LOSSES}")
-    return np.where(x < -1, np.inf, np.arccos(np.clip(x, -1, 1)))
+    return triplet_threshold_angle(name, _fold(np.asarray(theta_pos, dtype=float)), m, np)
 
 
 def prob_angle_below(a, mu, sigma):

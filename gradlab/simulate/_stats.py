@@ -52,7 +52,7 @@ _STAT_CACHE: dict[tuple, Stat] = {}
 
 # --- helpers ---------------------------------------------------------------------------------
 def _check_angle_form(loss: Loss):
-    if not loss.spec.has_angle_form:
+    if loss.spec.kind != "cosine":
         raise ValueError(
             f"{loss.name} has no angle form (its components depend on more of the batch than the "
             "anchor's angles), so it cannot be simulated from θ_ii' and θ_ij'"
