@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from gradlab.monitor._collapse import DEFAULT_WINDOW, CollapseWindow
 from gradlab.monitor._convert import InputError, to_array
 from gradlab.monitor._sinks import make_sink
 from gradlab.monitor._stats import LossEntry, StatsConfig, batch_statistics_fn
@@ -28,14 +29,13 @@ DEFAULT_LOSSES = ("infonce", "arccon", "mpt", "met", "mat")
 DEFAULT_RATIO_LOSSES = ("arccon", "met", "mat")
 DEFAULT_TAUS = (0.3, 0.1, 0.05, 0.03, 0.01, 0.005)  # Li et al. 2024 Figs. 3 and 7
 DEFAULT_LAMBDAS = (0.1, 0.5, 1.0)
-DEFAULT_SINK = "paradigm_monitor.jsonl"
 
 #: The statistics of a record, in the papers' names (nested ones are keyed by loss / τ / λ).
 STATISTICS = (
     "mu_pos", "sigma_pos", "mu_neg", "sigma_neg", "cos_pos_mean", "cos_neg_mean",
     "gd_mean", "gd_off_fraction", "ratio", "ratio_pass_fraction", "hardest_share", "weight_share",
     "lemma1_min_ratio", "lemma1_feasible_fraction", "lemma1_satisfied_fraction",
-    "align", "uniform", "m_o", "m_r",
+    "align", "uniform", "m_o", "m_r", "embedding_std", "rankme", "rankme_rows", "alpha_req",
 )
 
 
@@ -95,6 +95,7 @@ def make_config(
     static_ratio: float = 1.0,
     histograms: bool = False,
     hist_bins: int = 50,
+    block: int = 256,
 ) -> StatsConfig:
     """Validate the user-facing options into a hashable ``StatsConfig``."""
     if margin is not None and not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
@@ -105,6 +106,8 @@ def make_config(
         raise ValueError(f"static_ratio must be a finite number; got {static_ratio!r}")
     if histograms and not (isinstance(hist_bins, int) and hist_bins >= 1):
         raise ValueError(f"hist_bins must be a positive integer; got {hist_bins!r}")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be an integer >= 1 (anchors per row block); got {block!r}")
     return StatsConfig(
         losses=_loss_entries(losses),
         ratio_losses=_loss_entries(ratio_losses),
@@ -114,6 +117,7 @@ def make_config(
         gd_threshold=float(gd_threshold),
         static_ratio=float(static_ratio),
         hist_bins=int(hist_bins) if histograms else None,
+        block=block,
     )
 
 
@@ -157,6 +161,9 @@ def _check_shapes(h, hp) -> str | None:
     return None
 
 
+_WINDOW_KEYS = ("rankme", "rankme_rows", "alpha_req")
+
+
 def _health_reason(health) -> str | None:
     reasons = []
     for name in ("h", "h_prime"):
@@ -178,6 +185,25 @@ class ParadigmMonitor:
         monitor = ParadigmMonitor(sink="run/monitor.jsonl", every=10)
         monitor.update(step, h, h_prime)   # h, h_prime: the two views, (N, D)
 
+    Where the records go (``sink``): nowhere by default (``update`` returns them);
+    a JSON Lines file (``"run/monitor.jsonl"``), a CSV file (``"run/monitor.csv"``),
+    TensorBoard (``"tb:runs/exp1"`` or ``TensorBoardSink("runs/exp1")``, needs the
+    ``tensorboard`` extra), or an experiment tracker through ``LogSink``, which calls
+    any ``log(dict, step)`` with the flattened scalars (``"gd_mean/infonce"``, ...)::
+
+        import wandb; wandb.init(project="simcse")
+        monitor = ParadigmMonitor(sink=LogSink(wandb.log, prefix="paradigm/"))
+
+        import mlflow; mlflow.start_run()
+        monitor = ParadigmMonitor(sink=LogSink(lambda m, step: mlflow.log_metrics(m, step=step)))
+
+        import trackio; trackio.init(project="simcse")
+        monitor = ParadigmMonitor(sink=LogSink(trackio.log))
+
+    A sharded ``jax.Array`` (a data-parallel global batch) is measured in row blocks
+    of ``block`` anchors: no (N, N) matrix is formed, and the numbers are the
+    unsharded ones.
+
     Each update computes, in one jitted pass over the batch (anchors h_i, positives
     h_i', negatives h_j'): ``mu_pos``, ``sigma_pos``, ``mu_neg``, ``sigma_neg``
     (radians; sample mean and standard deviation, ddof = 1, of the N angles θ_ii' and
@@ -190,8 +216,19 @@ class ParadigmMonitor:
     ratio with the hardest negative (``lemma1_min_ratio``: mean and quantiles;
     ``lemma1_feasible_fraction``; ``lemma1_satisfied_fraction`` for r = static_ratio)
     per λ, ``cos_pos_mean``, ``align``, ``uniform`` (Wang & Isola, α = t = 2),
-    ``m_o`` and ``m_r`` (Zhang et al. 2022, mean of the two views), and optionally histograms
-    of cos θ_ii', cos θ_ij' and the minimum ratio.
+    ``m_o`` and ``m_r`` (Zhang et al. 2022, mean of the two views), ``embedding_std``
+    (mean over dimensions of the std, ddof = 1, of the l2-normalized rows; mean of the
+    two views; ≈ 1/√D healthy, 0 collapsed), and optionally histograms of cos θ_ii',
+    cos θ_ij' and the minimum ratio.
+
+    Dimensional collapse over a window of rows: ``rankme`` (Garrido et al. 2023: exp of
+    the entropy of p_k = σ_k / Σσ + ε, ε = 1e-7, σ_k the singular values of the anchors
+    h *as given*, not normalized) and ``alpha_req`` (Agrawal et al. 2022: the power-law
+    exponent of the centered covariance eigenspectrum, fitted over the ranks
+    1 … min(D, W − 1)) need many more rows than one batch, so they are computed on
+    tumbling windows of ``rankme_window`` = W consecutive anchor rows (memory: one
+    (W, D) float32 buffer). A record carries the values of the latest complete window
+    and ``rankme_rows`` = W (all three ``None`` until the first window is complete).
 
     A record is a dict ``{"step", "time", "valid", "reason", "n", "d", <statistics>,
     "update_s"}`` (``time``: wall-clock Unix time; ``update_s``: seconds spent on the
@@ -205,8 +242,10 @@ class ParadigmMonitor:
       lambdas: Lemma-1 step sizes λ.
       margin: the baseline GD margin m (``None`` to skip the ``"baseline"`` entry).
       every: compute on steps divisible by ``every`` (other calls return ``None``).
-      sink: a path (``.csv`` -> CSV, else JSON Lines), a callable taking the record,
-        a list of those, or ``None`` (records are only returned).
+      sink: ``None`` (the default: records are only returned, no file is written), a
+        path (``.csv`` -> CSV, else JSON Lines), ``"tb:LOGDIR"`` (TensorBoard), a callable
+        taking the record (``JSONLSink``, ``CSVSink``, ``TensorBoardSink``, ``LogSink``),
+        or a list of those.
       strict: raise on bad input instead of recording it.
       histograms: also record histograms (``hist_bins`` over cos ∈ [−1, 1]).
       ratio_losses: losses whose dynamic ratio is reported.
@@ -214,6 +253,17 @@ class ParadigmMonitor:
       static_ratio: the r of ``lemma1_satisfied_fraction``.
       dtype: compute precision (``numpy.float32`` by default; float64 needs
         ``jax_enable_x64``).
+      rankme_window: rows W of the RankMe / α-ReQ window (``None``: not computed).
+      block: anchors per row block (memory O(N D + block · N); one block when N <= block).
+
+    Example:
+      >>> import numpy as np
+      >>> rng = np.random.default_rng(0)
+      >>> h = rng.normal(size=(64, 16)); hp = h + 0.3 * rng.normal(size=h.shape)
+      >>> monitor = ParadigmMonitor(losses=["infonce"], taus=(0.05,), lambdas=(0.5,), rankme_window=64)
+      >>> record = monitor.update(0, h, hp)
+      >>> record["valid"], 0 < record["mu_pos"] < record["mu_neg"], record["rankme_rows"]
+      (True, True, 64)
     """
 
     def __init__(
@@ -223,7 +273,7 @@ class ParadigmMonitor:
         lambdas: Iterable[float] = DEFAULT_LAMBDAS,
         margin: float | None = 0.3,
         every: int = 1,
-        sink=DEFAULT_SINK,
+        sink=None,
         strict: bool = False,
         histograms: bool = False,
         *,
@@ -232,20 +282,26 @@ class ParadigmMonitor:
         static_ratio: float = 1.0,
         hist_bins: int = 50,
         dtype=np.float32,
+        rankme_window: int | None = DEFAULT_WINDOW,
+        block: int = 256,
     ):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be an integer >= 1; got {every!r}")
         self.config = make_config(
             losses=losses, ratio_losses=ratio_losses, taus=taus, lambdas=lambdas, margin=margin,
             gd_threshold=gd_threshold, static_ratio=static_ratio, histograms=histograms, hist_bins=hist_bins,
+            block=block,
         )
+        self.window = None if rankme_window is None else CollapseWindow(rankme_window)
         self.every = every
         self.strict = bool(strict)
         self.dtype = np.dtype(dtype)
         if self.dtype.kind != "f":
             raise TypeError(f"dtype must be a floating dtype; got {self.dtype}")
         _check_x64(self.dtype)
-        sinks = sink if isinstance(sink, (list, tuple)) else ([] if sink is None else [sink])
+        if sink is not None and not isinstance(sink, (list, tuple)):
+            sink = [sink]
+        sinks = sink or []
         self.sinks = [make_sink(s) for s in sinks]
         self._fn = batch_statistics_fn(self.config)
         self._calls = 0
@@ -289,6 +345,7 @@ class ParadigmMonitor:
             shape = jax.ShapeDtypeStruct((2, 1), self.dtype)
             out = jax.eval_shape(self._fn, shape, shape)
             self._template = self._public(out)
+            self._template.update(dict.fromkeys(_WINDOW_KEYS, np.zeros(())))
         return self._template
 
     def _public(self, out):
@@ -324,6 +381,7 @@ class ParadigmMonitor:
         rec = {"step": step, "time": time.time(), "valid": True, "reason": None,
                "n": int(h.shape[0]), "d": int(h.shape[1])}
         rec.update(_to_python(self._public(out)))
+        rec.update(_to_python(self.window.add(h)) if self.window is not None else dict.fromkeys(_WINDOW_KEYS))
         return rec
 
     def _emit(self, record):
@@ -357,6 +415,19 @@ class ParadigmMonitor:
                 f"lambdas={list(c.lambdas)}, margin={c.margin}, every={self.every}, sinks={self.sinks})")
 
 
+def _check_entries(arr, name: str) -> None:
+    """Raise on a non-finite entry or a zero row, reducing where the array lives (host copy only to name it)."""
+    import jax.numpy as jnp
+
+    xp = np if isinstance(arr, np.ndarray) else jnp
+    if not bool(xp.all(xp.isfinite(arr))):
+        bad = np.argwhere(~np.isfinite(np.asarray(arr)))[0]
+        raise ValueError(f"{name} has a non-finite entry at index {tuple(int(i) for i in bad)}")
+    if not bool(xp.all(xp.any(arr != 0, axis=1))):
+        zero = np.flatnonzero(~np.any(np.asarray(arr) != 0, axis=1))
+        raise ValueError(f"{name} has a zero vector at row {int(zero[0])}")
+
+
 def _stack(trees):
     first = trees[0]
     if isinstance(first, dict):
@@ -379,12 +450,16 @@ def analyze(
     histograms: bool = False,
     hist_bins: int = 50,
     dtype=np.float32,
+    rankme_window: int | None = DEFAULT_WINDOW,
+    block: int = 256,
 ) -> dict:
     """The monitor's statistics on saved embeddings, per batch of ``batch_size`` (Li et al. 2024 App. A.2).
 
     The M pairs are split in order into ⌊M / batch_size⌋ batches (the remainder is
     dropped and counted), and each batch is measured as ``ParadigmMonitor.update``
-    would. Bad input raises (this is an offline tool).
+    would, with the same RankMe / α-ReQ windows over the batches in order (the value
+    after batch b is that of the latest window complete by then). Bad input raises
+    (this is an offline tool). Sharded ``jax.Array`` inputs stay on their devices.
 
     Args:
       h, h_prime: (M, D) the two views, any array-like.
@@ -396,6 +471,8 @@ def analyze(
       batch; nested by loss / τ / λ as in a record), plus
       ``lemma1_min_ratio_per_anchor`` {λ: (B, N)} (NaN where infeasible; the Fig. 8a
       distribution), ``histograms`` when asked, ``n_batches``, ``batch_size``, ``dropped``.
+      ``rankme`` and ``alpha_req`` are NaN and ``rankme_rows`` 0 before the first complete
+      window.
 
     Example:
       >>> import numpy as np
@@ -408,33 +485,35 @@ def analyze(
 
     cfg = make_config(losses=losses, ratio_losses=ratio_losses, taus=taus, lambdas=lambdas, margin=margin,
                       gd_threshold=gd_threshold, static_ratio=static_ratio, histograms=histograms,
-                      hist_bins=hist_bins)
+                      hist_bins=hist_bins, block=block)
+    window = None if rankme_window is None else CollapseWindow(rankme_window)
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 2:
         raise ValueError(f"batch_size must be an integer >= 2; got {batch_size!r}")
     dtype = np.dtype(dtype)
     _check_x64(dtype)
-    h = np.asarray(jax.device_get(to_array(h, "h")))
-    h_prime = np.asarray(jax.device_get(to_array(h_prime, "h_prime")))
+    h = to_array(h, "h")  # a jax.Array (sharded or not) stays where it is
+    h_prime = to_array(h_prime, "h_prime")
     if h.ndim != 2 or h.shape != h_prime.shape:
         raise ValueError(f"h and h_prime must both have shape (M, D); got {tuple(h.shape)} and {tuple(h_prime.shape)}")
     m = h.shape[0]
     if m < batch_size:
         raise ValueError(f"need at least one full batch: M = {m} pairs < batch_size = {batch_size}")
     for arr, name in ((h, "h"), (h_prime, "h_prime")):
-        if not np.all(np.isfinite(arr)):
-            bad = np.argwhere(~np.isfinite(arr))[0]
-            raise ValueError(f"{name} has a non-finite entry at index {tuple(int(i) for i in bad)}")
-        zero = np.flatnonzero(~np.any(arr != 0, axis=1))
-        if zero.size:
-            raise ValueError(f"{name} has a zero vector at row {int(zero[0])}")
+        _check_entries(arr, name)
     n_batches = m // batch_size
     fn = batch_statistics_fn(cfg)
-    outs = []
+    outs, windows = [], []
     for b in range(n_batches):
         sl = slice(b * batch_size, (b + 1) * batch_size)
         outs.append(jax.device_get(fn(h[sl].astype(dtype), h_prime[sl].astype(dtype))))
+        if window is not None:
+            windows.append(window.add(h[sl]))
     res = _stack(outs)
     res.pop("_health", None)
+    for key in _WINDOW_KEYS:
+        fill = 0 if key == "rankme_rows" else np.nan
+        res[key] = np.array([fill if w[key] is None else w[key] for w in windows] if windows
+                            else [fill] * n_batches)
     res["lemma1_min_ratio_per_anchor"] = res.pop("_lemma1_per_anchor", {})
     if histograms:
         res["histograms"]["edges_cos"] = np.linspace(-1, 1, cfg.hist_bins + 1)

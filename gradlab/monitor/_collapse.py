@@ -1,0 +1,188 @@
+"""Dimensional-collapse metrics: RankMe, the std of l2-normalized embeddings, α-ReQ.
+
+- ``rankme`` (Garrido et al. 2023): with σ_1 ≥ … ≥ σ_m the singular values of the
+  embedding matrix Z (W, D) *as given* (not normalized, not centered), m = min(W, D),
+
+      p_k = σ_k / Σ_l σ_l + ε,        RankMe(Z) = exp(−Σ_k p_k log p_k),
+
+  with ε = 1e-7 (the paper's). A rank-k matrix with k equal singular values gives
+  RankMe = exp(−k (1/k + ε) log(1/k + ε) − (m − k) ε log ε) ≈ k.
+- ``embedding_std``: the mean over the D dimensions of the standard deviation (ddof = 1)
+  of the l2-normalized rows; about 1/√D for isotropic embeddings, 0 at complete collapse
+  (the collapse indicator of SimSiam, Chen & He 2021, as the lightly library ships it).
+- ``alpha_req`` (Agrawal et al. 2022): the power-law exponent α of the eigenspectrum of
+  the (centered, ddof = 1) covariance of Z, λ_k ∝ k^(−α), fitted by least squares of
+  log λ_k on log k over the ranks k = 1 … K, K = min(D, W − 1) (every eigenvalue a
+  generic window has). α is NaN where an eigenvalue in that range is not > 0.
+
+The singular values and eigenvalues come from the D × D Gram matrix ZᵀZ accumulated in
+float64 (the products of float32 inputs are exact there), so their absolute error is
+about 1e-16 · λ_max: far below ε for RankMe.
+
+``CollapseWindow`` keeps the rows RankMe and α-ReQ need across batches in a fixed
+buffer (memory W · D floats): tumbling windows of W consecutive rows of the anchors h.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["RANKME_EPS", "DEFAULT_WINDOW", "rankme", "alpha_req", "embedding_std", "CollapseWindow"]
+
+RANKME_EPS = 1e-7  # Garrido et al. 2023
+DEFAULT_WINDOW = 4096
+
+
+def _matrix(z, name="z") -> np.ndarray:
+    z = np.asarray(z)
+    if z.ndim != 2 or z.shape[0] < 2 or z.shape[1] < 1:
+        raise ValueError(f"{name} must have shape (W, D) with W >= 2 and D >= 1; got {z.shape}")
+    return z
+
+
+def _spectra(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Singular values of z (descending) and eigenvalues of its centered covariance (descending)."""
+    z = np.asarray(z, dtype=np.float64)
+    w = z.shape[0]
+    gram = z.T @ z
+    mean = z.mean(axis=0)
+    cov = (gram - w * np.outer(mean, mean)) / (w - 1)
+    sv = np.sqrt(np.clip(np.linalg.eigvalsh(gram)[::-1], 0.0, None))[: min(z.shape)]
+    return sv, np.linalg.eigvalsh(cov)[::-1]
+
+
+def _rankme_from_sv(sv: np.ndarray, eps: float) -> float:
+    total = float(np.sum(sv))
+    if not total > 0:
+        return float("nan")
+    p = sv / total + eps
+    return float(np.exp(-np.sum(p * np.log(p))))
+
+
+def _alpha_from_eigs(eigs: np.ndarray, w: int) -> float:
+    k = min(eigs.shape[0], w - 1)
+    lam = eigs[:k]
+    if k < 2 or not np.all(lam > 0):
+        return float("nan")
+    x = np.log(np.arange(1, k + 1, dtype=np.float64))
+    slope = np.polyfit(x, np.log(lam), 1)[0]
+    return float(-slope)
+
+
+def rankme(z, *, eps: float = RANKME_EPS) -> float:
+    """RankMe (Garrido et al. 2023) of an embedding matrix, as given.
+
+    Args:
+      z: (W, D) embeddings (rows), not normalized by this function.
+      eps: the ε added to each normalized singular value.
+
+    Returns:
+      exp of the entropy of p_k = σ_k / Σσ + ε, a float in about [1, min(W, D)].
+
+    Example:
+      >>> import numpy as np
+      >>> round(rankme(np.eye(4)[[0, 1, 2, 0, 1, 2]]), 4)  # rank 3, equal singular values
+      3.0
+    """
+    z = _matrix(z)
+    return _rankme_from_sv(_spectra(z)[0], float(eps))
+
+
+def alpha_req(z) -> float:
+    """α-ReQ (Agrawal et al. 2022): power-law decay exponent of the covariance eigenspectrum.
+
+    Least-squares slope of log λ_k against log k over k = 1 … min(D, W − 1), negated.
+
+    Args:
+      z: (W, D) embeddings (rows); the covariance is centered, ddof = 1.
+
+    Returns:
+      α (float); NaN if an eigenvalue in the fit range is not positive.
+
+    Example:
+      >>> import numpy as np
+      >>> x = np.random.default_rng(0).normal(size=(64, 8))
+      >>> q, _ = np.linalg.qr(x - x.mean(axis=0))  # orthonormal, centered columns
+      >>> round(alpha_req(q * np.arange(1, 9) ** -1.0), 6)  # covariance eigenvalues ∝ k^-2
+      2.0
+    """
+    z = _matrix(z)
+    return _alpha_from_eigs(_spectra(z)[1], z.shape[0])
+
+
+def embedding_std(z):
+    """Mean over dimensions of the std (ddof = 1) of the l2-normalized rows (jit-friendly).
+
+    Args:
+      z: (N, D) rows, l2-normalized by the caller.
+
+    Returns:
+      a scalar: about 1/√D for isotropic rows, 0 when every row is the same.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> float(embedding_std(jnp.ones((4, 3)) / jnp.sqrt(3.0)))
+      0.0
+    """
+    import jax.numpy as jnp
+
+    return jnp.mean(jnp.std(z, axis=0, ddof=1))
+
+
+class CollapseWindow:
+    """Tumbling windows of the last ``rows`` anchor rows, for RankMe and α-ReQ.
+
+    ``add(h)`` appends a batch's rows; each time ``rows`` rows are complete, RankMe and
+    α-ReQ of that window are computed and the buffer starts over. A batch of at least
+    ``rows`` rows is a window by itself (its last ``rows`` rows). Memory: one
+    (rows, D) float32 buffer.
+
+    Args:
+      rows: the window size W (>= 2).
+      eps: RankMe's ε.
+    """
+
+    def __init__(self, rows: int = DEFAULT_WINDOW, *, eps: float = RANKME_EPS):
+        if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 2:
+            raise ValueError(f"rankme_window must be an integer >= 2 rows; got {rows!r}")
+        self.rows = int(rows)
+        self.eps = float(eps)
+        self._buf = None
+        self._fill = 0
+        self.value = {"rankme": None, "rankme_rows": None, "alpha_req": None}
+
+    def _finish(self, z) -> None:
+        sv, eigs = _spectra(z)
+        self.value = {"rankme": _rankme_from_sv(sv, self.eps), "rankme_rows": int(z.shape[0]),
+                      "alpha_req": _alpha_from_eigs(eigs, z.shape[0])}
+
+    def add(self, h) -> dict:
+        """Append the rows of ``h`` (N, D; host or device array); return the latest window's values.
+
+        Returns:
+          ``{"rankme", "rankme_rows", "alpha_req"}`` of the last complete window
+          (``None`` before the first).
+        """
+        n, d = h.shape
+        if self._buf is not None and self._buf.shape[1] != d:
+            self._buf, self._fill = None, 0  # the embedding width changed: start over
+        if n >= self.rows:
+            self._finish(np.asarray(h[n - self.rows:], dtype=np.float32))
+            self._fill = 0
+            return self.value
+        if self._buf is None:
+            self._buf = np.empty((self.rows, d), dtype=np.float32)
+        h = np.asarray(h, dtype=np.float32)
+        take = min(n, self.rows - self._fill)
+        self._buf[self._fill:self._fill + take] = h[:take]
+        self._fill += take
+        if self._fill == self.rows:
+            self._finish(self._buf)
+            rest = n - take
+            self._buf[:rest] = h[take:]
+            self._fill = rest
+        return self.value
+
+    def reset(self) -> None:
+        self._fill = 0
+        self.value = {"rankme": None, "rankme_rows": None, "alpha_req": None}
