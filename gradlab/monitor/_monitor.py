@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from gradlab.monitor._collapse import DEFAULT_WINDOW, CollapseWindow
+from gradlab.monitor._collapse import DEFAULT_WINDOW, WINDOW_KEYS, CollapseWindow
 from gradlab.monitor._convert import InputError, to_array
 from gradlab.monitor._sinks import make_sink
 from gradlab.monitor._stats import LossEntry, StatsConfig, batch_statistics_fn
@@ -35,7 +35,7 @@ STATISTICS = (
     "mu_pos", "sigma_pos", "mu_neg", "sigma_neg", "cos_pos_mean", "cos_neg_mean",
     "gd_mean", "gd_off_fraction", "ratio", "ratio_pass_fraction", "hardest_share", "weight_share",
     "lemma1_min_ratio", "lemma1_feasible_fraction", "lemma1_satisfied_fraction",
-    "align", "uniform", "m_o", "m_r", "embedding_std", "rankme", "rankme_rows", "alpha_req",
+    "align", "uniform", "m_o", "m_r", "embedding_std", "rankme", "alpha_req", "rankme_rows", "rankme_step",
 )
 
 
@@ -161,9 +161,6 @@ def _check_shapes(h, hp) -> str | None:
     return None
 
 
-_WINDOW_KEYS = ("rankme", "rankme_rows", "alpha_req")
-
-
 def _health_reason(health) -> str | None:
     reasons = []
     for name in ("h", "h_prime"):
@@ -227,8 +224,11 @@ class ParadigmMonitor:
     exponent of the centered covariance eigenspectrum, fitted over the ranks
     1 … min(D, W − 1)) need many more rows than one batch, so they are computed on
     tumbling windows of ``rankme_window`` = W consecutive anchor rows (memory: one
-    (W, D) float32 buffer). A record carries the values of the latest complete window
-    and ``rankme_rows`` = W (all three ``None`` until the first window is complete).
+    (W, D) float32 buffer, two while a window is computed). The O(W D²) spectra of a
+    complete window are computed on a worker thread while training goes on, and the
+    first update that finds them done carries them, with ``rankme_rows`` = W and
+    ``rankme_step``, the step whose update completed the window (all four ``None``
+    until then; ``close`` waits for a window in flight).
 
     A record is a dict ``{"step", "time", "valid", "reason", "n", "d", <statistics>,
     "update_s"}`` (``time``: wall-clock Unix time; ``update_s``: seconds spent on the
@@ -261,9 +261,13 @@ class ParadigmMonitor:
       >>> rng = np.random.default_rng(0)
       >>> h = rng.normal(size=(64, 16)); hp = h + 0.3 * rng.normal(size=h.shape)
       >>> monitor = ParadigmMonitor(losses=["infonce"], taus=(0.05,), lambdas=(0.5,), rankme_window=64)
-      >>> record = monitor.update(0, h, hp)
-      >>> record["valid"], 0 < record["mu_pos"] < record["mu_neg"], record["rankme_rows"]
-      (True, True, 64)
+      >>> record = monitor.update(0, h, hp)  # completes a window of 64 rows (computed in the background)
+      >>> record["valid"], 0 < record["mu_pos"] < record["mu_neg"], record["rankme"]
+      (True, True, None)
+      >>> monitor.close()  # waits for the window
+      >>> record = monitor.update(1, h, hp)
+      >>> record["rankme_rows"], record["rankme_step"], 1 < record["rankme"] < 16
+      (64, 0, True)
     """
 
     def __init__(
@@ -292,7 +296,7 @@ class ParadigmMonitor:
             gd_threshold=gd_threshold, static_ratio=static_ratio, histograms=histograms, hist_bins=hist_bins,
             block=block,
         )
-        self.window = None if rankme_window is None else CollapseWindow(rankme_window)
+        self.window = None if rankme_window is None else CollapseWindow(rankme_window, background=True)
         self.every = every
         self.strict = bool(strict)
         self.dtype = np.dtype(dtype)
@@ -345,7 +349,7 @@ class ParadigmMonitor:
             shape = jax.ShapeDtypeStruct((2, 1), self.dtype)
             out = jax.eval_shape(self._fn, shape, shape)
             self._template = self._public(out)
-            self._template.update(dict.fromkeys(_WINDOW_KEYS, np.zeros(())))
+            self._template.update(dict.fromkeys(WINDOW_KEYS, np.zeros(())))
         return self._template
 
     def _public(self, out):
@@ -381,7 +385,8 @@ class ParadigmMonitor:
         rec = {"step": step, "time": time.time(), "valid": True, "reason": None,
                "n": int(h.shape[0]), "d": int(h.shape[1])}
         rec.update(_to_python(self._public(out)))
-        rec.update(_to_python(self.window.add(h)) if self.window is not None else dict.fromkeys(_WINDOW_KEYS))
+        rec.update(_to_python(self.window.add(h, step)) if self.window is not None
+                   else dict.fromkeys(WINDOW_KEYS))
         return rec
 
     def _emit(self, record):
@@ -396,7 +401,9 @@ class ParadigmMonitor:
                 warnings.warn(f"ParadigmMonitor: sink {sink!r} failed: {exc}", RuntimeWarning, stacklevel=3)
 
     def close(self) -> None:
-        """Close the file sinks (records already written stay readable either way)."""
+        """Close the file sinks (records already written stay readable either way) and the RankMe worker."""
+        if self.window is not None:
+            self.window.close()
         for sink in self.sinks:
             close = getattr(sink, "close", None)
             if close is not None:
@@ -458,7 +465,8 @@ def analyze(
     The M pairs are split in order into ⌊M / batch_size⌋ batches (the remainder is
     dropped and counted), and each batch is measured as ``ParadigmMonitor.update``
     would, with the same RankMe / α-ReQ windows over the batches in order (the value
-    after batch b is that of the latest window complete by then). Bad input raises
+    of batch b is that of the latest window complete by batch b, computed at once;
+    the monitor shows it one update later). Bad input raises
     (this is an offline tool). Sharded ``jax.Array`` inputs stay on their devices.
 
     Args:
@@ -471,8 +479,8 @@ def analyze(
       batch; nested by loss / τ / λ as in a record), plus
       ``lemma1_min_ratio_per_anchor`` {λ: (B, N)} (NaN where infeasible; the Fig. 8a
       distribution), ``histograms`` when asked, ``n_batches``, ``batch_size``, ``dropped``.
-      ``rankme`` and ``alpha_req`` are NaN and ``rankme_rows`` 0 before the first complete
-      window.
+      ``rankme`` and ``alpha_req`` are NaN and ``rankme_rows``, ``rankme_step`` (the batch
+      index that completed the window) −1 before the first complete window.
 
     Example:
       >>> import numpy as np
@@ -507,11 +515,11 @@ def analyze(
         sl = slice(b * batch_size, (b + 1) * batch_size)
         outs.append(jax.device_get(fn(h[sl].astype(dtype), h_prime[sl].astype(dtype))))
         if window is not None:
-            windows.append(window.add(h[sl]))
+            windows.append(window.add(h[sl], b))
     res = _stack(outs)
     res.pop("_health", None)
-    for key in _WINDOW_KEYS:
-        fill = 0 if key == "rankme_rows" else np.nan
+    for key in WINDOW_KEYS:
+        fill = -1 if key in ("rankme_rows", "rankme_step") else np.nan
         res[key] = np.array([fill if w[key] is None else w[key] for w in windows] if windows
                             else [fill] * n_batches)
     res["lemma1_min_ratio_per_anchor"] = res.pop("_lemma1_per_anchor", {})
