@@ -19,7 +19,7 @@ The median, the 90th percentile and the mean over ``--repeats`` calls are printe
 machine's load.
 
 ``--big N ...``: one row per N (each in its own process, for its own peak RSS): the
-default monitor on one batch of N pairs (D = ``--d``), measured in row blocks of 256
+default monitor (``--minimal``: InfoNCE, one τ, one λ) on one batch of N pairs (D = ``--d``), measured in row blocks of 256
 anchors, so no (N, N) matrix exists (checked in the compiled program); the time of one
 update after compilation, the compile time, the peak RSS, and what one dense (N, N)
 float32 matrix would take.
@@ -50,7 +50,10 @@ def _time(fn, repeats):
     return statistics.median(out), out[int(0.9 * (len(out) - 1))], mean
 
 
-def _big_row(n, d, repeats):
+MINIMAL = dict(losses=("infonce",), ratio_losses=(), taus=(0.05,), lambdas=(0.5,))
+
+
+def _big_row(n, d, repeats, minimal=False):
     """One large batch in this process: compile, then time ``repeats`` updates."""
     import jax
 
@@ -59,7 +62,7 @@ def _big_row(n, d, repeats):
     rng = np.random.default_rng(0)
     h = rng.normal(size=(n, d)).astype(np.float32)
     hp = (h + 0.7 * rng.normal(size=h.shape)).astype(np.float32)
-    mon = ParadigmMonitor()
+    mon = ParadigmMonitor(**(MINIMAL if minimal else {}))
     hlo = mon._fn.lower(h, hp).compile().as_text()
     t0 = time.perf_counter()
     rec = mon.update(0, h, hp)
@@ -70,25 +73,25 @@ def _big_row(n, d, repeats):
         rec = mon.update(step, h, hp)
         times.append(time.perf_counter() - t0)
     mon.close()
-    return {"n": n, "d": d, "first_s": first, "update_s": statistics.median(times),
+    return {"n": n, "d": d, "config": "minimal" if minimal else "default", "first_s": first, "update_s": statistics.median(times),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "dense_nn_mb": 4 * n * n / 2**20, "nn_in_program": f"[{n},{n}]" in hlo,
             "valid": rec["valid"], "mu_neg": rec["mu_neg"], "gd_infonce": rec["gd_mean"]["infonce"],
             "rankme": rec["rankme"], "load_average": os.getloadavg(), "device": str(jax.devices()[0])}
 
 
-def big(ns, d, repeats, json_out=None):
+def big(ns, d, repeats, json_out=None, minimal=False):
     import subprocess
     import sys
 
     rows = []
     for n in ns:
         code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
-                f"import monitor; print(json.dumps(monitor._big_row({n}, {d}, {repeats})))")
+                f"import monitor; print(json.dumps(monitor._big_row({n}, {d}, {repeats}, {minimal})))")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         r = rows[-1]
-        print(f"N = {n:>6}, D = {d}: update {r['update_s']:.2f} s (first call with compile "
+        print(f"N = {n:>6}, D = {d}, {r['config']} configuration: update {r['update_s']:.2f} s (first call with compile "
               f"{r['first_s']:.2f} s), peak RSS {r['peak_rss_mb']:.0f} MB, one dense N×N float32 "
               f"{r['dense_nn_mb']:.0f} MB, N×N in the compiled program: {r['nn_in_program']}, "
               f"load {r['load_average']}", flush=True)
@@ -116,9 +119,11 @@ def main(argv=None):
     p.add_argument("--json", type=str, default=None)
     p.add_argument("--big", type=int, nargs="+", default=None, help="large N rows instead (e.g. 4096 32768)")
     p.add_argument("--big-repeats", type=int, default=1)
+    p.add_argument("--minimal", action="store_true",
+                   help="--big rows with one loss (InfoNCE), one τ, one λ instead of the default configuration")
     args = p.parse_args(argv)
     if args.big:
-        return big(args.big, args.d, args.big_repeats, args.json)
+        return big(args.big, args.d, args.big_repeats, args.json, args.minimal)
 
     import jax
     import jax.numpy as jnp

@@ -88,13 +88,40 @@ class GradTracked:
         return ArrayOnly(self._a)
 
 
+class OnAnotherDevice:
+    """Like a CUDA tensor with a CPU-only JAX: no host export until ``cpu()``."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, *a, **k):
+        raise BufferError("unsupported device")
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("can't convert cuda:0 device type tensor to numpy")
+
+    def detach(self):
+        return self
+
+    def cpu(self):
+        return ArrayOnly(self._a)
+
+
+class GradTrackedOnAnotherDevice(GradTracked):
+    def detach(self):
+        return OnAnotherDevice(self._a)
+
+
 def test_numpy_jax_array_dlpack_inputs_agree(expected):
     import jax.numpy as jnp
 
     h, hp = _batch()
     mon = _mon()
     for wrap in (np.asarray, jnp.asarray, ArrayOnly, DLPackOnly, lambda a: DLPackOnly(jnp.asarray(a)), GradTracked,
-                 lambda a: a.tolist()):
+                 GradTrackedOnAnotherDevice, lambda a: a.tolist()):
         rec = mon.update(0, wrap(h), wrap(hp))
         assert rec["valid"], rec["reason"]
         _same_stats(rec, expected)

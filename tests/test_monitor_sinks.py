@@ -128,3 +128,33 @@ def test_tensorboard_sink_never_imports_torch(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_track_cli_writes_tensorboard_events(tmp_path):
+    pytest.importorskip("tensorboardX")
+    from tests._cli import run
+
+    from gradlab.monitor import analyze
+
+    rng = np.random.default_rng(5)
+    h = rng.normal(size=(48, 6)).astype(np.float32)
+    hp = (h + 0.4 * rng.normal(size=h.shape)).astype(np.float32)
+    np.savez(tmp_path / "views.npz", h=h, h_prime=hp)
+    result = run("track", tmp_path / "views.npz", "-N", 16, "--tau", 0.05, "--lambda", 0.5, "--rankme-window", 32,
+                 "--tensorboard", tmp_path / "tb", "--no-plot", "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    acc = _read_events(tmp_path / "tb")
+    res = analyze(h, hp, batch_size=16, taus=(0.05,), lambdas=(0.5,), rankme_window=32)
+    events = acc.Scalars("gd_mean/infonce")
+    assert [e.step for e in events] == [0, 1, 2]
+    np.testing.assert_allclose([e.value for e in events], res["gd_mean"]["infonce"], rtol=1e-6)
+    assert [(e.step, pytest.approx(e.value, rel=1e-6)) for e in acc.Scalars("rankme")] == [(1, res["rankme"][1])]
+    assert "theta_neg" in acc.Tags()["histograms"]
+
+
+def test_track_cli_bad_rankme_window_is_one_line(tmp_path):
+    from tests._cli import one_line_error, run
+
+    np.savez(tmp_path / "views.npz", h=np.eye(4), h_prime=np.eye(4))
+    err = one_line_error(run("track", tmp_path / "views.npz", "-N", 2, "--rankme-window", 1, "--out", tmp_path / "o"))
+    assert "--rankme-window" in err and not (tmp_path / "o").exists()

@@ -21,6 +21,7 @@ _LAZY = {
     "ParadigmMonitor": "gradlab.monitor._monitor",
     "MonitorInputError": "gradlab.monitor._monitor",
     "analyze": "gradlab.monitor._monitor",
+    "analysis_records": "gradlab.monitor._monitor",
     "min_ratio_distribution": "gradlab.monitor._monitor",
     "STATISTICS": "gradlab.monitor._monitor",
     "DEFAULT_LOSSES": "gradlab.monitor._monitor",

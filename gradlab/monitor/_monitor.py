@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_TAUS",
     "DEFAULT_LAMBDAS",
     "STATISTICS",
+    "analysis_records",
 ]
 
 DEFAULT_LOSSES = ("infonce", "arccon", "mpt", "met", "mat")
@@ -531,6 +532,38 @@ def analyze(
     res["batch_size"] = int(batch_size)
     res["dropped"] = m - n_batches * batch_size
     return res
+
+
+def _pick(tree, b):
+    if isinstance(tree, dict):
+        return {k: _pick(v, b) for k, v in tree.items()}
+    return _to_python(np.asarray(tree)[b])
+
+
+def analysis_records(res: dict):
+    """``analyze``'s result as one record per batch (``step`` = batch index), for any sink.
+
+    Example:
+      >>> import numpy as np
+      >>> rng = np.random.default_rng(0)
+      >>> h = rng.normal(size=(64, 8)); hp = h + 0.3 * rng.normal(size=h.shape)
+      >>> res = analyze(h, hp, batch_size=32, losses=["infonce"], taus=(0.05,), lambdas=(0.5,))
+      >>> [(r["step"], r["n"], round(r["gd_mean"]["infonce"], 6) == round(float(res["gd_mean"]["infonce"][r["step"]]), 6))
+      ...  for r in analysis_records(res)]
+      [(0, 32, True), (1, 32, True)]
+    """
+    skip = ("n_batches", "batch_size", "dropped", "lemma1_min_ratio_per_anchor", "histograms")
+    hists = res.get("histograms")
+    for b in range(int(res["n_batches"])):
+        rec = {"step": b, "valid": True, "reason": None, "n": int(res["batch_size"])}
+        rec.update({k: _pick(v, b) for k, v in res.items() if k not in skip})
+        for key in ("rankme_rows", "rankme_step"):
+            if rec.get(key) == -1:
+                rec[key] = None
+        if hists is not None:
+            rec["histograms"] = {k: (np.asarray(v).tolist() if k.startswith("edges") else _pick(v, b))
+                                 for k, v in hists.items()}
+        yield rec
 
 
 def min_ratio_distribution(h, h_prime, *, lams=(0.01, 0.1, 0.5, 1.0), batch_size: int = 128, bins=None,
