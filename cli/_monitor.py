@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from gradlab_cli._common import Debug, Formats, NoPlot, Out
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -69,10 +70,9 @@ def track(
 
             if importlib.util.find_spec("tensorboardX") is None:
                 raise fail("--tensorboard needs tensorboardX: pip install 'gradlab[tensorboard]'")
+        from gradlab.monitor import DEFAULT_LAMBDAS, DEFAULT_TAUS, analyze
         from gradlab_cli._common import load_views
         from gradlab_cli.app import _writer
-
-        from gradlab.monitor import DEFAULT_LAMBDAS, DEFAULT_TAUS, analyze
 
         taus = list(tau) if tau else list(DEFAULT_TAUS)
         lams = list(lam) if lam else list(DEFAULT_LAMBDAS)

@@ -132,9 +132,8 @@ def test_tensorboard_sink_never_imports_torch(tmp_path):
 
 def test_track_cli_writes_tensorboard_events(tmp_path):
     pytest.importorskip("tensorboardX")
-    from tests._cli import run
-
     from gradlab.monitor import analyze
+    from tests._cli import run
 
     rng = np.random.default_rng(5)
     h = rng.normal(size=(48, 6)).astype(np.float32)
