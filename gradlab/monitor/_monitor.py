@@ -583,7 +583,7 @@ def min_ratio_distribution(h, h_prime, *, lams=(0.01, 0.1, 0.5, 1.0), batch_size
     lams = _positive_tuple(lams, "lams")
     batch_size = min(int(batch_size), int(np.shape(h)[0]))
     res = analyze(h, h_prime, batch_size=batch_size, losses=(), ratio_losses=(), taus=(), lambdas=lams,
-                  margin=None, dtype=dtype)
+                  margin=None, dtype=dtype, rankme_window=None)
     per_anchor = res["lemma1_min_ratio_per_anchor"]
     samples = np.stack([np.asarray(v, dtype=float).reshape(-1) for v in per_anchor.values()])
     return summarize_min_ratio(samples, lams, bins=bins, quantiles=quantiles, ratios=ratios, meta={
