@@ -115,3 +115,22 @@ def test_row_blocks_form_no_n_by_n_matrix():
     assert f"[{n},{n}]" not in hlo and f"[32,{n}]" in hlo
     one_block = make_config(losses=("infonce",), taus=(0.05,), lambdas=(0.5,), block=n)
     assert f"[{n},{n}]" in batch_statistics_fn(one_block).lower(shape, shape).compile().as_text()  # the check sees it
+
+
+def test_gram_path_and_row_block_path_agree():
+    """One block with N <= D goes through the keys' Gram matrix, several blocks through Σ_j w_ij h_j': same numbers."""
+    from gradlab.monitor import ParadigmMonitor
+
+    rng = np.random.default_rng(7)
+    n, d = 48, 64
+    h = rng.normal(size=(n, d)).astype(np.float32)
+    hp = (h + 0.8 * rng.normal(size=(n, d))).astype(np.float32)
+    cfg = dict(losses=("infonce", "met"), ratio_losses=("mat",), taus=(0.3, 0.01), lambdas=(0.5,), histograms=True,
+               hist_bins=12, rankme_window=None)
+    one = ParadigmMonitor(**cfg, dtype=np.float64, block=n).update(0, h, hp)  # float64: the suite enables x64
+    many = ParadigmMonitor(**cfg, dtype=np.float64, block=10).update(0, h, hp)
+    a, b = dict(_leaves(one)), dict(_leaves(many))
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_allclose(np.asarray(b[key], float), np.asarray(a[key], float), rtol=1e-12, atol=1e-14,
+                                   err_msg=key)

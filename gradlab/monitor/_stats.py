@@ -124,10 +124,13 @@ def _row_block(h_rows, hp_rows, h, hp, start, size: int, cfg: StatsConfig):
     hard = jnp.argmax(jnp.where(valid, C, -jnp.inf), axis=1)  # j*(i)
     c_hard = C[local, hard]
     hp_hard = hp[hard]
+    # One block with N <= D: the keys' Gram matrix G' = h' h'ᵀ (N, N) is the cheaper way to
+    # the push directions (N³ per τ instead of N² D); several blocks never form it.
+    gram = hp @ hp.T if size == n and n <= hp.shape[1] else None
     out = {
         "c_pos": c_pos,
         "c_hard": c_hard,
-        "gp_hard": jnp.sum(hpb * hp_hard, axis=-1),  # h_i'·h_j*'
+        "gp_hard": jnp.sum(hpb * hp_hard, axis=-1) if gram is None else gram[local, hard],  # h_i'·h_j*'
         "theta_mean": row_mean,
         "theta_m2": jnp.sum(jnp.where(valid, (theta - row_mean[:, None]) ** 2, 0.0), axis=-1),
         "cos_sum": jnp.sum(jnp.where(valid, C, 0.0), axis=-1),
@@ -152,7 +155,8 @@ def _row_block(h_rows, hp_rows, h, hp, start, size: int, cfg: StatsConfig):
     # projected: v_i = Σ_j w_ij t_ij with t_ij = h_j' − C_ij h_i (tangent at h_i); the
     # hardest negative's contribution to v_i along v_i is w_ij* ⟨t_ij*, v_i⟩ / ‖v_i‖²
     # (the contributions of all negatives sum to 1). With u_i = Σ_j w_ij h_j':
-    # ‖v_i‖² = ‖u_i‖² − (Σ_j w_ij C_ij)² and ⟨t_ij*, v_i⟩ = u_i·h_j*' − C_ij* Σ_j w_ij C_ij.
+    # ‖v_i‖² = ‖u_i‖² − (Σ_j w_ij C_ij)² and ⟨t_ij*, v_i⟩ = u_i·h_j*' − C_ij* Σ_j w_ij C_ij,
+    # where ‖u_i‖² = (W G' Wᵀ)_ii and u_i·h_j*' = (W G')_ij* when G' is at hand.
     eps = float(jnp.finfo(dtype).eps)
     out["w_hard"], out["share"] = {}, {}
     for tau in cfg.taus:
@@ -160,19 +164,25 @@ def _row_block(h_rows, hp_rows, h, hp, start, size: int, cfg: StatsConfig):
         w = jax.nn.softmax(logits, axis=-1, where=valid)
         w = jnp.where(valid, w, 0.0)
         w_hard = w[local, hard]
-        u = w @ hp
+        if gram is None:
+            u = w @ hp
+            wgw = jnp.sum(u * u, axis=-1)  # ‖Σ_j w_ij h_j'‖² ≤ 1
+            u_hard = jnp.sum(u * hp_hard, axis=-1)
+        else:
+            wg = w @ gram  # (W G')_ik = Σ_j w_ij G'_jk
+            wgw = jnp.sum(wg * w, axis=-1)
+            u_hard = wg[local, hard]
         wc = jnp.sum(w * C, axis=-1)
-        wgw = jnp.sum(u * u, axis=-1)  # ‖Σ_j w_ij h_j'‖² ≤ 1
         vv = wgw - wc**2  # ‖v_i‖², by cancellation: rounding error ~ eps · wgw
-        tv = jnp.sum(u * hp_hard, axis=-1) - c_hard * wc
+        tv = u_hard - c_hard * wc
         ok = vv > 64 * eps * wgw  # below: no push direction beyond rounding noise -> undefined (NaN)
         out["w_hard"][tau_key(tau)] = w_hard
         out["share"][tau_key(tau)] = jnp.where(ok, w_hard * tv / jnp.where(ok, vv, 1.0), jnp.nan)
 
     # Wang & Isola's uniformity, one row of pairs i < j at a time: log Σ_{j>i} exp(−t‖x_i − x_j‖²).
     upper = cols[None, :] > rows[:, None]
-    for name, xb, x in (("unif_h", hb, h), ("unif_hp", hpb, hp)):
-        sq = jnp.maximum(2.0 - 2.0 * (xb @ x.T), 0.0)
+    for name, xb, x, g in (("unif_h", hb, h, None), ("unif_hp", hpb, hp, gram)):
+        sq = jnp.maximum(2.0 - 2.0 * (xb @ x.T if g is None else g), 0.0)
         out[name] = jax.nn.logsumexp(jnp.where(upper, -cfg.uniform_t * sq, -jnp.inf), axis=-1)
 
     if cfg.hist_bins is not None:
