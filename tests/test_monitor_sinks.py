@@ -30,7 +30,7 @@ def test_bare_monitor_writes_no_file(tmp_path, monkeypatch):
 
 
 def test_scalars_flatten_the_curves():
-    rec = {"step": 4, "time": 1.0, "valid": True, "reason": None, "mu_pos": 0.5, "sigma_pos": None,
+    rec = {"step": 4, "time": 1.0, "valid": True, "reason": None, "n": 8, "d": 5, "mu_pos": 0.5, "sigma_pos": None,
            "gd_mean": {"infonce": 0.25, "mpt": float("nan")}, "hardest_share": {"0.05": 0.125},
            "lemma1_min_ratio": {"0.1": {"q50": 1.5}}, "rankme": 3.0, "rankme_rows": 64, "rankme_step": 2,
            "histograms": {"cos_pos": [1, 2]}}

@@ -210,8 +210,8 @@ class CSVSink:
         return f"CSVSink({str(self.path)!r})"
 
 
-#: Record keys that are not curves: the x axis, the clock, the window's bookkeeping.
-_NOT_SCALARS = ("step", "time", "valid", "reason", "rankme_rows", "rankme_step", "histograms")
+#: Record keys that are not curves: the x axis, the clock, the batch shape, the window's bookkeeping.
+_NOT_SCALARS = ("step", "time", "valid", "reason", "n", "d", "rankme_rows", "rankme_step", "histograms")
 _WINDOW_SCALARS = ("rankme", "alpha_req")
 
 
@@ -219,7 +219,8 @@ def scalars(record: dict, prefix: str = "") -> dict[str, float]:
     """The record's curves, flattened: ``{"mu_pos": 0.7, "gd_mean/infonce": 0.4, "hardest_share/0.05": ...}``.
 
     Finite numbers only (None / NaN and the histograms are left out; so are ``step``,
-    ``time``, ``valid`` and the window bookkeeping ``rankme_rows`` / ``rankme_step``).
+    ``time``, ``valid``, the batch shape ``n`` / ``d`` and the window bookkeeping
+    ``rankme_rows`` / ``rankme_step``).
 
     Args:
       record: a ``ParadigmMonitor`` record.
