@@ -13,8 +13,10 @@ sums and means add up per-anchor values, the pooled σ of the N(N − 1) negativ
 merges per-anchor means and sums of squared deviations (Chan et al.'s exact update),
 the uniformity is a logsumexp of per-anchor logsumexps, histograms add per-block
 counts over fixed bins, and the Lemma-1 quantiles are over the N per-anchor values.
-Cost O(N² D) per loss / τ; memory O(N D + block · N). A sharded ``jax.Array`` input
-is fine: the row blocks never gather an (N, N) matrix.
+Cost O(N² D) per τ; memory O(N D + block · N). A sharded ``jax.Array`` input is
+fine: the row blocks never gather an (N, N) matrix; each block needs all N keys, so
+the keys (N, D) may be replicated on every device (XLA's choice), not split N D / devices
+(that would need a ring exchange of key shards).
 """
 
 from __future__ import annotations
