@@ -187,16 +187,9 @@ class ParadigmMonitor:
     a JSON Lines file (``"run/monitor.jsonl"``), a CSV file (``"run/monitor.csv"``),
     TensorBoard (``"tb:runs/exp1"`` or ``TensorBoardSink("runs/exp1")``, needs the
     ``tensorboard`` extra), or an experiment tracker through ``LogSink``, which calls
-    any ``log(dict, step)`` with the flattened scalars (``"gd_mean/infonce"``, ...)::
-
-        import wandb; wandb.init(project="simcse")
-        monitor = ParadigmMonitor(sink=LogSink(wandb.log, prefix="paradigm/"))
-
-        import mlflow; mlflow.start_run()
-        monitor = ParadigmMonitor(sink=LogSink(lambda m, step: mlflow.log_metrics(m, step=step)))
-
-        import trackio; trackio.init(project="simcse")
-        monitor = ParadigmMonitor(sink=LogSink(trackio.log))
+    any ``log(metrics, step=step)`` with the flattened scalars (``"gd_mean/infonce"``,
+    ...): ``LogSink(wandb.log)``, ``LogSink(mlflow.log_metrics)``, ``LogSink(trackio.log)``
+    (see ``LogSink``).
 
     A sharded ``jax.Array`` (a data-parallel global batch) is measured in row blocks
     of ``block`` anchors: no (N, N) matrix is formed, and the numbers are the
@@ -467,8 +460,9 @@ def analyze(
     dropped and counted), and each batch is measured as ``ParadigmMonitor.update``
     would, with the same RankMe / α-ReQ windows over the batches in order (the value
     of batch b is that of the latest window complete by batch b, computed at once;
-    the monitor shows it one update later). Bad input raises
-    (this is an offline tool). Sharded ``jax.Array`` inputs stay on their devices.
+    the monitor's records carry it once its worker thread is done, under the same
+    ``rankme_step``). Bad input raises (this is an offline tool). Sharded
+    ``jax.Array`` inputs stay on their devices.
 
     Args:
       h, h_prime: (M, D) the two views, any array-like.
