@@ -159,6 +159,31 @@ def test_background_window_gives_the_synchronous_values():
     assert bg.value == sync.value and sync.value["rankme_step"] == 3
 
 
+def test_background_window_never_waits_and_skips_while_busy(monkeypatch):
+    import threading
+    import time
+
+    from gradlab.monitor import _collapse
+
+    release = threading.Event()
+    real = _collapse._window_values
+
+    def slow(z, eps, step):
+        release.wait(10)
+        return real(z, eps, step)
+
+    monkeypatch.setattr(_collapse, "_window_values", slow)
+    z = np.random.default_rng(5).normal(size=(24, 4)).astype(np.float32)
+    w = CollapseWindow(8, background=True)
+    t0 = time.perf_counter()
+    for step in range(3):  # three windows complete; the first is still computing
+        assert w.add(z[8 * step:8 * step + 8], step)["rankme"] is None
+    assert time.perf_counter() - t0 < 5 and w.skipped == 2
+    release.set()
+    w.close()
+    assert w.value["rankme_step"] == 0 and w.value["rankme"] == pytest.approx(rankme(z[:8]), rel=1e-12)
+
+
 def test_monitor_and_analyze_carry_the_window():
     d, w, n = 16, 48, 8
     h = _rank_k_rows(3, d, w).astype(np.float32)

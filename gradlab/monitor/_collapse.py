@@ -148,14 +148,15 @@ class CollapseWindow:
     rows is a window by itself (its last W rows). Memory: one (W, D) float32 buffer
     (two while a window is being computed in the background).
 
-    The window's spectra cost O(W D²) (0.3 s for W = 4096, D = 768 on one idle CPU
-    core; a few seconds on a loaded one). With ``background=True`` they are computed
-    on a worker thread (NumPy's LAPACK releases the GIL) while training goes on, and
-    the first ``add`` that finds them done returns them (an ``add`` completing a new
-    window while the previous one is still computing waits for it; ``close`` waits
-    too). ``rankme_step`` names the step of the ``add`` that completed the window, so
-    the values are exact and placed exactly, whenever they arrive. Otherwise the
-    ``add`` that completes a window computes them itself.
+    The window's spectra cost O(W D²) (about 0.3 s for W = 4096, D = 768 on an idle
+    CPU; seconds on a loaded one). With ``background=True`` they are computed on a
+    worker thread (NumPy's LAPACK releases the GIL) while training goes on, and the
+    first ``add`` that finds them done returns them; ``add`` never waits: a window
+    completed while the previous one is still being computed is skipped (counted in
+    ``skipped``), so RankMe's cadence adapts to the CPU left over. ``close`` waits for
+    the window in flight. ``rankme_step`` names the step of the ``add`` that completed
+    the window, so the values are exact and placed exactly, whenever they arrive.
+    Otherwise (the default) the ``add`` that completes a window computes them itself.
 
     Args:
       rows: the window size W (>= 2).
@@ -173,6 +174,7 @@ class CollapseWindow:
         self._fill = 0
         self._pending = None
         self._pool = None
+        self.skipped = 0
         self.value = dict(_EMPTY)
 
     def _finish(self, z, step) -> None:
@@ -183,7 +185,9 @@ class CollapseWindow:
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gradlab-rankme")
-        self._collect(wait=True)  # at most one window in flight
+        if self._pending is not None:  # at most one window in flight; never wait for it here
+            self.skipped += 1
+            return
         self._pending = self._pool.submit(_window_values, np.array(z, copy=True), self.eps, step)
 
     def _collect(self, *, wait: bool) -> None:

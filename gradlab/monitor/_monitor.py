@@ -222,7 +222,9 @@ class ParadigmMonitor:
     complete window are computed on a worker thread while training goes on, and the
     first update that finds them done carries them, with ``rankme_rows`` = W and
     ``rankme_step``, the step whose update completed the window (all four ``None``
-    until then; ``close`` waits for a window in flight).
+    until then; ``close`` waits for a window in flight). An update never waits for
+    them: a window completed while the previous one is still computing is skipped
+    (``monitor.window.skipped`` counts them).
 
     A record is a dict ``{"step", "time", "valid", "reason", "n", "d", <statistics>,
     "update_s"}`` (``time``: wall-clock Unix time; ``update_s``: seconds spent on the
