@@ -8,15 +8,16 @@ Rows (all after compilation; the first call's compile time is reported separatel
   stats only     the jitted statistics on device arrays (no conversion, no record)
   update         monitor.update with NumPy float32 input, no sink (defaults: 5 losses,
                  6 taus, 3 lambdas, baseline margin, RankMe / α-ReQ window of 4,096
-                 rows computed on a worker thread every 32 updates; the mean shows
-                 its share)
+                 rows, computed on a worker thread every 32 updates)
   update (no RankMe) the same with rankme_window=None
   update+jsonl   the same, appending each record to a JSON Lines file
   update+hist    with histograms of cos θ_ii', cos θ_ij' and the minimum ratio
   update (jax)   JAX array input
   update (dlpack) an object that only speaks DLPack
 The median, the 90th percentile and the mean over ``--repeats`` calls are printed, with the
-machine's load.
+machine's load. ``--interleaved ROUNDS``: instead, the statistics and ``update`` with and
+without the RankMe window, called in turn in each round (so that they share whatever load
+the machine has); min, quartile, median and mean per row.
 
 ``--big N ...``: one row per N (each in its own process, for its own peak RSS): the
 default monitor (``--minimal``: InfoNCE, one τ, one λ) on one batch of N pairs (D = ``--d``), measured in row blocks of 256
@@ -111,6 +112,37 @@ class _DLPackOnly:
         return self._a.__dlpack_device__()
 
 
+def interleaved(n, d, rounds):
+    import jax
+    import jax.numpy as jnp
+
+    from gradlab.monitor import ParadigmMonitor
+
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(n, d)).astype(np.float32)
+    hp = (h + 0.7 * rng.normal(size=h.shape)).astype(np.float32)
+    on, off = ParadigmMonitor(), ParadigmMonitor(rankme_window=None)
+    hj, hpj = jnp.asarray(h), jnp.asarray(hp)
+    rows = {"statistics only": lambda: jax.block_until_ready(off._fn(hj, hpj)),
+            "update, RankMe on": lambda: on.update(0, h, hp),
+            "update, RankMe off": lambda: off.update(0, h, hp)}
+    times = {k: [] for k in rows}
+    for fn in rows.values():
+        fn()
+    for _ in range(rounds):
+        for k, fn in rows.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    on.close()
+    print(f"N = {n}, D = {d}, {rounds} interleaved rounds, load average {os.getloadavg()}, "
+          f"RankMe windows skipped while busy: {on.window.skipped}")
+    for k, t in times.items():
+        t.sort()
+        print(f"{k:<20} min {t[0] * 1e3:7.2f}  q25 {t[len(t) // 4] * 1e3:7.2f}  median "
+              f"{statistics.median(t) * 1e3:7.2f}  mean {statistics.fmean(t) * 1e3:7.2f} ms")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=128)
@@ -119,11 +151,14 @@ def main(argv=None):
     p.add_argument("--json", type=str, default=None)
     p.add_argument("--big", type=int, nargs="+", default=None, help="large N rows instead (e.g. 4096 32768)")
     p.add_argument("--big-repeats", type=int, default=1)
+    p.add_argument("--interleaved", type=int, default=None, metavar="ROUNDS")
     p.add_argument("--minimal", action="store_true",
                    help="--big rows with one loss (InfoNCE), one τ, one λ instead of the default configuration")
     args = p.parse_args(argv)
     if args.big:
         return big(args.big, args.d, args.big_repeats, args.json, args.minimal)
+    if args.interleaved:
+        return interleaved(args.n, args.d, args.interleaved)
 
     import jax
     import jax.numpy as jnp
