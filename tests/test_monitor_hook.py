@@ -72,36 +72,32 @@ class DLPackOnly:
 class GradTracked:
     """Refuses export until ``detach()`` (like a tensor with requires_grad)."""
 
+    dlpack_error = RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+    array_error = RuntimeError("Can't call numpy() on Tensor that requires grad.")
+    device = (1, 0)
+
     def __init__(self, a):
         self._a = a
 
     def __dlpack__(self, *a, **k):
-        raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+        raise self.dlpack_error
 
     def __dlpack_device__(self):
-        return (1, 0)
+        return self.device
 
     def __array__(self, dtype=None, copy=None):
-        raise RuntimeError("Can't call numpy() on Tensor that requires grad.")
+        raise self.array_error
 
     def detach(self):
         return ArrayOnly(self._a)
 
 
-class OnAnotherDevice:
+class OnAnotherDevice(GradTracked):
     """Like a CUDA tensor with a CPU-only JAX: no host export until ``cpu()``."""
 
-    def __init__(self, a):
-        self._a = a
-
-    def __dlpack__(self, *a, **k):
-        raise BufferError("unsupported device")
-
-    def __dlpack_device__(self):
-        return (2, 0)  # kDLCUDA
-
-    def __array__(self, dtype=None, copy=None):
-        raise TypeError("can't convert cuda:0 device type tensor to numpy")
+    dlpack_error = BufferError("unsupported device")
+    array_error = TypeError("can't convert cuda:0 device type tensor to numpy")
+    device = (2, 0)  # kDLCUDA
 
     def detach(self):
         return self
