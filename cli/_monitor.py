@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from gradlab_cli._common import Debug, Formats, NoPlot, Out
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -34,6 +35,8 @@ def track(
     tau: Annotated[list[float] | None, typer.Option("--tau", help="Temperature of the hardest-negative share (repeatable; default 0.3 0.1 0.05 0.03 0.01 0.005).")] = None,
     lam: Annotated[list[float] | None, typer.Option("--lambda", help="Lemma-1 step size λ (repeatable; default 0.1 0.5 1).")] = None,
     margin: Annotated[float, typer.Option("--margin", help="Margin m of the baseline's GD gate (Li et al. 2024 Eq. 5).")] = 0.3,
+    rankme_window: Annotated[int, typer.Option("--rankme-window", help="Rows per RankMe / α-ReQ window (tumbling, over the batches in order).")] = 4096,
+    tensorboard: Annotated[Path | None, typer.Option("--tensorboard", help="Also write each batch's statistics as TensorBoard events into this directory (step = batch index; needs the tensorboard extra).")] = None,
     out: Out = Path("."),
     fmt: Formats = None,
     no_plot: NoPlot = False,
@@ -50,13 +53,21 @@ def track(
       gradlab track views.npz
 
       gradlab track views.npz --batch-size 64 --tau 0.05 --lambda 0.1 --out out/
+
+      gradlab track views.npz --tensorboard runs/views
     """
     from gradlab_cli._common import fail, load_views
     from gradlab_cli.app import _writer
 
     if batch_size < 2:
         raise fail(f"--batch-size N must be >= 2; got {batch_size}")
+    if rankme_window < 2:
+        raise fail(f"--rankme-window must be >= 2 rows; got {rankme_window}")
+    if tensorboard is not None:
+        import importlib.util
 
+        if importlib.util.find_spec("tensorboardX") is None:
+            raise fail("--tensorboard needs tensorboardX: pip install 'gradlab[tensorboard]'")
     from gradlab.monitor import DEFAULT_LAMBDAS, DEFAULT_TAUS, analyze
 
     taus = list(tau) if tau else list(DEFAULT_TAUS)
@@ -66,7 +77,15 @@ def track(
         raise fail(f"{str(embeddings)!r} holds M = {h.shape[0]} pairs, fewer than one batch of N = {batch_size}")
     writer = _writer(out, fmt, no_plot, "track", embeddings=str(embeddings), batch_size=batch_size,
                      taus=taus, lambdas=lams, margin=margin)
-    res = analyze(h, hp, batch_size=batch_size, taus=taus, lambdas=lams, margin=margin, histograms=True)
+    res = analyze(h, hp, batch_size=batch_size, taus=taus, lambdas=lams, margin=margin, histograms=True,
+                  rankme_window=rankme_window)
+    if tensorboard is not None:
+        from gradlab.monitor import TensorBoardSink, analysis_records
+
+        sink = TensorBoardSink(tensorboard)
+        for record in analysis_records(res):
+            sink(record)
+        sink.close()
     meta = {"n_batches": res.pop("n_batches"), "dropped": res.pop("dropped"), "batch_size": res.pop("batch_size"),
             "pairs": int(h.shape[0]), "dim": int(h.shape[1])}
     if writer.plot:

@@ -33,6 +33,8 @@ __all__ = [
     "MONITOR_LAMS",
     "NORM_NEGATIVES",
     "NORM_INFONCE_NEGATIVES",
+    "RANKME_EPS",
+    "RANKME_WINDOW",
 ]
 
 #: The six temperatures of the hardest-negative share, Li et al. 2024 Figs. 3 and 7.
@@ -83,3 +85,10 @@ NORM_NEGATIVES = 64
 
 #: The K of the InfoNCE panels of Nie et al. 2023 Fig. 2 (one panel per K).
 NORM_INFONCE_NEGATIVES = (64, 512, 4096, 32768)
+
+#: RankMe's ε in p_k = σ_k / Σσ + ε (Garrido et al. 2023, Eq. 1: 1e-7).
+RANKME_EPS = 1e-7
+
+#: Rows in the monitor's RankMe / α-ReQ window: *ours*. RankMe needs many rows compared
+#: with D (768 for MiniLM), so the monitor pools recent batches up to this many rows.
+RANKME_WINDOW = 4096

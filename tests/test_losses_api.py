@@ -295,14 +295,23 @@ def _log_mean_gaussian_loop(a, b, t, pairs):
 
 def test_uniformity_parametrizations_equal_the_loop_reference():
     from gradlab.losses._ineffective import mhe_uniformity, uniformity_batch
-    from gradlab.monitor._stats import _uniformity
+    import dataclasses
+
+    from gradlab.monitor._monitor import make_config
+    from gradlab.monitor._stats import batch_statistics_fn
 
     h, hp = batch(7, 5, 8)
     h = h / np.linalg.norm(h, axis=1, keepdims=True)
     hp = hp / np.linalg.norm(hp, axis=1, keepdims=True)
     for t in (0.5, 2.0, 6.0):
         want = _log_mean_gaussian_loop(h, h, t, "k<l")
-        assert float(_uniformity(jnp.asarray(h), t)) == pytest.approx(want, rel=1e-12)  # Wang & Isola, t
+        # Wang & Isola, t: the monitor's row-block form, averaged over the two views
+        for blk in (2, 256):
+            cfg = dataclasses.replace(make_config(losses=("infonce",), taus=(0.05,), lambdas=(0.5,), block=blk),
+                                      uniform_t=t)
+            both = 0.5 * (want + _log_mean_gaussian_loop(hp, hp, t, "k<l"))
+            got = batch_statistics_fn(cfg)(jnp.asarray(h), jnp.asarray(hp))["uniform"]
+            assert float(got) == pytest.approx(both, rel=1e-12)
         assert float(mhe_uniformity(jnp.asarray(h), 1.0 / (2.0 * t))) == pytest.approx(want, rel=1e-12)  # τ
         cross = _log_mean_gaussian_loop(h, hp, t, "k≠l")  # Nie et al. 2023 App. C
         assert float(uniformity_batch(jnp.asarray(h), jnp.asarray(hp), t=t)) == pytest.approx(cross, rel=1e-12)

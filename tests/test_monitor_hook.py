@@ -72,20 +72,43 @@ class DLPackOnly:
 class GradTracked:
     """Refuses export until ``detach()`` (like a tensor with requires_grad)."""
 
+    dlpack_error = RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+    array_error = RuntimeError("Can't call numpy() on Tensor that requires grad.")
+    device = (1, 0)
+
     def __init__(self, a):
         self._a = a
 
     def __dlpack__(self, *a, **k):
-        raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+        raise self.dlpack_error
 
     def __dlpack_device__(self):
-        return (1, 0)
+        return self.device
 
     def __array__(self, dtype=None, copy=None):
-        raise RuntimeError("Can't call numpy() on Tensor that requires grad.")
+        raise self.array_error
 
     def detach(self):
         return ArrayOnly(self._a)
+
+
+class OnAnotherDevice(GradTracked):
+    """Like a CUDA tensor with a CPU-only JAX: no host export until ``cpu()``."""
+
+    dlpack_error = BufferError("unsupported device")
+    array_error = TypeError("can't convert cuda:0 device type tensor to numpy")
+    device = (2, 0)  # kDLCUDA
+
+    def detach(self):
+        return self
+
+    def cpu(self):
+        return ArrayOnly(self._a)
+
+
+class GradTrackedOnAnotherDevice(GradTracked):
+    def detach(self):
+        return OnAnotherDevice(self._a)
 
 
 def test_numpy_jax_array_dlpack_inputs_agree(expected):
@@ -94,7 +117,7 @@ def test_numpy_jax_array_dlpack_inputs_agree(expected):
     h, hp = _batch()
     mon = _mon()
     for wrap in (np.asarray, jnp.asarray, ArrayOnly, DLPackOnly, lambda a: DLPackOnly(jnp.asarray(a)), GradTracked,
-                 lambda a: a.tolist()):
+                 GradTrackedOnAnotherDevice, lambda a: a.tolist()):
         rec = mon.update(0, wrap(h), wrap(hp))
         assert rec["valid"], rec["reason"]
         _same_stats(rec, expected)

@@ -116,6 +116,12 @@ def angular_factor(c_pos, shift):
 
 
 # --- uniformity: the Gaussian potential --------------------------------------------------
+def gaussian_logits(cos, t):
+    """−t ‖a − b‖² for unit vectors a, b from their cosine (‖a − b‖² = 2 − 2 a·b): the Gaussian
+    kernel inside every uniformity term (``log_mean_gaussian``; the monitor's row-block form)."""
+    return -t * (2.0 - 2.0 * cos)
+
+
 def log_mean_gaussian(a, b, t, pairs: str = "k<l"):
     """log mean_{pairs} exp(−t ‖a_k − b_l‖²) for unit rows a, b (N, D): a scalar.
 
@@ -137,8 +143,7 @@ def log_mean_gaussian(a, b, t, pairs: str = "k<l"):
         mask, count = offdiag(n), n * (n - 1)
     else:
         raise ValueError(f"pairs must be 'k<l' or 'k≠l'; got {pairs!r}")
-    logits = -t * (2.0 - 2.0 * cosine_matrix(a, b))
-    return masked_lse_all(logits, mask) - math.log(count)
+    return masked_lse_all(gaussian_logits(cosine_matrix(a, b), t), mask) - math.log(count)
 
 
 # --- the triplet gate of MPT / MET / MAT -------------------------------------------------

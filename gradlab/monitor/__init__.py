@@ -1,10 +1,14 @@
 """The PyTorch-free training hook: Li et al. 2024's Sec. 3.2 statistics measured on real embeddings.
 
 ``ParadigmMonitor`` measures each monitored batch (two views h, h_prime) in one
-jitted pass and appends a record to a JSON Lines / CSV log or any callable;
-``analyze`` gives the same statistics per batch on saved embeddings; ``read_log``
-reads either log format back into the same records, and ``report`` turns a log into
-the curves (figures + data + metadata).
+jitted pass (in row blocks: a sharded global batch never forms an N × N matrix) and
+returns a record, with the dimensional-collapse metrics ``rankme``, ``alpha_req`` and
+``embedding_std``. Records go nowhere unless asked: a JSON Lines / CSV log,
+TensorBoard (``TensorBoardSink``, ``"tb:LOGDIR"``), an experiment tracker
+(``LogSink(wandb.log)``, ``LogSink(mlflow.log_metrics)``, ``LogSink(trackio.log)``) or
+any callable. ``analyze`` gives the same statistics per batch on saved embeddings;
+``read_log`` reads either log format back into the same records, and ``report`` turns
+a log into the curves (figures + data + metadata).
 
 Importing this package does not import JAX, matplotlib, or any deep-learning framework.
 """
@@ -17,6 +21,7 @@ _LAZY = {
     "ParadigmMonitor": "gradlab.monitor._monitor",
     "MonitorInputError": "gradlab.monitor._monitor",
     "analyze": "gradlab.monitor._monitor",
+    "analysis_records": "gradlab.monitor._monitor",
     "min_ratio_distribution": "gradlab.monitor._monitor",
     "STATISTICS": "gradlab.monitor._monitor",
     "DEFAULT_LOSSES": "gradlab.monitor._monitor",
@@ -25,6 +30,12 @@ _LAZY = {
     "DEFAULT_RATIO_LOSSES": "gradlab.monitor._monitor",
     "JSONLSink": "gradlab.monitor._sinks",
     "CSVSink": "gradlab.monitor._sinks",
+    "TensorBoardSink": "gradlab.monitor._sinks",
+    "LogSink": "gradlab.monitor._sinks",
+    "scalars": "gradlab.monitor._sinks",
+    "rankme": "gradlab.monitor._collapse",
+    "alpha_req": "gradlab.monitor._collapse",
+    "embedding_std": "gradlab.monitor._collapse",
     "read_log": "gradlab.monitor._sinks",
     "iter_log": "gradlab.monitor._sinks",
     "log_format": "gradlab.monitor._sinks",

@@ -2,8 +2,9 @@
 
 Accepted: NumPy arrays, JAX arrays, any object with ``__dlpack__`` (a torch or CuPy
 tensor, ...) or ``__array__``, and nested sequences of numbers. A tensor that refuses
-export because it tracks gradients is retried once through its own ``detach()``
-(duck typing; no import). The result never aliases the caller's memory: NumPy
+export because it tracks gradients is retried through its own ``detach()``, and one
+that JAX cannot import from its device (a CUDA tensor with a CPU-only JAX) through
+``detach().cpu()`` (duck typing; no import). The result never aliases the caller's memory: NumPy
 inputs are copied, so later in-place changes by the caller cannot reach the
 monitor, and the monitor never writes to the caller's array.
 """
@@ -69,7 +70,13 @@ def to_array(x, name: str = "h"):
         try:
             arr = _convert_once(detach())
         except Exception as exc:  # noqa: BLE001
-            raise InputError(f"{name}: cannot read a {type(x).__name__} as an array ({exc})") from exc
+            cpu = getattr(detach(), "cpu", None)
+            if cpu is None:
+                raise InputError(f"{name}: cannot read a {type(x).__name__} as an array ({exc})") from exc
+            try:
+                arr = _convert_once(cpu())
+            except Exception as exc2:  # noqa: BLE001
+                raise InputError(f"{name}: cannot read a {type(x).__name__} as an array ({exc2})") from exc2
     dtype = np.dtype(arr.dtype) if not hasattr(arr.dtype, "name") or arr.dtype.name != "bfloat16" else None
     if dtype is not None and dtype.kind not in "fiub":
         raise InputError(f"{name}: need real numbers; got dtype {arr.dtype}")

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from gradlab import defaults
+from gradlab.monitor._collapse import DEFAULT_WINDOW, WINDOW_KEYS, CollapseWindow
 from gradlab.monitor._convert import InputError, to_array
 from gradlab.monitor._sinks import make_sink
 from gradlab.monitor._stats import LossEntry, StatsConfig, batch_statistics_fn
@@ -23,20 +24,20 @@ __all__ = [
     "DEFAULT_TAUS",
     "DEFAULT_LAMBDAS",
     "STATISTICS",
+    "analysis_records",
 ]
 
 DEFAULT_LOSSES = defaults.MONITOR_LOSSES
 DEFAULT_RATIO_LOSSES = defaults.MONITOR_RATIO_LOSSES
 DEFAULT_TAUS = defaults.TAUS
 DEFAULT_LAMBDAS = defaults.MONITOR_LAMS
-DEFAULT_SINK = "paradigm_monitor.jsonl"
 
 #: The statistics of a record, in the papers' names (nested ones are keyed by loss / τ / λ).
 STATISTICS = (
     "mu_pos", "sigma_pos", "mu_neg", "sigma_neg", "cos_pos_mean", "cos_neg_mean",
     "gd_mean", "gd_off_fraction", "ratio", "ratio_pass_fraction", "hardest_share", "weight_share",
     "lemma1_min_ratio", "lemma1_feasible_fraction", "lemma1_satisfied_fraction",
-    "align", "uniform", "m_o", "m_r",
+    "align", "uniform", "m_o", "m_r", "embedding_std", "rankme", "alpha_req", "rankme_rows", "rankme_step",
 )
 
 
@@ -96,6 +97,7 @@ def make_config(
     static_ratio: float = 1.0,
     histograms: bool = False,
     hist_bins: int = 50,
+    block: int = 256,
 ) -> StatsConfig:
     """Validate the user-facing options into a hashable ``StatsConfig``."""
     if margin is not None and not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
@@ -106,6 +108,8 @@ def make_config(
         raise ValueError(f"static_ratio must be a finite number; got {static_ratio!r}")
     if histograms and not (isinstance(hist_bins, int) and hist_bins >= 1):
         raise ValueError(f"hist_bins must be a positive integer; got {hist_bins!r}")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be an integer >= 1 (anchors per row block); got {block!r}")
     return StatsConfig(
         losses=_loss_entries(losses),
         ratio_losses=_loss_entries(ratio_losses),
@@ -115,6 +119,7 @@ def make_config(
         gd_threshold=float(gd_threshold),
         static_ratio=float(static_ratio),
         hist_bins=int(hist_bins) if histograms else None,
+        block=block,
     )
 
 
@@ -179,6 +184,18 @@ class ParadigmMonitor:
         monitor = ParadigmMonitor(sink="run/monitor.jsonl", every=10)
         monitor.update(step, h, h_prime)   # h, h_prime: the two views, (N, D)
 
+    Where the records go (``sink``): nowhere by default (``update`` returns them);
+    a JSON Lines file (``"run/monitor.jsonl"``), a CSV file (``"run/monitor.csv"``),
+    TensorBoard (``"tb:runs/exp1"`` or ``TensorBoardSink("runs/exp1")``, needs the
+    ``tensorboard`` extra), or an experiment tracker through ``LogSink``, which calls
+    any ``log(metrics, step=step)`` with the flattened scalars (``"gd_mean/infonce"``,
+    ...): ``LogSink(wandb.log)``, ``LogSink(mlflow.log_metrics)``, ``LogSink(trackio.log)``
+    (see ``LogSink``).
+
+    A sharded ``jax.Array`` (a data-parallel global batch) is measured in row blocks
+    of ``block`` anchors: no (N, N) matrix is formed, and the numbers are the
+    unsharded ones.
+
     Each update computes, in one jitted pass over the batch (anchors h_i, positives
     h_i', negatives h_j'): ``mu_pos``, ``sigma_pos``, ``mu_neg``, ``sigma_neg``
     (radians; sample mean and standard deviation, ddof = 1, of the N angles θ_ii' and
@@ -191,8 +208,24 @@ class ParadigmMonitor:
     ratio with the hardest negative (``lemma1_min_ratio``: mean and quantiles;
     ``lemma1_feasible_fraction``; ``lemma1_satisfied_fraction`` for r = static_ratio)
     per λ, ``cos_pos_mean``, ``align``, ``uniform`` (Wang & Isola, α = t = 2),
-    ``m_o`` and ``m_r`` (Zhang et al. 2022, mean of the two views), and optionally histograms
-    of cos θ_ii', cos θ_ij' and the minimum ratio.
+    ``m_o`` and ``m_r`` (Zhang et al. 2022, mean of the two views), ``embedding_std``
+    (mean over dimensions of the std, ddof = 1, of the l2-normalized rows; mean of the
+    two views; ≈ 1/√D healthy, 0 collapsed), and optionally histograms of cos θ_ii',
+    cos θ_ij' and the minimum ratio.
+
+    Dimensional collapse over a window of rows: ``rankme`` (Garrido et al. 2023: exp of
+    the entropy of p_k = σ_k / Σσ + ε, ε = 1e-7, σ_k the singular values of the anchors
+    h *as given*, not normalized) and ``alpha_req`` (Agrawal et al. 2022: the power-law
+    exponent of the centered covariance eigenspectrum, fitted over the ranks
+    1 … min(D, W − 1)) need many more rows than one batch, so they are computed on
+    tumbling windows of ``rankme_window`` = W consecutive anchor rows (memory: one
+    (W, D) float32 buffer, two while a window is computed). The O(W D²) spectra of a
+    complete window are computed on a worker thread while training goes on, and the
+    first update that finds them done carries them, with ``rankme_rows`` = W and
+    ``rankme_step``, the step whose update completed the window (all four ``None``
+    until then; ``close`` waits for a window in flight). An update never waits for
+    them: a window completed while the previous one is still computing is skipped
+    (``monitor.window.skipped`` counts them).
 
     A record is a dict ``{"step", "time", "valid", "reason", "n", "d", <statistics>,
     "update_s"}`` (``time``: wall-clock Unix time; ``update_s``: seconds spent on the
@@ -206,8 +239,10 @@ class ParadigmMonitor:
       lambdas: Lemma-1 step sizes λ.
       margin: the baseline GD margin m (``None`` to skip the ``"baseline"`` entry).
       every: compute on steps divisible by ``every`` (other calls return ``None``).
-      sink: a path (``.csv`` -> CSV, else JSON Lines), a callable taking the record,
-        a list of those, or ``None`` (records are only returned).
+      sink: ``None`` (the default: records are only returned, no file is written), a
+        path (``.csv`` -> CSV, else JSON Lines), ``"tb:LOGDIR"`` (TensorBoard), a callable
+        taking the record (``JSONLSink``, ``CSVSink``, ``TensorBoardSink``, ``LogSink``),
+        or a list of those.
       strict: raise on bad input instead of recording it.
       histograms: also record histograms (``hist_bins`` over cos ∈ [−1, 1]).
       ratio_losses: losses whose dynamic ratio is reported.
@@ -215,6 +250,21 @@ class ParadigmMonitor:
       static_ratio: the r of ``lemma1_satisfied_fraction``.
       dtype: compute precision (``numpy.float32`` by default; float64 needs
         ``jax_enable_x64``).
+      rankme_window: rows W of the RankMe / α-ReQ window (``None``: not computed).
+      block: anchors per row block (memory O(N D + block · N); one block when N <= block).
+
+    Example:
+      >>> import numpy as np
+      >>> rng = np.random.default_rng(0)
+      >>> h = rng.normal(size=(64, 16)); hp = h + 0.3 * rng.normal(size=h.shape)
+      >>> monitor = ParadigmMonitor(losses=["infonce"], taus=(0.05,), lambdas=(0.5,), rankme_window=64)
+      >>> record = monitor.update(0, h, hp)  # completes a window of 64 rows (computed in the background)
+      >>> record["valid"], 0 < record["mu_pos"] < record["mu_neg"], record["rankme"]
+      (True, True, None)
+      >>> monitor.close()  # waits for the window
+      >>> record = monitor.update(1, h, hp)
+      >>> record["rankme_rows"], record["rankme_step"], 1 < record["rankme"] < 16
+      (64, 0, True)
     """
 
     def __init__(
@@ -224,7 +274,7 @@ class ParadigmMonitor:
         lambdas: Iterable[float] = DEFAULT_LAMBDAS,
         margin: float | None = 0.3,
         every: int = 1,
-        sink=DEFAULT_SINK,
+        sink=None,
         strict: bool = False,
         histograms: bool = False,
         *,
@@ -233,20 +283,26 @@ class ParadigmMonitor:
         static_ratio: float = 1.0,
         hist_bins: int = 50,
         dtype=np.float32,
+        rankme_window: int | None = DEFAULT_WINDOW,
+        block: int = 256,
     ):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be an integer >= 1; got {every!r}")
         self.config = make_config(
             losses=losses, ratio_losses=ratio_losses, taus=taus, lambdas=lambdas, margin=margin,
             gd_threshold=gd_threshold, static_ratio=static_ratio, histograms=histograms, hist_bins=hist_bins,
+            block=block,
         )
+        self.window = None if rankme_window is None else CollapseWindow(rankme_window, background=True)
         self.every = every
         self.strict = bool(strict)
         self.dtype = np.dtype(dtype)
         if self.dtype.kind != "f":
             raise TypeError(f"dtype must be a floating dtype; got {self.dtype}")
         _check_x64(self.dtype)
-        sinks = sink if isinstance(sink, (list, tuple)) else ([] if sink is None else [sink])
+        if sink is not None and not isinstance(sink, (list, tuple)):
+            sink = [sink]
+        sinks = sink or []
         self.sinks = [make_sink(s) for s in sinks]
         self._fn = batch_statistics_fn(self.config)
         self._calls = 0
@@ -290,6 +346,7 @@ class ParadigmMonitor:
             shape = jax.ShapeDtypeStruct((2, 1), self.dtype)
             out = jax.eval_shape(self._fn, shape, shape)
             self._template = self._public(out)
+            self._template.update(dict.fromkeys(WINDOW_KEYS, np.zeros(())))
         return self._template
 
     def _public(self, out):
@@ -325,6 +382,8 @@ class ParadigmMonitor:
         rec = {"step": step, "time": time.time(), "valid": True, "reason": None,
                "n": int(h.shape[0]), "d": int(h.shape[1])}
         rec.update(_to_python(self._public(out)))
+        rec.update(_to_python(self.window.add(h, step)) if self.window is not None
+                   else dict.fromkeys(WINDOW_KEYS))
         return rec
 
     def _emit(self, record):
@@ -339,7 +398,9 @@ class ParadigmMonitor:
                 warnings.warn(f"ParadigmMonitor: sink {sink!r} failed: {exc}", RuntimeWarning, stacklevel=3)
 
     def close(self) -> None:
-        """Close the file sinks (records already written stay readable either way)."""
+        """Close the file sinks (records already written stay readable either way) and the RankMe worker."""
+        if self.window is not None:
+            self.window.close()
         for sink in self.sinks:
             close = getattr(sink, "close", None)
             if close is not None:
@@ -356,6 +417,19 @@ class ParadigmMonitor:
         c = self.config
         return (f"ParadigmMonitor(losses={[e.key for e in c.losses]}, taus={list(c.taus)}, "
                 f"lambdas={list(c.lambdas)}, margin={c.margin}, every={self.every}, sinks={self.sinks})")
+
+
+def _check_entries(arr, name: str) -> None:
+    """Raise on a non-finite entry or a zero row, reducing where the array lives (host copy only to name it)."""
+    import jax.numpy as jnp
+
+    xp = np if isinstance(arr, np.ndarray) else jnp
+    if not bool(xp.all(xp.isfinite(arr))):
+        bad = np.argwhere(~np.isfinite(np.asarray(arr)))[0]
+        raise ValueError(f"{name} has a non-finite entry at index {tuple(int(i) for i in bad)}")
+    if not bool(xp.all(xp.any(arr != 0, axis=1))):
+        zero = np.flatnonzero(~np.any(np.asarray(arr) != 0, axis=1))
+        raise ValueError(f"{name} has a zero vector at row {int(zero[0])}")
 
 
 def _stack(trees):
@@ -380,12 +454,18 @@ def analyze(
     histograms: bool = False,
     hist_bins: int = 50,
     dtype=np.float32,
+    rankme_window: int | None = DEFAULT_WINDOW,
+    block: int = 256,
 ) -> dict:
     """The monitor's statistics on saved embeddings, per batch of ``batch_size`` (Li et al. 2024 App. A.2).
 
     The M pairs are split in order into ⌊M / batch_size⌋ batches (the remainder is
     dropped and counted), and each batch is measured as ``ParadigmMonitor.update``
-    would. Bad input raises (this is an offline tool).
+    would, with the same RankMe / α-ReQ windows over the batches in order (the value
+    of batch b is that of the latest window complete by batch b, computed at once;
+    the monitor's records carry it once its worker thread is done, under the same
+    ``rankme_step``). Bad input raises (this is an offline tool). Sharded
+    ``jax.Array`` inputs stay on their devices.
 
     Args:
       h, h_prime: (M, D) the two views, any array-like.
@@ -397,6 +477,8 @@ def analyze(
       batch; nested by loss / τ / λ as in a record), plus
       ``lemma1_min_ratio_per_anchor`` {λ: (B, N)} (NaN where infeasible; the Fig. 8a
       distribution), ``histograms`` when asked, ``n_batches``, ``batch_size``, ``dropped``.
+      ``rankme`` and ``alpha_req`` are NaN and ``rankme_rows``, ``rankme_step`` (the batch
+      index that completed the window) −1 before the first complete window.
 
     Example:
       >>> import numpy as np
@@ -409,33 +491,35 @@ def analyze(
 
     cfg = make_config(losses=losses, ratio_losses=ratio_losses, taus=taus, lambdas=lambdas, margin=margin,
                       gd_threshold=gd_threshold, static_ratio=static_ratio, histograms=histograms,
-                      hist_bins=hist_bins)
+                      hist_bins=hist_bins, block=block)
+    window = None if rankme_window is None else CollapseWindow(rankme_window)
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 2:
         raise ValueError(f"batch_size must be an integer >= 2; got {batch_size!r}")
     dtype = np.dtype(dtype)
     _check_x64(dtype)
-    h = np.asarray(jax.device_get(to_array(h, "h")))
-    h_prime = np.asarray(jax.device_get(to_array(h_prime, "h_prime")))
+    h = to_array(h, "h")  # a jax.Array (sharded or not) stays where it is
+    h_prime = to_array(h_prime, "h_prime")
     if h.ndim != 2 or h.shape != h_prime.shape:
         raise ValueError(f"h and h_prime must both have shape (M, D); got {tuple(h.shape)} and {tuple(h_prime.shape)}")
     m = h.shape[0]
     if m < batch_size:
         raise ValueError(f"need at least one full batch: M = {m} pairs < batch_size = {batch_size}")
     for arr, name in ((h, "h"), (h_prime, "h_prime")):
-        if not np.all(np.isfinite(arr)):
-            bad = np.argwhere(~np.isfinite(arr))[0]
-            raise ValueError(f"{name} has a non-finite entry at index {tuple(int(i) for i in bad)}")
-        zero = np.flatnonzero(~np.any(arr != 0, axis=1))
-        if zero.size:
-            raise ValueError(f"{name} has a zero vector at row {int(zero[0])}")
+        _check_entries(arr, name)
     n_batches = m // batch_size
     fn = batch_statistics_fn(cfg)
-    outs = []
+    outs, windows = [], []
     for b in range(n_batches):
         sl = slice(b * batch_size, (b + 1) * batch_size)
         outs.append(jax.device_get(fn(h[sl].astype(dtype), h_prime[sl].astype(dtype))))
+        if window is not None:
+            windows.append(window.add(h[sl], b))
     res = _stack(outs)
     res.pop("_health", None)
+    for key in WINDOW_KEYS:
+        fill = -1 if key in ("rankme_rows", "rankme_step") else np.nan
+        res[key] = np.array([fill if w[key] is None else w[key] for w in windows] if windows
+                            else [fill] * n_batches)
     res["lemma1_min_ratio_per_anchor"] = res.pop("_lemma1_per_anchor", {})
     if histograms:
         res["histograms"]["edges_cos"] = np.linspace(-1, 1, cfg.hist_bins + 1)
@@ -445,6 +529,38 @@ def analyze(
     res["batch_size"] = int(batch_size)
     res["dropped"] = m - n_batches * batch_size
     return res
+
+
+def _pick(tree, b):
+    if isinstance(tree, dict):
+        return {k: _pick(v, b) for k, v in tree.items()}
+    return _to_python(np.asarray(tree)[b])
+
+
+def analysis_records(res: dict):
+    """``analyze``'s result as one record per batch (``step`` = batch index), for any sink.
+
+    Example:
+      >>> import numpy as np
+      >>> rng = np.random.default_rng(0)
+      >>> h = rng.normal(size=(64, 8)); hp = h + 0.3 * rng.normal(size=h.shape)
+      >>> res = analyze(h, hp, batch_size=32, losses=["infonce"], taus=(0.05,), lambdas=(0.5,))
+      >>> [(r["step"], r["n"], round(r["gd_mean"]["infonce"], 6) == round(float(res["gd_mean"]["infonce"][r["step"]]), 6))
+      ...  for r in analysis_records(res)]
+      [(0, 32, True), (1, 32, True)]
+    """
+    skip = ("n_batches", "batch_size", "dropped", "lemma1_min_ratio_per_anchor", "histograms")
+    hists = res.get("histograms")
+    for b in range(int(res["n_batches"])):
+        rec = {"step": b, "valid": True, "reason": None, "n": int(res["batch_size"])}
+        rec.update({k: _pick(v, b) for k, v in res.items() if k not in skip})
+        for key in ("rankme_rows", "rankme_step"):
+            if rec.get(key) == -1:
+                rec[key] = None
+        if hists is not None:
+            rec["histograms"] = {k: (np.asarray(v).tolist() if k.startswith("edges") else _pick(v, b))
+                                 for k, v in hists.items()}
+        yield rec
 
 
 def min_ratio_distribution(h, h_prime, *, lams=defaults.LEMMA1_LAMS, batch_size: int = 128, bins=None,
@@ -464,7 +580,7 @@ def min_ratio_distribution(h, h_prime, *, lams=defaults.LEMMA1_LAMS, batch_size:
     lams = _positive_tuple(lams, "lams")
     batch_size = min(int(batch_size), int(np.shape(h)[0]))
     res = analyze(h, h_prime, batch_size=batch_size, losses=(), ratio_losses=(), taus=(), lambdas=lams,
-                  margin=None, dtype=dtype)
+                  margin=None, dtype=dtype, rankme_window=None)
     per_anchor = res["lemma1_min_ratio_per_anchor"]
     samples = np.stack([np.asarray(v, dtype=float).reshape(-1) for v in per_anchor.values()])
     return summarize_min_ratio(samples, lams, bins=bins, quantiles=quantiles, ratios=ratios, meta={

@@ -1,4 +1,9 @@
-"""Where monitor records go: JSON Lines (default), CSV, or any callable; plus a tolerant reader.
+"""Where monitor records go: JSON Lines, CSV, TensorBoard, an experiment tracker, or any callable.
+
+There is no default file: a monitor without a sink only returns its records.
+``TensorBoardSink`` writes event files through ``tensorboardX`` (torch-free; the
+``tensorboard`` extra); ``LogSink`` hands the flattened scalars to any
+``log(metrics, step=...)`` (wandb, mlflow, trackio, ...) without importing it.
 
 Append safety: each record is written as one complete line with a single ``write``
 followed by ``flush`` (and ``os.fsync`` when asked). A crash can at worst leave a
@@ -30,7 +35,7 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["JSONLSink", "CSVSink", "make_sink", "read_log", "iter_log", "log_format", "flatten",
+__all__ = ["JSONLSink", "CSVSink", "TensorBoardSink", "LogSink", "scalars", "make_sink", "read_log", "iter_log", "log_format", "flatten",
            "unflatten"]
 
 
@@ -205,13 +210,195 @@ class CSVSink:
         return f"CSVSink({str(self.path)!r})"
 
 
+#: Record keys that are not curves: the x axis, the clock, the batch shape, the window's bookkeeping.
+_NOT_SCALARS = ("step", "time", "valid", "reason", "n", "d", "rankme_rows", "rankme_step", "histograms")
+_WINDOW_SCALARS = ("rankme", "alpha_req")
+
+
+def scalars(record: dict, prefix: str = "") -> dict[str, float]:
+    """The record's curves, flattened: ``{"mu_pos": 0.7, "gd_mean/infonce": 0.4, "hardest_share/0.05": ...}``.
+
+    Finite numbers only (None / NaN and the histograms are left out; so are ``step``,
+    ``time``, ``valid``, the batch shape ``n`` / ``d`` and the window bookkeeping
+    ``rankme_rows`` / ``rankme_step``).
+
+    Args:
+      record: a ``ParadigmMonitor`` record.
+      prefix: prepended to every name (e.g. ``"paradigm/"``).
+    """
+    out = {}
+    for key, v in flatten({k: v for k, v in record.items() if k not in _NOT_SCALARS}).items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            continue
+        out[prefix + key] = float(v)
+    return out
+
+
+class _NewWindow:
+    """Pass RankMe / α-ReQ on only when a record brings a new window (not the same value every step).
+
+    Returns the record's scalars (without the window's when it is not new) and the new
+    window's step (``None`` if none).
+    """
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+        self.last = None
+
+    def __call__(self, record):
+        values = scalars(record, self.prefix)
+        step = record.get("rankme_step")
+        if step is None or step == self.last:
+            for k in _WINDOW_SCALARS:
+                values.pop(self.prefix + k, None)
+            return values, None
+        self.last = step
+        return values, step
+
+
+class LogSink:
+    """Hand each record's scalars to an experiment tracker's ``log(metrics, step=step)``.
+
+    Nothing is imported: any function taking a dict of floats and a ``step`` keyword
+    fits. RankMe and α-ReQ are passed when a new window arrives, at the record's step
+    (trackers want increasing steps; ``rankme_step`` names the window's own step)::
+
+        import wandb; wandb.init(project="simcse")
+        monitor = ParadigmMonitor(sink=LogSink(wandb.log, prefix="paradigm/"))
+
+        import mlflow; mlflow.start_run()
+        monitor = ParadigmMonitor(sink=LogSink(mlflow.log_metrics))
+
+        import trackio; trackio.init(project="simcse")
+        monitor = ParadigmMonitor(sink=LogSink(trackio.log))
+
+    Args:
+      log: called as ``log(metrics, step=step)``.
+      prefix: prepended to every metric name.
+
+    Example:
+      >>> seen = []
+      >>> sink = LogSink(lambda metrics, step: seen.append((step, metrics)), prefix="p/")
+      >>> sink({"step": 3, "mu_pos": 0.5, "gd_mean": {"infonce": 0.25}, "rankme": None})
+      >>> seen
+      [(3, {'p/mu_pos': 0.5, 'p/gd_mean/infonce': 0.25})]
+    """
+
+    def __init__(self, log: Callable, *, prefix: str = ""):
+        if not callable(log):
+            raise TypeError(f"LogSink needs a callable log(metrics, step=...); got {type(log).__name__}")
+        self.log = log
+        self.prefix = str(prefix)
+        self._window = _NewWindow(self.prefix)
+
+    def __call__(self, record: dict) -> None:
+        values, window_step = self._window(record)
+        if window_step is not None:
+            values[self.prefix + "rankme_step"] = float(window_step)
+        if values:
+            self.log(values, step=record.get("step"))
+
+    def __repr__(self):
+        return f"LogSink({getattr(self.log, '__qualname__', self.log)!r})"
+
+
+def _angle_histogram(counts, cos_edges):
+    """Counts over cos θ bins -> (θ edges ascending, counts): the same bins in radians."""
+    import numpy as np
+
+    theta_edges = np.arccos(np.clip(np.asarray(cos_edges, dtype=float), -1.0, 1.0))[::-1]  # ascending
+    return theta_edges, np.asarray(counts, dtype=float)[::-1]
+
+
+class TensorBoardSink:
+    """Write each record to TensorBoard event files in ``logdir`` (through ``tensorboardX``; torch-free).
+
+    Scalars are the record's curves, flattened (``mu_pos``, ``gd_mean/infonce``,
+    ``hardest_share/0.05``, ``lemma1_min_ratio/0.1/q50``, ...; see ``scalars``), at the
+    record's step and wall-clock time. RankMe and α-ReQ are written once per window,
+    at ``rankme_step`` (the step that completed it). With ``ParadigmMonitor(histograms=True)``
+    the angle histograms ``theta_pos`` (θ_ii') and ``theta_neg`` (θ_ij'), in radians, and
+    ``lemma1_min_ratio/λ`` are written too: the monitor's fixed bins (over cos θ,
+    mapped to θ = arccos), with sum and sum of squares taken at the bin centres.
+
+    Needs ``pip install 'gradlab[tensorboard]'`` (tensorboardX). View with
+    ``tensorboard --logdir LOGDIR``.
+
+    Args:
+      logdir: the run's directory (created).
+      prefix: prepended to every tag.
+      histograms: write the histograms a record carries.
+    """
+
+    def __init__(self, logdir, *, prefix: str = "", histograms: bool = True):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            raise ImportError("TensorBoardSink needs tensorboardX: pip install 'gradlab[tensorboard]' "
+                              "(or pip install tensorboardX)") from None
+        self.logdir = Path(logdir)
+        self.prefix = str(prefix)
+        self.histograms = bool(histograms)
+        self._writer = SummaryWriter(logdir=str(self.logdir))
+        self._window = _NewWindow(self.prefix)
+
+    def _hist(self, tag, edges, counts, step, walltime):
+        """One histogram over fixed bins: ``edges`` (B + 1,) ascending, ``counts`` (B,)."""
+        import numpy as np
+
+        edges = np.asarray(edges, dtype=float)
+        counts = np.asarray(counts, dtype=float)
+        total = float(counts.sum())
+        if not total > 0:
+            return
+        centres = 0.5 * (edges[:-1] + edges[1:])
+        used = np.flatnonzero(counts)
+        self._writer.add_histogram_raw(
+            self.prefix + tag, min=float(edges[used[0]]), max=float(edges[used[-1] + 1]), num=total,
+            sum=float(counts @ centres), sum_squares=float(counts @ centres**2),
+            bucket_limits=edges[1:].tolist(), bucket_counts=counts.tolist(),
+            global_step=step, walltime=walltime)
+
+    def __call__(self, record: dict) -> None:
+        step, walltime = record.get("step"), record.get("time")
+        values, window_step = self._window(record)
+        for tag, v in values.items():
+            at = window_step if tag[len(self.prefix):] in _WINDOW_SCALARS else step
+            self._writer.add_scalar(tag, v, global_step=at, walltime=walltime)
+        hists = record.get("histograms") if self.histograms else None
+        if hists:
+            import numpy as np
+
+            edges = hists.get("edges_cos")
+            for name, key in (("theta_pos", "cos_pos"), ("theta_neg", "cos_neg")):
+                if hists.get(key) is not None and edges is not None:
+                    limits, counts = _angle_histogram(hists[key], edges)
+                    self._hist(name, limits, counts, step, walltime)
+            lemma_edges = hists.get("edges_lemma1")
+            for lam, counts in (hists.get("lemma1_min_ratio") or {}).items():
+                if counts is not None and lemma_edges is not None:
+                    self._hist(f"lemma1_min_ratio/{lam}", np.asarray(lemma_edges), counts, step, walltime)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def __repr__(self):
+        return f"TensorBoardSink({str(self.logdir)!r})"
+
+
 def make_sink(sink) -> Callable[[dict], None]:
-    """A sink from a path (``.csv`` -> CSV, anything else -> JSON Lines) or a callable."""
+    """A sink from a callable, ``"tb:LOGDIR"`` (TensorBoard), or a path (``.csv`` -> CSV, else JSON Lines)."""
     if callable(sink):
         return sink
     if isinstance(sink, (str, os.PathLike)):
-        return CSVSink(sink) if str(sink).lower().endswith(".csv") else JSONLSink(sink)
-    raise TypeError(f"sink must be a path or a callable taking a record dict; got {type(sink).__name__}")
+        text = str(sink)
+        if text.startswith("tb:"):
+            if not text[3:]:
+                raise ValueError("sink 'tb:' needs a log directory, e.g. 'tb:runs/exp1'")
+            return TensorBoardSink(text[3:])
+        return CSVSink(sink) if text.lower().endswith(".csv") else JSONLSink(sink)
+    raise TypeError(f"sink must be a path, 'tb:LOGDIR' or a callable taking a record dict; got {type(sink).__name__}")
 
 
 _SNIFF_BYTES = 1 << 16

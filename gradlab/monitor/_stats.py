@@ -5,9 +5,18 @@ rows after normalization), negatives h_j' (j ≠ i); C_ij = h_i·h_j', c_p = C_i
 θ = arccos C. The hardest negative of anchor i is j*(i) = argmax_{j≠i} C_ij (the
 nearest one; first index on ties).
 
-Every statistic is a function of C, the keys' Gram matrix G'_jk = h_j'·h_k' and the
-anchors' Gram matrix G_jk = h_j·h_k: three (N, N, D) products, then O(N²) work per
-loss / τ / λ (O(N³) for the projected hardest share).
+Every statistic is a reduction over anchors of per-anchor quantities, each a function
+of one row of C (and of the rows of the Gram matrices h hᵀ, h' h'ᵀ for the uniformity).
+So the anchors are processed in row blocks of ``StatsConfig.block``: a block forms
+only (block, N) matrices, never an (N, N) one, and every reduction is exact:
+sums and means add up per-anchor values, the pooled σ of the N(N − 1) negative angles
+merges per-anchor means and sums of squared deviations (Chan et al.'s exact update),
+the uniformity is a logsumexp of per-anchor logsumexps, histograms add per-block
+counts over fixed bins, and the Lemma-1 quantiles are over the N per-anchor values.
+Cost O(N² D) per τ; memory O(N D + block · N). A sharded ``jax.Array`` input is
+fine: the row blocks never gather an (N, N) matrix; each block needs all N keys, so
+the keys (N, D) may be replicated on every device (XLA's choice), not split N D / devices
+(that would need a ring exchange of key shards).
 """
 
 from __future__ import annotations
@@ -22,7 +31,8 @@ import jax.numpy as jnp
 from gradlab.collapse import collapse_ratios
 from gradlab.geometry import normalize, safe_arccos, sin_from_cos
 from gradlab.lemma1 import lemma1_bounds
-from gradlab.losses._ops import log_mean_gaussian
+from gradlab.losses._ops import gaussian_logits
+from gradlab.monitor._collapse import embedding_std
 
 __all__ = ["StatsConfig", "batch_statistics_fn", "QUANTILES", "tau_key", "lam_key"]
 
@@ -63,6 +73,8 @@ class StatsConfig:
       static_ratio: the static r whose Lemma-1 satisfied fraction is reported.
       align_alpha, uniform_t: Wang & Isola's α and t.
       hist_bins: bins of the cos θ histograms over [−1, 1] (``None``: no histograms).
+      block: anchors per row block: only (block, N) matrices are formed, never the
+        (N, N) ones (N <= block: one block).
       lemma1_hist_range, lemma1_hist_bins: histogram of the minimum ratio
         (values outside the range are clipped into the end bins).
     """
@@ -77,6 +89,7 @@ class StatsConfig:
     align_alpha: float = 2.0
     uniform_t: float = 2.0
     hist_bins: int | None = None
+    block: int = 256
     lemma1_hist_range: tuple[float, float] = (-2.0, 4.0)
     lemma1_hist_bins: int = 60
 
@@ -85,14 +98,126 @@ def _nan_if_empty(total, count):
     return jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan)
 
 
-def _uniformity(x, t):
-    """Wang & Isola: log mean_{i<j} exp(−t ‖x_i − x_j‖²) for unit rows x (N, D) (``log_mean_gaussian``)."""
-    return log_mean_gaussian(x, x, t, "k<l")
-
-
 def _first_true(mask):
     """Index of the first True entry of a 1-D mask, or −1."""
     return jnp.where(jnp.any(mask), jnp.argmax(mask), -1)
+
+
+def _row_block(h_rows, hp_rows, h, hp, start, size: int, cfg: StatsConfig):
+    """Per-anchor quantities of the anchors start … start + size − 1 against all N keys.
+
+    ``h_rows`` / ``hp_rows`` are h / h' padded to whole blocks (the block's anchors and
+    positives are sliced from them); ``h`` / ``hp`` (N, D) are the keys. Only (size, N)
+    matrices are formed: C_b = h_b h'ᵀ, the angles, the softmax weights per τ, and the
+    two Gram rows of the uniformity. Rows past N (padding) are masked out of the
+    histogram and sliced away by the caller.
+    """
+    n = hp.shape[0]
+    dtype = h.dtype
+    hb = jax.lax.dynamic_slice_in_dim(h_rows, start, size)
+    hpb = jax.lax.dynamic_slice_in_dim(hp_rows, start, size)
+    rows = start + jnp.arange(size)
+    cols = jnp.arange(n)
+    valid = cols[None, :] != rows[:, None]
+    local = jnp.arange(size)
+    C = hb @ hp.T
+    c_pos = C[local, jnp.clip(rows, 0, n - 1)]
+    theta = safe_arccos(C)
+    row_mean = jnp.sum(jnp.where(valid, theta, 0.0), axis=-1) / (n - 1)
+    hard = jnp.argmax(jnp.where(valid, C, -jnp.inf), axis=1)  # j*(i)
+    c_hard = C[local, hard]
+    hp_hard = hp[hard]
+    # One block with N <= D: the keys' Gram matrix G' = h' h'ᵀ (N, N) is the cheaper way to
+    # the push directions (N³ per τ instead of N² D); several blocks never form it.
+    gram = hp @ hp.T if size == n and n <= hp.shape[1] else None
+    out = {
+        "c_pos": c_pos,
+        "c_hard": c_hard,
+        "gp_hard": jnp.sum(hpb * hp_hard, axis=-1) if gram is None else gram[local, hard],  # h_i'·h_j*'
+        "theta_mean": row_mean,
+        "theta_m2": jnp.sum(jnp.where(valid, (theta - row_mean[:, None]) ** 2, 0.0), axis=-1),
+        "cos_sum": jnp.sum(jnp.where(valid, C, 0.0), axis=-1),
+    }
+
+    kernels = {}
+
+    def kernel(e):  # each distinct loss traced once, even if listed for GD and for ratio
+        if e not in kernels:
+            kernels[e] = e.kernel(c_pos, C, valid, **dict(e.params))
+        return kernels[e]
+
+    out["gd"] = {e.key: kernel(e)[0] for e in cfg.losses}
+    out["r_hard"], out["r_gd"] = {}, {}
+    for e in cfg.ratio_losses:
+        gd, _, r = kernel(e)
+        out["r_hard"][e.key] = jnp.broadcast_to(r, C.shape)[local, hard]
+        out["r_gd"][e.key] = gd
+
+    # hardest negative's share of the exponential weight, per τ.
+    # simple: w_{i j*} with w = softmax_{j≠i}(C_ij/τ).
+    # projected: v_i = Σ_j w_ij t_ij with t_ij = h_j' − C_ij h_i (tangent at h_i); the
+    # hardest negative's contribution to v_i along v_i is w_ij* ⟨t_ij*, v_i⟩ / ‖v_i‖²
+    # (the contributions of all negatives sum to 1). With u_i = Σ_j w_ij h_j':
+    # ‖v_i‖² = ‖u_i‖² − (Σ_j w_ij C_ij)² and ⟨t_ij*, v_i⟩ = u_i·h_j*' − C_ij* Σ_j w_ij C_ij,
+    # where ‖u_i‖² = (W G' Wᵀ)_ii and u_i·h_j*' = (W G')_ij* when G' is at hand.
+    eps = float(jnp.finfo(dtype).eps)
+    out["w_hard"], out["share"] = {}, {}
+    for tau in cfg.taus:
+        logits = jnp.where(valid, C / tau, -jnp.inf)
+        w = jax.nn.softmax(logits, axis=-1, where=valid)
+        w = jnp.where(valid, w, 0.0)
+        w_hard = w[local, hard]
+        if gram is None:
+            u = w @ hp
+            wgw = jnp.sum(u * u, axis=-1)  # ‖Σ_j w_ij h_j'‖² ≤ 1
+            u_hard = jnp.sum(u * hp_hard, axis=-1)
+        else:
+            wg = w @ gram  # (W G')_ik = Σ_j w_ij G'_jk
+            wgw = jnp.sum(wg * w, axis=-1)
+            u_hard = wg[local, hard]
+        wc = jnp.sum(w * C, axis=-1)
+        vv = wgw - wc**2  # ‖v_i‖², by cancellation: rounding error ~ eps · wgw
+        tv = u_hard - c_hard * wc
+        ok = vv > 64 * eps * wgw  # below: no push direction beyond rounding noise -> undefined (NaN)
+        out["w_hard"][tau_key(tau)] = w_hard
+        out["share"][tau_key(tau)] = jnp.where(ok, w_hard * tv / jnp.where(ok, vv, 1.0), jnp.nan)
+
+    # Wang & Isola's uniformity (``gradlab.losses.log_mean_gaussian``), one row of pairs i < j at a
+    # time: log Σ_{j>i} exp(−t‖x_i − x_j‖²), combined over rows in ``_statistics``.
+    upper = cols[None, :] > rows[:, None]
+    for name, xb, x, g in (("unif_h", hb, h, None), ("unif_hp", hpb, hp, gram)):
+        logits = gaussian_logits(xb @ x.T if g is None else g, cfg.uniform_t)
+        out[name] = jax.nn.logsumexp(jnp.where(upper, logits, -jnp.inf), axis=-1)
+
+    if cfg.hist_bins is not None:
+        edges = jnp.linspace(-1.0, 1.0, cfg.hist_bins + 1, dtype=dtype)
+        weights = (valid & (rows < n)[:, None]).astype(dtype)
+        out["hist_cos_neg"], _ = jnp.histogram(jnp.clip(C, -1.0, 1.0), bins=edges, weights=weights)
+    return out
+
+
+def _per_anchor(h, hp, cfg: StatsConfig):
+    """``_row_block`` over all anchors in blocks of ``cfg.block`` rows (one block when N <= block)."""
+    n = h.shape[0]
+    if n <= cfg.block:
+        return _row_block(h, hp, h, hp, 0, n, cfg)
+    size = cfg.block
+    nb = -(-n // size)
+    pad = nb * size - n
+    h_pad = jnp.pad(h, ((0, pad), (0, 0)))
+    hp_pad = jnp.pad(hp, ((0, pad), (0, 0)))
+
+    def block(start):
+        return _row_block(h_pad, hp_pad, h, hp, start, size, cfg)
+
+    stacked = jax.lax.map(block, jnp.arange(nb) * size)
+    out = {}
+    for k, v in stacked.items():
+        if k == "hist_cos_neg":
+            out[k] = jnp.sum(v, axis=0)
+        else:
+            out[k] = jax.tree_util.tree_map(lambda a: a.reshape((nb * size,) + a.shape[2:])[:n], v)
+    return out
 
 
 def _statistics(h, hp, cfg: StatsConfig):
@@ -108,14 +233,10 @@ def _statistics(h, hp, cfg: StatsConfig):
     }
     h = normalize(jnp.where(finite_h, h, 0.0))
     hp = normalize(jnp.where(finite_hp, hp, 0.0))
+    a = _per_anchor(h, hp, cfg)
 
     # --- cosines and angles ---------------------------------------------------------
-    eye = jnp.eye(n, dtype=bool)
-    valid = ~eye
-    C = h @ hp.T
-    Gp = hp @ hp.T
-    c_pos = jnp.diagonal(C)
-    theta = safe_arccos(C)
+    c_pos, c_hard = a["c_pos"], a["c_hard"]
     # θ_ii' = 2 arcsin(‖h_i − h_i'‖ / 2): exact near 0, where arccos of a rounded cosine
     # is not (float32: arccos(1 − ulp) ≈ 3e-4 for identical views).
     chord = jnp.sqrt(jnp.sum((h - hp) ** 2, axis=-1))
@@ -123,12 +244,10 @@ def _statistics(h, hp, cfg: StatsConfig):
     n_neg = n * (n - 1)
     mu_pos = jnp.mean(theta_pos)
     sigma_pos = jnp.sqrt(jnp.sum((theta_pos - mu_pos) ** 2) / (n - 1))
-    mu_neg = jnp.sum(jnp.where(valid, theta, 0.0)) / n_neg
-    sigma_neg = jnp.sqrt(jnp.sum(jnp.where(valid, (theta - mu_neg) ** 2, 0.0)) / max(n_neg - 1, 1))
-
-    rows = jnp.arange(n)
-    hard = jnp.argmax(jnp.where(valid, C, -jnp.inf), axis=1)  # j*(i)
-    c_hard = C[rows, hard]
+    mu_neg = jnp.mean(a["theta_mean"])
+    # pooled over the N(N − 1) angles from the per-anchor means and sums of squares (exact merge)
+    m2 = jnp.sum(a["theta_m2"]) + (n - 1) * jnp.sum((a["theta_mean"] - mu_neg) ** 2)
+    sigma_neg = jnp.sqrt(m2 / max(n_neg - 1, 1))
 
     out = {
         "mu_pos": mu_pos,
@@ -136,20 +255,13 @@ def _statistics(h, hp, cfg: StatsConfig):
         "mu_neg": mu_neg,
         "sigma_neg": sigma_neg,
         "cos_pos_mean": jnp.mean(c_pos),
-        "cos_neg_mean": jnp.sum(jnp.where(valid, C, 0.0)) / n_neg,
+        "cos_neg_mean": jnp.sum(a["cos_sum"]) / n_neg,
     }
 
     # --- gradient dissipation ---------------------------------------------------------
-    kernels = {}
-
-    def kernel(e):  # each distinct loss traced once, even if listed for GD and for ratio
-        if e not in kernels:
-            kernels[e] = e.kernel(c_pos, C, valid, **dict(e.params))
-        return kernels[e]
-
     gd_mean, gd_off = {}, {}
     for e in cfg.losses:
-        gd, _, _ = kernel(e)
+        gd = a["gd"][e.key]
         gd_mean[e.key] = jnp.mean(gd)
         gd_off[e.key] = jnp.mean((gd < cfg.gd_threshold).astype(dtype))
     if cfg.margin is not None:
@@ -162,43 +274,21 @@ def _statistics(h, hp, cfg: StatsConfig):
     # --- dynamic ratios at the hardest negative, anchors passing the GD gate -----------
     ratio, ratio_pass = {}, {}
     for e in cfg.ratio_losses:
-        gd, _, r = kernel(e)
-        r_hard = jnp.broadcast_to(r, C.shape)[rows, hard]
-        gate = gd >= cfg.gd_threshold
-        ratio[e.key] = _nan_if_empty(jnp.sum(jnp.where(gate, r_hard, 0.0)), jnp.sum(gate))
+        gate = a["r_gd"][e.key] >= cfg.gd_threshold
+        ratio[e.key] = _nan_if_empty(jnp.sum(jnp.where(gate, a["r_hard"][e.key], 0.0)), jnp.sum(gate))
         ratio_pass[e.key] = jnp.mean(gate.astype(dtype))
     out["ratio"] = ratio
     out["ratio_pass_fraction"] = ratio_pass
 
     # --- hardest negative's share of the exponential weight, per τ --------------------
-    # simple: w_{i j*} with w = softmax_{j≠i}(C_ij/τ).
-    # projected: v_i = Σ_j w_ij t_ij with t_ij = h_j' − C_ij h_i (tangent at h_i); the
-    # hardest negative's contribution to v_i along v_i is w_ij* ⟨t_ij*, v_i⟩ / ‖v_i‖²
-    # (the contributions of all negatives sum to 1). ⟨t_ij, t_ik⟩ = G'_jk − C_ij C_ik.
-    eps = float(jnp.finfo(dtype).eps)
-    hardest_share, weight_share = {}, {}
-    for tau in cfg.taus:
-        logits = jnp.where(valid, C / tau, -jnp.inf)
-        w = jax.nn.softmax(logits, axis=-1, where=valid)
-        w = jnp.where(valid, w, 0.0)
-        w_hard = w[rows, hard]
-        weight_share[tau_key(tau)] = jnp.mean(w_hard)
-        wg = w @ Gp  # (W G')_ik = Σ_j w_ij G'_jk
-        wc = jnp.sum(w * C, axis=-1)
-        wgw = jnp.sum(wg * w, axis=-1)  # ‖Σ_j w_ij h_j'‖² ≤ 1
-        vv = wgw - wc**2  # ‖v_i‖², by cancellation: rounding error ~ eps · wgw
-        tv = wg[rows, hard] - c_hard * wc
-        ok = vv > 64 * eps * wgw  # below: no push direction beyond rounding noise -> undefined (NaN)
-        share = jnp.where(ok, w_hard * tv / jnp.where(ok, vv, 1.0), jnp.nan)
-        hardest_share[tau_key(tau)] = jnp.nanmean(share)
-    out["hardest_share"] = hardest_share
-    out["weight_share"] = weight_share
+    out["hardest_share"] = {k: jnp.nanmean(v) for k, v in a["share"].items()}
+    out["weight_share"] = {k: jnp.mean(v) for k, v in a["w_hard"].items()}
 
     # --- Lemma 1 with the hardest negative, α measured from the embeddings -------------
     s = sin_from_cos(c_pos)
     t = sin_from_cos(c_hard)
     st = s * t
-    cos_alpha = jnp.where(st > 0, (Gp[rows, hard] - c_pos * c_hard) / jnp.where(st > 0, st, 1.0), 1.0)
+    cos_alpha = jnp.where(st > 0, (a["gp_hard"] - c_pos * c_hard) / jnp.where(st > 0, st, 1.0), 1.0)
     alpha = safe_arccos(jnp.clip(cos_alpha, -1.0, 1.0))
     theta_hard = safe_arccos(c_hard)
     l1_min, l1_feas, l1_sat, l1_hist = {}, {}, {}, {}
@@ -223,20 +313,21 @@ def _statistics(h, hp, cfg: StatsConfig):
     out["lemma1_feasible_fraction"] = l1_feas
     out["lemma1_satisfied_fraction"] = l1_sat
 
-    # --- Wang & Isola, Zhang et al. 2022 -------------------------------------------------------
+    # --- Wang & Isola, Zhang et al. 2022, dimensional collapse ----------------------------
     out["align"] = jnp.mean((2.0 - 2.0 * c_pos).clip(0.0) ** (cfg.align_alpha / 2.0))
-    out["uniform"] = 0.5 * (_uniformity(h, cfg.uniform_t) + _uniformity(hp, cfg.uniform_t))
+    log_pairs = jnp.log(n * (n - 1) / 2.0).astype(dtype)
+    out["uniform"] = 0.5 * (jax.nn.logsumexp(a["unif_h"]) + jax.nn.logsumexp(a["unif_hp"])) - log_pairs
     m_o_h, m_r_h = collapse_ratios(h, normalized=True)
     m_o_hp, m_r_hp = collapse_ratios(hp, normalized=True)
     out["m_o"] = 0.5 * (m_o_h + m_o_hp)
     out["m_r"] = 0.5 * (m_r_h + m_r_hp)
+    out["embedding_std"] = 0.5 * (embedding_std(h) + embedding_std(hp))
 
     # --- histograms (Li et al. 2024 Fig. 5) ------------------------------------------------
     if cfg.hist_bins is not None:
         edges = jnp.linspace(-1.0, 1.0, cfg.hist_bins + 1, dtype=dtype)
         cpos_hist, _ = jnp.histogram(jnp.clip(c_pos, -1.0, 1.0), bins=edges)
-        cneg_hist, _ = jnp.histogram(jnp.clip(C, -1.0, 1.0), bins=edges, weights=valid.astype(dtype))
-        out["histograms"] = {"cos_pos": cpos_hist, "cos_neg": cneg_hist, "lemma1_min_ratio": l1_hist}
+        out["histograms"] = {"cos_pos": cpos_hist, "cos_neg": a["hist_cos_neg"], "lemma1_min_ratio": l1_hist}
     out["_health"] = health
     return out
 
