@@ -143,11 +143,23 @@ def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True,
                                           help="Print the version and exit.")] = False,
     debug: Debug = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not use the compilation cache (also GRADLAB_CACHE_DIR=off).")] = False,
 ):
     """gradlab: the GD / W / R gradient paradigm of contrastive losses."""
     if ctx.invoked_subcommand is None:  # bare `gradlab`: the help
         typer.echo(ctx.get_help())
         raise typer.Exit()
+    _start_cache(no_cache)
+
+
+def _start_cache(no_cache: bool) -> None:
+    """The persistent compilation cache, on by default for every command (env only: no JAX import)."""
+    from gradlab import _cache
+
+    if no_cache:
+        _cache.disable_cache()
+    else:
+        _cache.enable_cache()
 
 
 # --- shared options ------------------------------------------------------------------------------

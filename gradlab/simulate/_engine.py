@@ -97,16 +97,20 @@ def _n_devices() -> int:
     return len(jax.devices())
 
 
-def _sharded_map(fn, chunk: int, nd: int, *, vectorize: bool = True):
+def _sharded_map(fn, chunk: int, nd: int, *, vectorize: bool = True, prep=None):
     """jit(shard_map(lax.map(fn, batch_size=chunk))) over the leading axis of ``xs``.
 
     ``vectorize=False`` maps one item at a time (``lax.map`` without ``batch_size``): the
     per-item program then has the same shapes whatever the chunk, which keeps XLA's
-    fusion, and so the rounding, of reductions inside ``fn`` fixed.
+    fusion, and so the rounding, of reductions inside ``fn`` fixed. ``prep(rep)`` runs once
+    per call inside the same program (elementwise set-up that would otherwise be one
+    small compiled program per operation).
     """
     mesh = Mesh(np.array(jax.devices()[:nd]), ("cells",))
 
     def local(xs, rep):
+        if prep is not None:
+            rep = prep(rep)
         return jax.lax.map(lambda x: fn(x, rep), xs, batch_size=chunk if vectorize else None)
 
     mapped = jax.shard_map(local, mesh=mesh, in_specs=(P("cells"), P()), out_specs=P("cells"), check_vma=False)
@@ -148,13 +152,22 @@ def _step_size(chunk: int, nd: int, n_items: int, progress) -> int:
 
 
 # --- common mode -----------------------------------------------------------------------------
+def _cos_sin(sigma, z):
+    """cos(σz), sin(σz) of the shared draws (inside the stage's program)."""
+    return jnp.cos(sigma * z), jnp.sin(sigma * z)
+
+
 @functools.lru_cache(maxsize=64)
 def _neg_stage(stat: Stat, nd: int):
     def fn(mu_q, rep):
         a, s, p = rep
         return stat.neg(jnp.cos(mu_q) * a - jnp.sin(mu_q) * s, p)
 
-    return _sharded_map(fn, _NEG_CHUNK, nd)
+    def prep(rep):
+        sigma, z, p = rep
+        return (*_cos_sin(sigma, z), p)
+
+    return _sharded_map(fn, _NEG_CHUNK, nd, prep=prep)
 
 
 @functools.lru_cache(maxsize=64)
@@ -165,14 +178,17 @@ def _pair_stage(stat: Stat, chunk: int, nd: int):
         per_q = jax.vmap(lambda t: _reduce(stat.pair(c_pos, t, u, p)))
         return per_q(tables)
 
-    return _sharded_map(row, chunk, nd)
+    def prep(rep):
+        sigma, z, u, tables, p = rep
+        return (*_cos_sin(sigma, z), u, tables, p)
+
+    return _sharded_map(row, chunk, nd, prep=prep)
 
 
 def neg_tables(stat: Stat, draws: CommonDraws, mu_neg: np.ndarray, params):
     """Common-mode tables of every μ_neg column: pytree with leading axes (Q, B)."""
     dtype = draws.dtype
-    sn = jnp.asarray(draws.sigma_neg, dtype)
-    rep = (jnp.cos(sn * draws.z_neg), jnp.sin(sn * draws.z_neg), params)
+    rep = (np.asarray(draws.sigma_neg, dtype), draws.z_neg, params)
     nd = _n_devices()
     return _run_steps(_neg_stage(stat, nd), np.asarray(mu_neg, dtype), rep, _pad(len(mu_neg), _NEG_CHUNK * nd), None)
 
@@ -182,9 +198,8 @@ def run_common(stat: Stat, draws: CommonDraws, mu_pos, mu_neg, params, *, chunk=
     dtype = draws.dtype
     mu_pos = np.asarray(mu_pos, dtype)
     mu_neg = np.asarray(mu_neg, dtype)
-    tables = jax.tree.map(jnp.asarray, neg_tables(stat, draws, mu_neg, params))
-    sp = jnp.asarray(draws.sigma_pos, dtype)
-    rep = (jnp.cos(sp * draws.z_pos), jnp.sin(sp * draws.z_pos), draws.u, tables, params)
+    tables = neg_tables(stat, draws, mu_neg, params)
+    rep = (np.asarray(draws.sigma_pos, dtype), draws.z_pos, draws.u, tables, params)
     nd = _n_devices()
     batches, n_neg = draws.z_neg.shape
     width = n_neg if stat.width is None else stat.width

@@ -111,8 +111,12 @@ def _common_draws_fn(batches: int, n: int, dtype: str):
 
 def common_draws(protocol):
     """Standard draws shared by every cell: z_pos (B,), z_neg (B, N−1), u_alpha (B,)."""
+    from gradlab._cache import memo_arrays
+
     dtype = protocol.jnp_dtype()
-    return _common_draws_fn(protocol.batches, protocol.batch_size, dtype.name)(protocol.seed)
+    fn = _common_draws_fn(protocol.batches, protocol.batch_size, dtype.name)
+    return memo_arrays("common_draws", (protocol.seed, protocol.batches, protocol.batch_size, dtype.name),
+                       lambda: fn(protocol.seed))
 
 
 class CommonDraws(NamedTuple):
