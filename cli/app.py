@@ -150,6 +150,19 @@ def _root(
         typer.echo(ctx.get_help())
         raise typer.Exit()
     _start_cache(no_cache)
+    _start_distributed()
+
+
+def _start_distributed() -> None:
+    """``GRADLAB_DISTRIBUTED=1``: join a multi-process JAX run (``jax.distributed.initialize()`` reads
+    the cluster's environment: SLURM, Open MPI, TPU pods, or JAX_COORDINATOR_ADDRESS & co.)."""
+    import os
+
+    if os.environ.get("GRADLAB_DISTRIBUTED", "") in ("", "0"):
+        return
+    import jax
+
+    jax.distributed.initialize()
 
 
 def _start_cache(no_cache: bool) -> None:

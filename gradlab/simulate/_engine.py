@@ -119,6 +119,17 @@ def _pad(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+def _fetch(tree):
+    """The sharded outputs as host NumPy arrays. Under ``jax.distributed`` (several processes)
+    each process holds only its devices' rows: they are gathered, so that every process
+    returns the whole map (process 0 writes it)."""
+    if jax.process_count() == 1:
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+
+    return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
+
+
 def _run_steps(compiled, items: np.ndarray, rep, step: int, progress):
     """Run ``compiled`` on fixed-size slices of ``items`` (padded by repeating the last one)."""
     n = items.shape[0]
@@ -127,7 +138,7 @@ def _run_steps(compiled, items: np.ndarray, rep, step: int, progress):
     outs = []
     n_steps = total // step
     for i in range(n_steps):
-        outs.append(jax.device_get(compiled(padded[i * step : (i + 1) * step], rep)))
+        outs.append(_fetch(compiled(padded[i * step : (i + 1) * step], rep)))
         if progress is not None:
             progress(min((i + 1) * step, n), n)
     joined = jax.tree.map(lambda *xs: np.concatenate(xs, axis=0)[:n], *outs)
