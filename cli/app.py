@@ -154,15 +154,23 @@ def _root(
 
 
 def _start_distributed() -> None:
-    """``GRADLAB_DISTRIBUTED=1``: join a multi-process JAX run (``jax.distributed.initialize()`` reads
-    the cluster's environment: SLURM, Open MPI, TPU pods, or JAX_COORDINATOR_ADDRESS & co.)."""
+    """``GRADLAB_DISTRIBUTED=1``: join a multi-process JAX run. ``jax.distributed.initialize()`` reads
+    the cluster's environment (SLURM, Open MPI, TPU pods); by hand, ``JAX_COORDINATOR_ADDRESS``
+    with ``GRADLAB_NUM_PROCESSES`` and ``GRADLAB_PROCESS_ID``."""
     import os
 
     if os.environ.get("GRADLAB_DISTRIBUTED", "") in ("", "0"):
         return
+    kwargs = {}
+    for env, name in (("GRADLAB_NUM_PROCESSES", "num_processes"), ("GRADLAB_PROCESS_ID", "process_id")):
+        raw = os.environ.get(env, "").strip()
+        if raw:
+            if not raw.isdigit():
+                raise ValueError(f"{env} must be a whole number; got {raw!r}")
+            kwargs[name] = int(raw)
     import jax
 
-    jax.distributed.initialize()
+    jax.distributed.initialize(**kwargs)
 
 
 def _start_cache(no_cache: bool) -> None:
