@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
+
 from gradlab import defaults
 from gradlab_cli import _common
 from gradlab_cli._common import (
@@ -41,7 +43,6 @@ from gradlab_cli._common import (
     parse_params,
     progress_bar,
 )
-from typer.core import TyperGroup
 
 OOM_HINT = "out of memory for these sizes: reduce --grid, --batches or --batch-size"
 

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from gradlab import _memory
-from gradlab.simulate import Protocol, gd_map
-from gradlab.simulate import _engine
+from gradlab.simulate import Protocol, _engine, gd_map
 from gradlab.simulate._sampling import draws_for
 from gradlab.simulate._stats import _gd_stat, _params, _path
 from tests._cli import one_line_error, run
