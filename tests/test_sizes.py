@@ -72,3 +72,11 @@ def test_parse_bytes_and_messages():
     with pytest.raises(ValueError, match="GRADLAB_MEMORY_LIMIT"):
         _memory.parse_bytes("lots")
     assert _memory.physical_memory() is None or _memory.physical_memory() > 2**20
+
+
+def test_the_quadrature_map_is_checked_too(monkeypatch):
+    from gradlab.simulate._quadrature import mean_gd_exact
+
+    monkeypatch.setenv(_memory.ENV_LIMIT, "1M")
+    with pytest.raises(ValueError, match="quadrature GD map on a 3 × 400 grid"):
+        mean_gd_exact("mpt", 0.2, np.linspace(0.1, 1, 3), np.linspace(0.1, 3, 400), 0.05, 0.1, 127)
