@@ -13,6 +13,7 @@ Columns: seconds, × the bare start, target.
     python benchmarks/latency.py                    # the table (figures included: minutes)
     python benchmarks/latency.py --skip-figures     # without the figures rows
     python benchmarks/latency.py --repeat 5
+    python benchmarks/latency.py --engine           # only the engine's full-map times (e.g. on a GPU)
 """
 
 from __future__ import annotations
@@ -89,11 +90,35 @@ def table(rows: dict[str, list[float]], load: tuple[float, float]) -> str:
     return "\n".join(lines)
 
 
+def engine_times(repeat: int = 20) -> str:
+    """The engine alone: full paper-fidelity maps (100 × 100 × 1000 × 128) after compilation."""
+    import jax
+
+    from gradlab.simulate import Protocol, gd_map
+
+    lines = [f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}", "",
+             "| loss | mode | grid | full map, ms (median after compilation) |", "|---|---|---|---:|"]
+    for loss, mode, grid in (("infonce", "common", 100), ("arccon", "common", 100), ("infonce", "independent", 100)):
+        protocol = Protocol(grid=grid, mode=mode)
+        gd_map(loss, protocol)  # compile
+        times = []
+        for _ in range(repeat if mode == "common" else max(3, repeat // 4)):
+            start = time.perf_counter()
+            gd_map(loss, protocol)  # returns host NumPy arrays: the time includes the transfer
+            times.append(time.perf_counter() - start)
+        lines.append(f"| {loss} | {mode} | {grid} × {grid} | {1e3 * statistics.median(times):.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--skip-figures", action="store_true")
+    parser.add_argument("--engine", action="store_true", help="only the engine's full-map times")
     args = parser.parse_args(argv)
+    if args.engine:
+        print(engine_times())
+        return
     work = Path(tempfile.mkdtemp(prefix="gradlab-latency-"))
     try:
         before = os.getloadavg()[0]
