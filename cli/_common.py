@@ -186,11 +186,23 @@ def _versions() -> dict[str, Any]:
     return meta
 
 
+def primary_process() -> bool:
+    """False on every process but the first under ``jax.distributed``: results are written once."""
+    if "jax" not in sys.modules:
+        return True
+    import jax
+
+    return jax.process_index() == 0
+
+
 class Writer:
-    """Writes a command's outputs into ``out``: figures, ``.npz`` data and ``.json`` metadata, atomically."""
+    """Writes a command's outputs into ``out``: figures, ``.npz`` data and ``.json`` metadata, atomically.
+
+    Under ``jax.distributed`` only process 0 writes (every process holds the gathered result)."""
 
     def __init__(self, out: Path, formats: Sequence[str], plot: bool, command: str, parameters: Mapping[str, Any]):
-        self.out = check_out_dir(out)
+        self.primary = primary_process()
+        self.out = check_out_dir(out) if self.primary else Path(out)
         self.formats = check_formats(formats)
         self.plot = plot
         self.command = command
@@ -199,7 +211,7 @@ class Writer:
         self.written: list[Path] = []
 
     def figure(self, stem: str, fig) -> list[Path]:
-        if not self.plot or fig is None:
+        if not self.plot or fig is None or not self.primary:
             return []
         from gradlab.plot import save_figure
 
@@ -225,6 +237,8 @@ class Writer:
         """Arrays that are not one Result (stacked panels, curves): flat ``.npz`` + ``.json``."""
         from gradlab.io import save_json_atomic, save_npz_atomic
 
+        if not self.primary:
+            return self.out / f"{stem}.npz", self.out / f"{stem}.json"
         npz = save_npz_atomic(self.out / f"{stem}.npz", **{k: np.asarray(v) for k, v in arrays.items()})
         meta = self._provenance(
             arrays={k: list(np.shape(v)) for k, v in arrays.items()},
@@ -240,6 +254,8 @@ class Writer:
         """One Result: ``gradlab.io.Result.load(out / stem)`` reads it back; the JSON adds
         the command line, parameters, seed, versions and wall time to the Result header."""
         self.figure(stem, fig)
+        if not self.primary:
+            return
         paths = result.save(self.out / stem, provenance=self._provenance(**extra_meta))
         self.written.extend(paths)
 

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
+
 from gradlab import defaults
 from gradlab_cli import _common
 from gradlab_cli._common import (
@@ -41,7 +43,6 @@ from gradlab_cli._common import (
     parse_params,
     progress_bar,
 )
-from typer.core import TyperGroup
 
 OOM_HINT = "out of memory for these sizes: reduce --grid, --batches or --batch-size"
 
@@ -143,11 +144,44 @@ def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version_callback, is_eager=True,
                                           help="Print the version and exit.")] = False,
     debug: Debug = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not use the compilation cache (also GRADLAB_CACHE_DIR=off).")] = False,
 ):
     """gradlab: the GD / W / R gradient paradigm of contrastive losses."""
     if ctx.invoked_subcommand is None:  # bare `gradlab`: the help
         typer.echo(ctx.get_help())
         raise typer.Exit()
+    _start_cache(no_cache)
+    _start_distributed()
+
+
+def _start_distributed() -> None:
+    """``GRADLAB_DISTRIBUTED=1``: join a multi-process JAX run. ``jax.distributed.initialize()`` reads
+    the cluster's environment (SLURM, Open MPI, TPU pods); by hand, ``JAX_COORDINATOR_ADDRESS``
+    with ``GRADLAB_NUM_PROCESSES`` and ``GRADLAB_PROCESS_ID``."""
+    import os
+
+    if os.environ.get("GRADLAB_DISTRIBUTED", "") in ("", "0"):
+        return
+    kwargs = {}
+    for env, name in (("GRADLAB_NUM_PROCESSES", "num_processes"), ("GRADLAB_PROCESS_ID", "process_id")):
+        raw = os.environ.get(env, "").strip()
+        if raw:
+            if not raw.isdigit():
+                raise ValueError(f"{env} must be a whole number; got {raw!r}")
+            kwargs[name] = int(raw)
+    import jax
+
+    jax.distributed.initialize(**kwargs)
+
+
+def _start_cache(no_cache: bool) -> None:
+    """The persistent compilation cache, on by default for every command (env only: no JAX import)."""
+    from gradlab import _cache
+
+    if no_cache:
+        _cache.disable_cache()
+    else:
+        _cache.enable_cache()
 
 
 # --- shared options ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ _LAZY = {
     "decompose": "gradlab.paradigm",
     "reconstruct": "gradlab.paradigm",
     "lemma1_bounds": "gradlab.lemma1",
+    "enable_cache": "gradlab._cache",
 }
 _SUBMODULES = {"defaults", "geometry", "losses", "paradigm", "simulate", "lemma1", "margins", "collapse", "monitor", "plot", "io", "real"}
 

@@ -379,6 +379,9 @@ def norm_grid(grid: int = 200, *, lo: float = 0.0, hi: float = math.pi, dtype=jn
         raise ValueError(f"grid must have at least 2 points; got {grid!r}")
     if not hi > lo:
         raise ValueError(f"the angle range must be non-empty; got [{lo}, {hi}]")
+    from gradlab._memory import check_map
+
+    check_map("a gradient-norm map", int(grid), int(grid), jnp.dtype(dtype).itemsize)
     axis = jnp.linspace(lo, hi, int(grid), dtype=dtype)
     return axis, axis
 
@@ -498,6 +501,9 @@ def norm_on_mu_grid(loss, protocol, *, part: str = "pos"):
         have = ", ".join(f"{reg} ({'/'.join(p for p in PARTS if (n, p) in _FUNCS)})" for n, reg in REGISTRY_NAMES.items())
         raise ValueError(f"no {part!r} gradient-norm map for loss {reg_name!r}; maps exist for {have}")
     params = {k: float(v) for k, v in given.items() if k in DEFAULTS[name]}
+    from gradlab._memory import check_map
+
+    check_map("a gradient-norm map", *protocol.grid_shape, 8)
     values = norm_map(name, protocol.mu_pos[:, None], protocol.mu_neg[None, :], part=part,
                       negatives=protocol.n_neg, **params)
     meta = {"statistic": "norm_map", "loss": reg_name, "params": {**DEFAULTS[name], **params}, "part": part,

@@ -11,6 +11,7 @@ import numpy as np
 
 from gradlab import defaults
 from gradlab.monitor._collapse import DEFAULT_WINDOW, WINDOW_KEYS, CollapseWindow
+from gradlab._memory import check_pairwise
 from gradlab.monitor._convert import InputError, to_array
 from gradlab.monitor._sinks import make_sink
 from gradlab.monitor._stats import LossEntry, StatsConfig, batch_statistics_fn
@@ -370,6 +371,11 @@ class ParadigmMonitor:
         except InputError as exc:
             return self._invalid(step, str(exc))
         reason = _check_shapes(h, h_prime)
+        if reason is None:
+            try:
+                check_pairwise("the monitor's statistics", h.shape[0], h.shape[1], np.dtype(self.dtype).itemsize)
+            except ValueError as exc:
+                reason = str(exc)
         if reason is not None:
             shape = tuple(h.shape) if h.ndim == 2 else None
             return self._invalid(step, reason, shape)
@@ -504,6 +510,7 @@ def analyze(
     m = h.shape[0]
     if m < batch_size:
         raise ValueError(f"need at least one full batch: M = {m} pairs < batch_size = {batch_size}")
+    check_pairwise("analyze", batch_size, h.shape[1], dtype.itemsize)
     for arr, name in ((h, "h"), (h_prime, "h_prime")):
         _check_entries(arr, name)
     n_batches = m // batch_size

@@ -31,7 +31,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from gradlab.simulate._sampling import CellDraws, CommonDraws, cell_draws, normal_bound
+from gradlab.simulate._sampling import CellDraws, CommonDraws, cell_draws, draws_for, normal_bound
 from gradlab.simulate._trig import cos_for
 
 _BUDGET_BYTES = 48 * 2**20  # working-set target per chunk
@@ -46,13 +46,11 @@ class Stat:
       key: hashable identity (same key = same computation).
       neg: ``(c_neg (B, K), params) -> tables`` (pytree with leading axis B).
       pair: ``(c_pos (B,), tables, u (B,), params) -> {name: (value, include)}``.
-      width: floats per batch in the tables (for the memory budget); None = N − 1.
     """
 
     key: tuple
     neg: Callable
     pair: Callable
-    width: int | None = 2
 
     def __hash__(self):
         return hash(self.key)
@@ -97,16 +95,20 @@ def _n_devices() -> int:
     return len(jax.devices())
 
 
-def _sharded_map(fn, chunk: int, nd: int, *, vectorize: bool = True):
+def _sharded_map(fn, chunk: int, nd: int, *, vectorize: bool = True, prep=None):
     """jit(shard_map(lax.map(fn, batch_size=chunk))) over the leading axis of ``xs``.
 
     ``vectorize=False`` maps one item at a time (``lax.map`` without ``batch_size``): the
     per-item program then has the same shapes whatever the chunk, which keeps XLA's
-    fusion, and so the rounding, of reductions inside ``fn`` fixed.
+    fusion, and so the rounding, of reductions inside ``fn`` fixed. ``prep(rep)`` runs once
+    per call inside the same program (elementwise set-up that would otherwise be one
+    small compiled program per operation).
     """
     mesh = Mesh(np.array(jax.devices()[:nd]), ("cells",))
 
     def local(xs, rep):
+        if prep is not None:
+            rep = prep(rep)
         return jax.lax.map(lambda x: fn(x, rep), xs, batch_size=chunk if vectorize else None)
 
     mapped = jax.shard_map(local, mesh=mesh, in_specs=(P("cells"), P()), out_specs=P("cells"), check_vma=False)
@@ -117,6 +119,17 @@ def _pad(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+def _fetch(tree):
+    """The sharded outputs as host NumPy arrays. Under ``jax.distributed`` (several processes)
+    each process holds only its devices' rows: they are gathered, so that every process
+    returns the whole map (process 0 writes it)."""
+    if jax.process_count() == 1:
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+
+    return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
+
+
 def _run_steps(compiled, items: np.ndarray, rep, step: int, progress):
     """Run ``compiled`` on fixed-size slices of ``items`` (padded by repeating the last one)."""
     n = items.shape[0]
@@ -125,7 +138,7 @@ def _run_steps(compiled, items: np.ndarray, rep, step: int, progress):
     outs = []
     n_steps = total // step
     for i in range(n_steps):
-        outs.append(jax.device_get(compiled(padded[i * step : (i + 1) * step], rep)))
+        outs.append(_fetch(compiled(padded[i * step : (i + 1) * step], rep)))
         if progress is not None:
             progress(min((i + 1) * step, n), n)
     joined = jax.tree.map(lambda *xs: np.concatenate(xs, axis=0)[:n], *outs)
@@ -139,6 +152,81 @@ def _choose_chunk(chunk: int | None, per_item_bytes: int, n_items: int, nd: int)
     return int(min(chunk, max(1, -(-n_items // nd))))
 
 
+def _nbytes(tree) -> int:
+    return int(sum(np.prod(x.shape, dtype=np.float64) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)))
+
+
+@functools.lru_cache(maxsize=64)
+def _shapes(stat: Stat, batches: int, n_neg: int, dtype_name: str, params_sig):
+    """Bytes of one μ_neg column's tables and of one cell's moments (``jax.eval_shape``: no allocation)."""
+    params = jax.tree.unflatten(params_sig[0], [jax.ShapeDtypeStruct(s, d) for s, d in params_sig[1]])
+    sds = functools.partial(jax.ShapeDtypeStruct, dtype=jnp.dtype(dtype_name))
+    tables = jax.eval_shape(stat.neg, sds((batches, n_neg)), params)
+    cell = jax.eval_shape(lambda c, t, u, p: _reduce(stat.pair(c, t, u, p)), sds((batches,)), tables,
+                          sds((batches,)), params)
+    return _nbytes(tables), _nbytes(cell)
+
+
+def _signature(params):
+    leaves, treedef = jax.tree.flatten(params)
+    return treedef, tuple((np.shape(x), jnp.result_type(x)) for x in leaves)
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """The engine's memory plan for one run (bytes), from ``estimate``; the chunking uses it.
+
+    Attributes:
+      result: the returned moments (mean, stderr, count per output and cell).
+      working: the largest working set beside them: the draws, the tables (host and
+        device), one step of compiled work, and the step outputs being joined.
+      per_item: bytes of one grid row (common mode) or one cell (independent) in a chunk.
+      chunk: rows or cells per chunk.
+    """
+
+    result: int
+    working: int
+    per_item: int
+    chunk: int
+
+    def check(self, what: str) -> None:
+        """``ValueError`` (one line, naming both sizes) if the run cannot fit in memory."""
+        from gradlab._memory import check_fits
+
+        check_fits(what, self.result, self.working)
+
+
+def estimate(stat: Stat, draws, n_pos: int, n_neg_grid: int, params, *, chunk: int | None = None) -> Estimate:
+    """Memory of ``run(stat, draws, mu_pos (P,), mu_neg (Q,), params)`` before it allocates anything.
+
+    ``draws`` may be the draws or the ``Protocol`` they come from (only shapes are read).
+    Shapes come from ``jax.eval_shape`` of the statistic (nothing is computed). Common
+    mode: tables Q·B·(table floats), a chunk of rows c·Q·B·(table floats + 6); independent
+    mode: a chunk of cells c·B·N·6 floats; both add the draws and twice the result (the
+    step outputs and their concatenation).
+    """
+    nd = _n_devices()
+    if isinstance(draws, CommonDraws):
+        common, dtype, (batches, n_neg) = True, jnp.dtype(draws.dtype), draws.z_neg.shape
+    elif isinstance(draws, CellDraws):
+        common, dtype, batches, n_neg = False, jnp.dtype(draws.dtype), draws.batches, draws.batch_size - 1
+    else:  # a Protocol
+        common, dtype, batches, n_neg = draws.mode == "common", draws.jnp_dtype(), draws.batches, draws.n_neg
+    n_items = n_pos if common else n_pos * n_neg_grid
+    table_col, cell = _shapes(stat, batches, n_neg, dtype.name, _signature(params))
+    result = n_pos * n_neg_grid * cell
+    if common:
+        per_item = n_neg_grid * (table_col + 6 * batches * dtype.itemsize)
+        neg_step = _NEG_CHUNK * nd * batches * n_neg * dtype.itemsize * 3
+        fixed = batches * (n_neg + 3) * dtype.itemsize + 2 * n_neg_grid * table_col + neg_step
+    else:
+        per_item = batches * (n_neg + 1) * dtype.itemsize * 6
+        fixed = 0
+    c = _choose_chunk(chunk, per_item, n_items, nd)
+    working = fixed + min(c * nd, n_items) * per_item + 2 * result
+    return Estimate(result=int(result), working=int(working), per_item=int(per_item), chunk=int(c))
+
+
 def _step_size(chunk: int, nd: int, n_items: int, progress) -> int:
     unit = chunk * nd
     if progress is None:
@@ -147,14 +235,27 @@ def _step_size(chunk: int, nd: int, n_items: int, progress) -> int:
     return max(unit, _pad(-(-n_items // 20), unit))
 
 
+def _what(stat: Stat, mu_pos, mu_neg, batches: int) -> str:
+    return f"the {stat.key[0]} statistic on a {len(mu_pos)} × {len(mu_neg)} grid with {batches} batches per cell"
+
+
 # --- common mode -----------------------------------------------------------------------------
+def _cos_sin(sigma, z):
+    """cos(σz), sin(σz) of the shared draws (inside the stage's program)."""
+    return jnp.cos(sigma * z), jnp.sin(sigma * z)
+
+
 @functools.lru_cache(maxsize=64)
 def _neg_stage(stat: Stat, nd: int):
     def fn(mu_q, rep):
         a, s, p = rep
         return stat.neg(jnp.cos(mu_q) * a - jnp.sin(mu_q) * s, p)
 
-    return _sharded_map(fn, _NEG_CHUNK, nd)
+    def prep(rep):
+        sigma, z, p = rep
+        return (*_cos_sin(sigma, z), p)
+
+    return _sharded_map(fn, _NEG_CHUNK, nd, prep=prep)
 
 
 @functools.lru_cache(maxsize=64)
@@ -165,14 +266,17 @@ def _pair_stage(stat: Stat, chunk: int, nd: int):
         per_q = jax.vmap(lambda t: _reduce(stat.pair(c_pos, t, u, p)))
         return per_q(tables)
 
-    return _sharded_map(row, chunk, nd)
+    def prep(rep):
+        sigma, z, u, tables, p = rep
+        return (*_cos_sin(sigma, z), u, tables, p)
+
+    return _sharded_map(row, chunk, nd, prep=prep)
 
 
 def neg_tables(stat: Stat, draws: CommonDraws, mu_neg: np.ndarray, params):
     """Common-mode tables of every μ_neg column: pytree with leading axes (Q, B)."""
     dtype = draws.dtype
-    sn = jnp.asarray(draws.sigma_neg, dtype)
-    rep = (jnp.cos(sn * draws.z_neg), jnp.sin(sn * draws.z_neg), params)
+    rep = (np.asarray(draws.sigma_neg, dtype), draws.z_neg, params)
     nd = _n_devices()
     return _run_steps(_neg_stage(stat, nd), np.asarray(mu_neg, dtype), rep, _pad(len(mu_neg), _NEG_CHUNK * nd), None)
 
@@ -182,14 +286,12 @@ def run_common(stat: Stat, draws: CommonDraws, mu_pos, mu_neg, params, *, chunk=
     dtype = draws.dtype
     mu_pos = np.asarray(mu_pos, dtype)
     mu_neg = np.asarray(mu_neg, dtype)
-    tables = jax.tree.map(jnp.asarray, neg_tables(stat, draws, mu_neg, params))
-    sp = jnp.asarray(draws.sigma_pos, dtype)
-    rep = (jnp.cos(sp * draws.z_pos), jnp.sin(sp * draws.z_pos), draws.u, tables, params)
+    plan = estimate(stat, draws, len(mu_pos), len(mu_neg), params, chunk=chunk)
+    plan.check(_what(stat, mu_pos, mu_neg, draws.z_neg.shape[0]))
+    tables = neg_tables(stat, draws, mu_neg, params)
+    rep = (np.asarray(draws.sigma_pos, dtype), draws.z_pos, draws.u, tables, params)
     nd = _n_devices()
-    batches, n_neg = draws.z_neg.shape
-    width = n_neg if stat.width is None else stat.width
-    per_row = len(mu_neg) * batches * (width + 6) * dtype.itemsize
-    chunk = _choose_chunk(chunk, per_row, len(mu_pos), nd)
+    chunk = plan.chunk
     step = _step_size(chunk, nd, len(mu_pos), progress)
     return _run_steps(_pair_stage(stat, chunk, nd), mu_pos, rep, step, progress)
 
@@ -217,8 +319,9 @@ def run_independent(stat: Stat, draws: CellDraws, mu_pos, mu_neg, params, *, chu
     p_, q_ = len(mu_pos), len(mu_neg)
     n_cells = p_ * q_
     nd = _n_devices()
-    per_cell = draws.batches * draws.batch_size * dtype.itemsize * 6
-    chunk = _choose_chunk(chunk, per_cell, n_cells, nd)
+    plan = estimate(stat, draws, p_, q_, params, chunk=chunk)
+    plan.check(_what(stat, mu_pos, mu_neg, draws.batches))
+    chunk = plan.chunk
     step = _step_size(chunk, nd, n_cells, progress)
     rep = (
         jax.random.key(draws.seed),
@@ -244,13 +347,18 @@ def run(stat: Stat, draws: CommonDraws | CellDraws, mu_pos, mu_neg, params, *, c
       stat: the per-batch statistic.
       draws: ``CommonDraws`` (common mode: the shared standard draws) or ``CellDraws``
         (independent mode: seed and sizes; each cell draws its own), from
-        ``_sampling.draws_for(protocol)``.
+        ``_sampling.draws_for(protocol)``; or the ``Protocol`` itself, so that the memory
+        check (``estimate``) comes before the draws are made.
       mu_pos: (P,) and mu_neg: (Q,) the grid axes (radians).
       params: pytree of the statistic's parameters.
       chunk: grid rows (common) or cells (independent) per compiled step; None = from the
         memory budget.
       progress: optional ``callable(done, total)``.
     """
+    if not isinstance(draws, (CommonDraws, CellDraws)) and hasattr(draws, "mode"):  # a Protocol: check, then draw
+        estimate(stat, draws, len(mu_pos), len(mu_neg), params, chunk=chunk).check(
+            _what(stat, mu_pos, mu_neg, draws.batches))
+        draws = draws_for(draws)
     if isinstance(draws, CommonDraws):
         return run_common(stat, draws, mu_pos, mu_neg, params, chunk=chunk, progress=progress)
     if isinstance(draws, CellDraws):

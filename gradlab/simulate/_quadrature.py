@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from gradlab.io import Result
-from gradlab.simulate._results import as_loss, grid_result, meta
 from gradlab.losses._ops import threshold_angle as triplet_threshold_angle
+from gradlab.simulate._results import as_loss, grid_result, meta
 
 INDICATOR_LOSSES = ("mpt", "met", "mat")
 
@@ -71,9 +71,13 @@ def mean_gd_exact(name: str, m: float, mu_pos, mu_neg, sigma_pos: float, sigma_n
     """Exact E[GD] on the grid: (len(mu_pos), len(mu_neg)) float64."""
     if not (sigma_pos > 0 and sigma_neg > 0):
         raise ValueError(f"quadrature needs sigma_pos > 0 and sigma_neg > 0; got {sigma_pos}, {sigma_neg}")
-    t, w = _nodes(panels, order, 10.0)
     mu_pos = np.asarray(mu_pos, float)
     mu_neg = np.asarray(mu_neg, float)
+    from gradlab._memory import check_fits
+
+    row = 8.0 * mu_neg.size * panels * order  # one (Q, T) float64 array of a row
+    check_fits(f"the quadrature GD map on a {mu_pos.size} × {mu_neg.size} grid", 8.0 * mu_pos.size * mu_neg.size, 6 * row)
+    t, w = _nodes(panels, order, 10.0)
     out = np.empty((mu_pos.size, mu_neg.size))
     for i, mp in enumerate(mu_pos):
         a = threshold_angle(name, mp + sigma_pos * t, m)  # (T,)

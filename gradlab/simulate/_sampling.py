@@ -111,8 +111,12 @@ def _common_draws_fn(batches: int, n: int, dtype: str):
 
 def common_draws(protocol):
     """Standard draws shared by every cell: z_pos (B,), z_neg (B, N−1), u_alpha (B,)."""
+    from gradlab._cache import memo_arrays
+
     dtype = protocol.jnp_dtype()
-    return _common_draws_fn(protocol.batches, protocol.batch_size, dtype.name)(protocol.seed)
+    fn = _common_draws_fn(protocol.batches, protocol.batch_size, dtype.name)
+    return memo_arrays("common_draws", (protocol.seed, protocol.batches, protocol.batch_size, dtype.name),
+                       lambda: fn(protocol.seed))
 
 
 class CommonDraws(NamedTuple):
@@ -157,6 +161,11 @@ class CellDraws(NamedTuple):
 def draws_for(protocol) -> CommonDraws | CellDraws:
     """The draws of a map under ``protocol``'s mode (computed once per map in common mode)."""
     if protocol.mode == "common":
+        from gradlab._memory import check_fits
+
+        b, n = protocol.batches, protocol.batch_size
+        check_fits(f"the common draws of {b} batches of N = {n}", b * (n + 1) * protocol.jnp_dtype().itemsize,
+                   2 * b * n * 4)  # the random bits behind them
         z_pos, z_neg, u = common_draws(protocol)
         return CommonDraws(z_pos, z_neg, u, protocol.sigma_pos, protocol.sigma_neg)
     return CellDraws(protocol.seed, protocol.batches, protocol.batch_size, protocol.jnp_dtype(),

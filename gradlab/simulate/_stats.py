@@ -124,7 +124,7 @@ def _gd_stat(loss: Loss, kind: str, with_ratio: bool) -> Stat:
             out["ratio"] = (_effective_ratio(weight, ratio), None)
         return out
 
-    return Stat(key=("gd", loss.spec.name, kind, with_ratio), neg=neg, pair=pair, width=None if kind == "direct" else 1)
+    return Stat(key=("gd", loss.spec.name, kind, with_ratio), neg=neg, pair=pair)
 
 
 def gd_map(loss, protocol: Protocol | None = None, *, exact: bool = False, method: str = "auto", progress=None) -> Result:
@@ -154,7 +154,7 @@ def gd_map(loss, protocol: Protocol | None = None, *, exact: bool = False, metho
     kind = _path(loss, method)
     dtype = protocol.jnp_dtype()
     stat = _stat(("gd", loss, kind, False), lambda: _gd_stat(loss, kind, False))
-    out = run(stat, draws_for(protocol), protocol.mu_pos, protocol.mu_neg, _params(loss, dtype),
+    out = run(stat, protocol, protocol.mu_pos, protocol.mu_neg, _params(loss, dtype),
               chunk=protocol.chunk, progress=progress)
     mean, se, _ = out["gd"]
     return _grid_result(protocol, mean, stderr=se, meta=_meta("gd_map", protocol, loss, method=kind))
@@ -180,7 +180,7 @@ def ratio_map(loss, protocol: Protocol | None = None, *, gd_threshold: float = d
     kind = _path(loss, method)
     dtype = protocol.jnp_dtype()
     stat = _stat(("gd", loss, kind, True), lambda: _gd_stat(loss, kind, True))
-    out = run(stat, draws_for(protocol), protocol.mu_pos, protocol.mu_neg, _params(loss, dtype),
+    out = run(stat, protocol, protocol.mu_pos, protocol.mu_neg, _params(loss, dtype),
               chunk=protocol.chunk, progress=progress)
     mean, se, _ = out["ratio"]
     gd, gd_se, _ = out["gd"]
@@ -220,7 +220,7 @@ def _weight_stat(loss: Loss, kind: str, gated: bool) -> Stat:
         include = gd >= p["gd_gate"] if gated else None
         return {"share": (share, include), "gd": (gd, None)}
 
-    return Stat(key=("weight", loss.spec.name, kind, gated), neg=neg, pair=pair, width=None if kind == "direct" else 2)
+    return Stat(key=("weight", loss.spec.name, kind, gated), neg=neg, pair=pair)
 
 
 def _check_weight_args(loss: Loss, gd_gate, what: str):
@@ -330,7 +330,7 @@ def weight_map(loss, protocol: Protocol | None = None, *, gd_gate: float | None 
     loss = _as_loss(loss)
     _check_weight_args(loss, gd_gate, "weight_map")
     kind = _path(loss, method)
-    moments = _weight_moments(loss, kind, draws_for(protocol), protocol, protocol.mu_pos, gd_gate, progress)
+    moments = _weight_moments(loss, kind, protocol, protocol, protocol.mu_pos, gd_gate, progress)
     return _grid_result(
         protocol,
         **_weight_fields(*moments, protocol.batches, ("mu_pos", "mu_neg")),
@@ -374,7 +374,7 @@ def _lemma_stat(alpha_key, alpha: Callable) -> Stat:
             "sphere_disagree": (chk.disagree.astype(dt), None),
         }
 
-    return Stat(key=("lemma1",) + alpha_key, neg=neg, pair=pair, width=1)
+    return Stat(key=("lemma1",) + alpha_key, neg=neg, pair=pair)
 
 
 def lemma1_map(
@@ -410,7 +410,7 @@ def lemma1_map(
     dtype = protocol.jnp_dtype()
     stat = _stat(("lemma1",) + alpha_key, lambda: _lemma_stat(alpha_key, alpha))
     p = {"lam": jnp.asarray(lam, dtype), "ratios": jnp.asarray(r, dtype)}
-    out = run(stat, draws_for(protocol), protocol.mu_pos, protocol.mu_neg, p, chunk=protocol.chunk, progress=progress)
+    out = run(stat, protocol, protocol.mu_pos, protocol.mu_neg, p, chunk=protocol.chunk, progress=progress)
     low, low_se, n_feas = out["low"]
     mask = n_feas == 0
     sat, closer, disagree = (np.moveaxis(out[k][0], -1, 0) for k in ("satisfied", "sphere_closer", "sphere_disagree"))

@@ -1,0 +1,132 @@
+"""Latency benchmark (issue 15): what a user waits for, whole processes, side by side in one run.
+
+Rows, each a fresh process (median of ``--repeat`` runs, interleaved so that the machine's
+load hits every row alike):
+  bare JAX start   python -c "import jax; jax.numpy.ones(1).block_until_ready()"
+  heatmap cold     gradlab heatmap --loss infonce --no-plot (paper fidelity), empty cache
+  heatmap warm     the same command again, cache filled by the cold run
+  heatmap no cache the same with --no-cache (what every run cost before the cache)
+  figures warm     gradlab figures (12 figures, paper fidelity), cache filled by a first run
+  import ...       seconds to import gradlab, gradlab.simulate, gradlab_cli.app in a fresh process
+Columns: seconds, × the bare start, target.
+
+    python benchmarks/latency.py                    # the table (figures included: minutes)
+    python benchmarks/latency.py --skip-figures     # without the figures rows
+    python benchmarks/latency.py --repeat 5
+    python benchmarks/latency.py --engine           # only the engine's full-map times (e.g. on a GPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = "import sys; from gradlab_cli.app import main; main(sys.argv[1:])"
+BARE = "import jax; jax.numpy.ones(1).block_until_ready()"
+IMPORT = "import time; t = time.perf_counter(); import {mod}; print(time.perf_counter() - t)"
+HEATMAP = ["heatmap", "--loss", "infonce", "--no-plot"]
+TARGETS = {"heatmap warm": "≤ 1.5×", "heatmap cold": "≤ 2.5×", "figures warm": "≤ 15 s"}
+
+
+def _env(cache: Path | str) -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "GRADLAB_CACHE_DIR": str(cache), "MPLBACKEND": "Agg"}
+
+
+def _time(args: list[str], env: dict, cwd: Path) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(args)}\n{proc.stderr[-2000:]}")
+    return elapsed
+
+
+def _import_time(mod: str, env: dict, cwd: Path) -> float:
+    proc = subprocess.run([sys.executable, "-c", IMPORT.format(mod=mod)], env=env, cwd=cwd, capture_output=True,
+                          text=True, check=True)
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(repeat: int, figures: bool, work: Path) -> dict[str, list[float]]:
+    rows: dict[str, list[float]] = {}
+    add = lambda name, value: rows.setdefault(name, []).append(value)  # noqa: E731
+    out = work / "out"
+    for r in range(repeat):
+        cache = work / f"cache{r}"  # a fresh, empty cache for every cold run
+        add("bare JAX start", _time(["-c", BARE], _env("off"), work))
+        add("heatmap cold", _time(["-c", CLI, *HEATMAP, "--out", out], _env(cache), work))
+        add("heatmap warm", _time(["-c", CLI, *HEATMAP, "--out", out], _env(cache), work))
+        add("heatmap no cache", _time(["-c", CLI, "--no-cache", *HEATMAP, "--out", out], _env(cache), work))
+        for mod in ("gradlab", "gradlab.simulate", "gradlab_cli.app"):
+            add(f"import {mod}", _import_time(mod, _env("off"), work))
+    if figures:
+        cache = work / "cache-figures"
+        add("figures cold", _time(["-c", CLI, "figures", "--out", work / "figs"], _env(cache), work))
+        for _ in range(max(1, repeat // 2)):
+            add("figures warm", _time(["-c", CLI, "figures", "--out", work / "figs"], _env(cache), work))
+    return rows
+
+
+def table(rows: dict[str, list[float]], load: tuple[float, float]) -> str:
+    bare = statistics.median(rows["bare JAX start"])
+    lines = [
+        f"load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} CPUs",
+        "",
+        "| row | s (median) | × bare start | target |",
+        "|-----|-----------:|-------------:|--------|",
+    ]
+    for name, values in rows.items():
+        s = statistics.median(values)
+        ratio = f"{s / bare:.2f}" if not name.startswith("import") else "—"
+        lines.append(f"| {name} | {s:.2f} | {ratio} | {TARGETS.get(name, '')} |")
+    return "\n".join(lines)
+
+
+def engine_times(repeat: int = 20) -> str:
+    """The engine alone: full paper-fidelity maps (100 × 100 × 1000 × 128) after compilation."""
+    import jax
+
+    from gradlab.simulate import Protocol, gd_map
+
+    lines = [f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}", "",
+             "| loss | mode | grid | full map, ms (median after compilation) |", "|---|---|---|---:|"]
+    for loss, mode, grid in (("infonce", "common", 100), ("arccon", "common", 100), ("infonce", "independent", 100)):
+        protocol = Protocol(grid=grid, mode=mode)
+        gd_map(loss, protocol)  # compile
+        times = []
+        for _ in range(repeat if mode == "common" else max(3, repeat // 4)):
+            start = time.perf_counter()
+            gd_map(loss, protocol)  # returns host NumPy arrays: the time includes the transfer
+            times.append(time.perf_counter() - start)
+        lines.append(f"| {loss} | {mode} | {grid} × {grid} | {1e3 * statistics.median(times):.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--skip-figures", action="store_true")
+    parser.add_argument("--engine", action="store_true", help="only the engine's full-map times")
+    args = parser.parse_args(argv)
+    if args.engine:
+        print(engine_times())
+        return
+    work = Path(tempfile.mkdtemp(prefix="gradlab-latency-"))
+    try:
+        before = os.getloadavg()[0]
+        rows = measure(args.repeat, not args.skip_figures, work)
+        print(table(rows, (before, os.getloadavg()[0])))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
