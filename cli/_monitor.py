@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from gradlab_cli._common import Debug, Formats, NoPlot, Out
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -58,10 +59,9 @@ def track(
     with guard(debug):
         if batch_size < 2:
             raise fail(f"--batch-size N must be >= 2; got {batch_size}")
+        from gradlab.monitor import DEFAULT_LAMBDAS, DEFAULT_TAUS, analyze
         from gradlab_cli._common import load_views
         from gradlab_cli.app import _writer
-
-        from gradlab.monitor import DEFAULT_LAMBDAS, DEFAULT_TAUS, analyze
 
         taus = list(tau) if tau else list(DEFAULT_TAUS)
         lams = list(lam) if lam else list(DEFAULT_LAMBDAS)
@@ -87,6 +87,7 @@ def report_cmd(
     fmt: Formats = None,
     no_plot: NoPlot = False,
     debug: Debug = False,
+    on_map: Annotated[bool, typer.Option("--on-map", help="LOG is a run directory (gradlab experiment / gradlab train): draw its monitored (μ_pos, μ_neg) path on the simulated GD and ratio maps of its loss.")] = False,
 ):
     """Plot a monitor log over training steps (Li et al. 2024 Figs. 5, 7, 8, 9; Zhang et al. 2022's m_o / m_r).
 
@@ -100,6 +101,8 @@ def report_cmd(
       gradlab report run/monitor.jsonl
 
       gradlab report run/monitor.csv --out report/ --format pdf
+
+      gradlab report exp/runs/0123abcd4567ef89 --on-map --out report/
     """
     from gradlab_cli._common import check_formats, check_out_dir, command_line
     from gradlab_cli.app import guard
@@ -107,6 +110,12 @@ def report_cmd(
     with guard(debug):
         formats = check_formats(fmt)
         check_out_dir(out)
+        if on_map:
+            from gradlab.experiments import write_trajectory
+
+            for path in write_trajectory(log, out, fmt=formats[0]):
+                typer.echo(str(path))
+            return
         from gradlab.monitor import report
 
         meta = report(log, out, formats=formats, plot=not no_plot, extra_meta={"command_line": command_line()})

@@ -52,7 +52,7 @@ from gradlab_cli._common import (
 )
 from typer.core import TyperGroup
 
-PLUGINS = ("_monitor", "_real")
+PLUGINS = ("_monitor", "_real", "_experiments")
 
 
 class _OneLineErrors(TyperGroup):
