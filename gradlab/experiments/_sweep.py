@@ -28,14 +28,17 @@ def default_jobs() -> int:
 
 
 def plan(specs: Sequence[RunSpec], out, *, retry_failed: bool = False) -> tuple[list[RunSpec], list[RunSpec]]:
-    """(unique specs in order, the ones to execute)."""
+    """(unique specs in order, the ones to execute: seed 0 of every configuration first).
+
+    Executing seed by seed means an interrupted sweep has whole single-seed studies first.
+    """
     unique = list({s.id: s for s in specs}.values())
     todo = []
     for s in unique:
         rec = read_record(out, s.id)
         if rec is None or (retry_failed and rec["status"] == "failed"):
             todo.append(s)
-    return unique, todo
+    return unique, sorted(todo, key=lambda s: s.seed)
 
 
 def _init_worker(threads: int) -> None:
