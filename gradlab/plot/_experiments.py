@@ -122,7 +122,10 @@ def min_ratio_histograms(edges, panels: Mapping[str, Mapping[str, np.ndarray]], 
         ax.axvline(1.0, color="0.3", ls=":", lw=1)
         ax.set_xlabel("minimum ratio $r_{low}$")
         ax.set_title(title)
-        ax.legend(frameon=False, fontsize=8)
+        if ax.get_lines():
+            ax.legend(frameon=False, fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "never feasible", transform=ax.transAxes, ha="center", color="0.4")
         ax.grid(alpha=0.3)
     axes.ravel()[0].set_ylabel("density (feasible anchors)")
     if suptitle:
@@ -145,7 +148,7 @@ def step_series(panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray, 
     flat = axes.ravel()
     for ax, (title, lines) in zip(flat, panels.items(), strict=False):
         for colour, (label, (x, mean, sd)) in zip(_colours(len(lines)), lines.items(), strict=False):
-            _band(ax, x, mean, sd, colour, label, marker="")
+            _band(ax, x, mean, sd, colour, label, marker="." if np.isnan(np.asarray(mean, float)).any() else "")
         ax.set_xlabel("training step")
         ax.set_ylabel((ylabels or {}).get(title, title))
         ax.set_title(title)
