@@ -16,8 +16,18 @@ import os
 import numpy as np
 import pytest
 
-from gradlab.experiments import RunSpec, Scale, canonical_loss, execute, plan, read_record, run_status, study_runs
-from gradlab.experiments import _store, _worker
+from gradlab.experiments import (
+    RunSpec,
+    Scale,
+    _store,
+    _worker,
+    canonical_loss,
+    execute,
+    plan,
+    read_record,
+    run_status,
+    study_runs,
+)
 from gradlab.experiments._build import BUILDERS, Context
 from gradlab.experiments._studies import BASELINE, GD_ONE_M, QUICK_SWEEPS, SWEEPS, baseline
 from gradlab.io import Result, load_json

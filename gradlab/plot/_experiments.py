@@ -25,6 +25,15 @@ def _band(ax, x, mean, sd, colour, label, marker="o"):
         ax.fill_between(x, mean - sd, mean + sd, color=colour, alpha=0.22, lw=0)
 
 
+def _density_step(ax, edges, counts, **line) -> bool:
+    """Draw histogram ``counts`` over ``edges`` as a density step line; False if empty."""
+    c = np.asarray(counts, float)
+    if c.sum() <= 0:
+        return False
+    ax.step((edges[1:] + edges[:-1]) / 2, c / c.sum() / np.diff(edges), where="mid", lw=1.6, **line)
+    return True
+
+
 def _colours(n, cmap="viridis"):
     import matplotlib
 
@@ -70,16 +79,13 @@ def cosine_histograms(edges, panels: Mapping[str, Mapping[str, np.ndarray]], *, 
       panels: title -> {"pos": counts (B,), "neg": counts (B,), optionally "pos_before", "neg_before"}.
     """
     edges = np.asarray(edges, float)
-    centers, width = (edges[1:] + edges[:-1]) / 2, np.diff(edges)
     fig, axes = new_figure(1, len(panels), panel=(4.4, 3.3))
     style = {"pos": ("C0", "-", "anchor–positive"), "neg": ("C3", "-", "anchor–negative"),
              "pos_before": ("C0", ":", "positive, before"), "neg_before": ("C3", ":", "negative, before")}
     for ax, (title, hists) in zip(axes.ravel(), panels.items(), strict=True):
         for key, counts in hists.items():
-            c = np.asarray(counts, float)
-            dens = c / max(c.sum(), 1.0) / width
             colour, ls, label = style.get(key, ("0.3", "-", key))
-            ax.step(centers, dens, where="mid", color=colour, ls=ls, lw=1.6, label=label)
+            _density_step(ax, edges, counts, color=colour, ls=ls, label=label)
         ax.set_xlabel(r"$\cos\theta$")
         ax.set_ylabel("density")
         ax.set_title(title)
@@ -112,13 +118,10 @@ def weight_share_before_after(taus, series: Mapping[str, Series], *, title: str 
 def min_ratio_histograms(edges, panels: Mapping[str, Mapping[str, np.ndarray]], *, suptitle: str | None = None):
     """Li et al. 2024 Fig. 8a (training side): Lemma-1 minimum ratios, one panel per λ, before vs after."""
     edges = np.asarray(edges, float)
-    centers, width = (edges[1:] + edges[:-1]) / 2, np.diff(edges)
     fig, axes = new_figure(1, len(panels), panel=(3.8, 3.2))
     for ax, (title, hists) in zip(axes.ravel(), panels.items(), strict=True):
         for colour, (label, counts) in zip(("0.5", "C2"), hists.items(), strict=False):
-            c = np.asarray(counts, float)
-            if c.sum() > 0:
-                ax.step(centers, c / c.sum() / width, where="mid", color=colour, lw=1.6, label=label)
+            _density_step(ax, edges, counts, color=colour, label=label)
         ax.axvline(1.0, color="0.3", ls=":", lw=1)
         ax.set_xlabel("minimum ratio $r_{low}$")
         ax.set_title(title)
