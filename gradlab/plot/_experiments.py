@@ -120,12 +120,12 @@ def min_ratio_histograms(edges, panels: Mapping[str, Mapping[str, np.ndarray]], 
     edges = np.asarray(edges, float)
     fig, axes = new_figure(1, len(panels), panel=(3.8, 3.2))
     for ax, (title, hists) in zip(axes.ravel(), panels.items(), strict=True):
-        for colour, (label, counts) in zip(("0.5", "C2"), hists.items(), strict=False):
-            _density_step(ax, edges, counts, color=colour, label=label)
+        drawn = [_density_step(ax, edges, counts, color=colour, label=label)
+                 for colour, (label, counts) in zip(("0.5", "C2"), hists.items(), strict=False)]
         ax.axvline(1.0, color="0.3", ls=":", lw=1)
         ax.set_xlabel("minimum ratio $r_{low}$")
         ax.set_title(title)
-        if ax.get_lines():
+        if any(drawn):
             ax.legend(frameon=False, fontsize=8)
         else:
             ax.text(0.5, 0.5, "never feasible", transform=ax.transAxes, ha="center", color="0.4")
