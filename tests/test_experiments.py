@@ -371,3 +371,19 @@ def test_train_loss_fn_hook_matches_the_named_loss(tmp_path):
                    loss_fn=get_loss("infonce", tau=0.1))
     np.testing.assert_array_equal(named.losses, hooked.losses)
     assert named.best_dev == hooked.best_dev
+
+
+@pytest.mark.slow
+@needs_real
+def test_quick_study_end_to_end_and_rerun_reuses_everything(tmp_path):
+    out = tmp_path / "exp"
+    first = run("experiment", "fig9", "--quick", "--out", out, "--jobs", "1")
+    assert first.exit_code == 0, first.output
+    assert "1 executed" in first.stderr
+    res = Result.load(out / "fig9" / "fig9")
+    assert res.dims == ("step",) and np.all(np.isfinite(res.mean))
+    assert (out / "fig9" / "fig9.png").is_file() and "Command: `gradlab experiment fig9" in (
+        out / "fig9" / "results.md").read_text()
+    again = run("experiment", "fig9", "--quick", "--out", out, "--jobs", "1")
+    assert again.exit_code == 0 and "0 executed, 1 reused" in again.stderr
+    assert Result.load(out / "fig9" / "fig9") == res
