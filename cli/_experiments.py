@@ -37,7 +37,7 @@ def _values(items: list[str] | None) -> dict[str, tuple[float, ...]]:
 
 def experiment(
     name: Annotated[str, typer.Argument(help="Study: fig6, fig5, fig7, fig8, fig9, table3, fig1, trajectory or all.")],
-    quick: Annotated[bool, typer.Option("--quick", help="Smoke mode: 20 steps, 1 seed, 2,000 sentences, fewer sweep values (about 2 min per study on 2 quiet cores).")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Smoke mode: 20 steps, 1 seed, 2,000 sentences, fewer fig6 values (about 20 CPU-seconds per run).")] = False,
     out: Annotated[Path, typer.Option("--out", "-o", help="Experiment directory: runs/<id>/ and one folder per study.")] = Path("experiments"),
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Runs in parallel, one process each (default: the number of cores).")] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="Seeds 0..K-1 per configuration (default 3; --quick 1).")] = None,
