@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
 from gradlab_cli._common import Debug, Formats, NoPlot, Out
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -59,9 +58,10 @@ def track(
     with guard(debug):
         if batch_size < 2:
             raise fail(f"--batch-size N must be >= 2; got {batch_size}")
-        from gradlab.monitor import DEFAULT_LAMBDAS, DEFAULT_TAUS, analyze
         from gradlab_cli._common import load_views
         from gradlab_cli.app import _writer
+
+        from gradlab.monitor import DEFAULT_LAMBDAS, DEFAULT_TAUS, analyze
 
         taus = list(tau) if tau else list(DEFAULT_TAUS)
         lams = list(lam) if lam else list(DEFAULT_LAMBDAS)

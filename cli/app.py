@@ -28,8 +28,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from typer.core import TyperGroup
-
 from gradlab_cli import _common
 from gradlab_cli._clickcompat import (
     Abort,
@@ -52,6 +50,7 @@ from gradlab_cli._common import (
     parse_params,
     progress_bar,
 )
+from typer.core import TyperGroup
 
 PLUGINS = ("_monitor", "_real", "_experiments")
 
