@@ -22,7 +22,7 @@ _LAZY = {
     "reconstruct": "gradlab.paradigm",
     "lemma1_bounds": "gradlab.lemma1",
 }
-_SUBMODULES = {"geometry", "losses", "paradigm", "simulate", "lemma1", "margins", "collapse", "monitor", "plot", "io", "real"}
+_SUBMODULES = {"geometry", "losses", "paradigm", "simulate", "lemma1", "margins", "collapse", "monitor", "plot", "io", "real", "experiments"}
 
 __all__ = ["__version__", *sorted(_LAZY)]
 
