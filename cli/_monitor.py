@@ -102,6 +102,7 @@ def report_cmd(
     fmt: Formats = None,
     no_plot: NoPlot = False,
     debug: Debug = False,
+    on_map: Annotated[bool, typer.Option("--on-map", help="LOG is a run directory (gradlab experiment / gradlab train): draw its monitored (μ_pos, μ_neg) path on the simulated GD and ratio maps of its loss.")] = False,
 ):
     """Plot a monitor log over training steps (Li et al. 2024 Figs. 5, 7, 8, 9; Zhang et al. 2022's m_o / m_r).
 
@@ -115,11 +116,19 @@ def report_cmd(
       gradlab report run/monitor.jsonl
 
       gradlab report run/monitor.csv --out report/ --format pdf
+
+      gradlab report exp/runs/0123abcd4567ef89 --on-map --out report/
     """
     from gradlab_cli._common import check_formats, check_out_dir, command_line
 
     formats = check_formats(fmt)
     check_out_dir(out)
+    if on_map:
+        from gradlab.experiments import write_trajectory
+
+        for path in write_trajectory(log, out, fmt=formats[0]):
+            typer.echo(str(path))
+        return
     from gradlab.monitor import report
 
     meta = report(log, out, formats=formats, plot=not no_plot, extra_meta={"command_line": command_line()})

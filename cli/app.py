@@ -11,8 +11,9 @@ objects from the options and let their ``ValueError`` / ``TypeError`` through. O
 ``main``, turns those (and out-of-memory, and a missing optional dependency) into one line on
 stderr with exit code 2; ``--debug`` or ``GRADLAB_DEBUG=1`` shows the traceback instead.
 
-Plug-ins: the commands of ``cli/_monitor.py`` (``track``, ``report``) and ``cli/_real.py``
-(``stsb``, ``train``) are registered explicitly through their ``register(app)``, so they always
+Plug-ins: the commands of ``cli/_monitor.py`` (``track``, ``report``), ``cli/_real.py``
+(``stsb``, ``train``) and ``cli/_experiments.py`` (``experiment``) are registered explicitly through
+their ``register(app)``, so they always
 appear in ``gradlab --help``. Their modules import only typer and the stdlib at the top; the
 library loads inside the command, and a missing extra is the one-line error that names it.
 """
@@ -604,11 +605,11 @@ def figures(
 
 
 # --- plug-ins ------------------------------------------------------------------------------------
-from gradlab_cli import _monitor, _real  # noqa: E402 - they import CONTEXT from this module
+from gradlab_cli import _experiments, _monitor, _real  # noqa: E402 - they import CONTEXT from this module
 
 #: The plug-in modules, each with ``register(app)``; registered explicitly, so their commands
 #: always appear in ``gradlab --help`` (a missing extra is reported when the command runs).
-PLUGINS = (_monitor, _real)
+PLUGINS = (_monitor, _real, _experiments)
 
 
 def _register_plugins(target: typer.Typer, plugins=PLUGINS) -> list[str]:

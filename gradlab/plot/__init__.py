@@ -18,6 +18,14 @@ Plotting lives here alone: the monitor report and the CLI call these recipes.
 from gradlab.plot._core import curves as curves
 from gradlab.plot._core import heatmap as heatmap
 from gradlab.plot._core import shade_mask as shade_mask
+from gradlab.plot._experiments import component_sweeps as component_sweeps
+from gradlab.plot._experiments import cosine_histograms as cosine_histograms
+from gradlab.plot._experiments import min_ratio_histograms as min_ratio_histograms
+from gradlab.plot._experiments import ori_mod_bars as ori_mod_bars
+from gradlab.plot._experiments import path_cells as path_cells
+from gradlab.plot._experiments import step_series as step_series
+from gradlab.plot._experiments import trajectory_on_maps as trajectory_on_maps
+from gradlab.plot._experiments import weight_share_before_after as weight_share_before_after
 from gradlab.plot._figures import gd_maps as gd_maps
 from gradlab.plot._figures import lemma1_maps as lemma1_maps
 from gradlab.plot._figures import loss_title as loss_title
@@ -44,4 +52,7 @@ __all__ = [
     "margin_multipliers", "margin_ratio_grid", "min_ratio_distribution", "norm_maps", "ratio_maps",
     "weight_share_curves", "monitor_curves", "lemma1_before_after", "cosine_before_after", "track_summary",
     "stsb_scatter", "train_curves", "CMAPS", "LABELS", "pi_label", "save_figure",
+    # training studies (gradlab.experiments)
+    "component_sweeps", "cosine_histograms", "min_ratio_histograms", "ori_mod_bars", "path_cells", "step_series",
+    "trajectory_on_maps", "weight_share_before_after",
 ]

@@ -293,6 +293,7 @@ def train(
     out_dir: str | Path | None = None,
     progress: Callable[[int, dict[str, Any]], None] | None = None,
     token_ids: Sequence[Sequence[int]] | None = None,
+    loss_fn: Any = None,
 ) -> TrainResult:
     """Fine-tune an encoder with a gradlab loss; keep the best checkpoint by STS-B dev Spearman.
 
@@ -305,6 +306,8 @@ def train(
       progress: called as ``progress(step, record)`` after every step and evaluation.
       token_ids: ``encoder.token_ids(sentences)`` if already computed (saves re-tokenizing
         the corpus when many runs share it); must match ``sentences`` after sampling.
+      loss_fn: a configured ``gradlab.Loss`` trained (and watched) instead of ``config.loss`` /
+        ``loss_params`` (e.g. a ``gradlab.compose`` composition); ``config.loss`` then only labels it.
 
     Returns:
       A :class:`TrainResult`.
@@ -315,7 +318,9 @@ def train(
     from gradlab.real.stsb import stsb_spearman
 
     t_start = time.perf_counter()
-    if config.transform is None:
+    if loss_fn is not None:
+        loss = watched = loss_fn
+    elif config.transform is None:
         loss = watched = get_loss(config.loss, symmetric=config.symmetric, **dict(config.loss_params))
     else:
         from gradlab.losses import apply_transform

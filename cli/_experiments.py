@@ -1,0 +1,105 @@
+"""CLI plug-in: ``gradlab experiment NAME`` (the training studies of Li et al. 2024, resumable).
+
+Registered by ``cli/app.py`` through ``register(app)``. Top-level imports stay light; the
+library (JAX, tokenizers, optax) loads inside the command. Every bad input is a one-line
+error (exit 2) raised before anything is written; Ctrl-C stops the workers, keeps the
+finished runs and exits 130 (the next invocation resumes).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from gradlab_cli._common import Debug, Formats, fail, number, progress_bar
+
+_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+_STUDY_NAMES = ("fig6", "fig5", "fig7", "fig8", "fig9", "table3", "fig1", "trajectory", "all")
+
+
+def _values(items: list[str] | None) -> dict[str, tuple[float, ...]]:
+    """``["m=0.3,0.5", "tau=0.05"]`` -> ``{"m": (0.3, 0.5), "tau": (0.05,)}`` (one-line errors)."""
+    out: dict[str, tuple[float, ...]] = {}
+    for item in items or ():
+        comp, sep, raw = item.partition("=")
+        comp = comp.strip()
+        if not sep or comp not in ("m", "tau", "r") or not raw.strip():
+            raise fail(f"--values expects m=V1,V2,... (or tau=..., r=...); got {item!r}")
+        try:
+            vals = tuple(number(v) for v in raw.split(","))
+        except typer.BadParameter as exc:
+            raise fail(f"--values {comp}: {exc.message}") from None
+        bad = [v for v in vals if v < 0 or (comp == "tau" and v == 0)]
+        if bad:
+            raise fail(f"--values {comp}: {bad[0]:g} is not a valid {comp} (must be >= 0{', and tau > 0' if comp == 'tau' else ''})")
+        out[comp] = vals
+    return out
+
+
+def experiment(
+    name: Annotated[str, typer.Argument(help="Study: fig6, fig5, fig7, fig8, fig9, table3, fig1, trajectory or all.")],
+    quick: Annotated[bool, typer.Option("--quick", help="Smoke mode: 20 steps, 1 seed, 2,000 sentences, fewer fig6 values (about 20 CPU-seconds per run).")] = False,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Experiment directory: runs/<id>/ and one folder per study.")] = Path("experiments"),
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Runs in parallel, one process each (default: the number of cores).")] = None,
+    seeds: Annotated[int | None, typer.Option("--seeds", help="Seeds 0..K-1 per configuration (default 3; --quick 1).")] = None,
+    encoder: Annotated[str | None, typer.Option("--encoder", "-e", help="light (default, CPU) or minilm (GPU scale).")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="Adam steps per run (default 100; --quick 20).")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", "-N", help="Sentences per step (default 64).")] = None,
+    values: Annotated[list[str] | None, typer.Option("--values", help="fig6: replace a component's values, e.g. --values tau=0.01,0.05,0.3 (repeatable).")] = None,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also redo runs recorded as failed (by default a failed run stays failed: same config, same seed, same error).")] = False,
+    fmt: Formats = None,
+    debug: Debug = False,
+):
+    """Run a training study of Li et al. 2024 at CPU scale (or GPU scale with --encoder minilm).
+
+    Each run (one loss configuration and seed) is stored once under OUT/runs/<id>/ (id = hash of
+    its configuration) and reused by every study and every later invocation; only missing runs
+    execute. Each study writes OUT/<study>/: figure(s), Result bundles (.npz + .json) and
+    results.md (table, exact command, seeds, wall time). A failed run is marked in the tables.
+
+    Examples:
+
+      gradlab experiment fig6 --quick --out exp/
+
+      gradlab experiment all --out exp/ --jobs 2
+
+      gradlab experiment table3 --encoder minilm --steps 1000 --batch-size 64 --seeds 3
+    """
+    from gradlab_cli._common import check_formats, check_out_dir, command_line
+
+    if name not in _STUDY_NAMES:
+        raise fail(f"unknown study {name!r}; choose from {', '.join(_STUDY_NAMES)}")
+    if jobs is not None and jobs < 1:
+        raise fail(f"--jobs must be >= 1; got {jobs}")
+    parsed = _values(values)
+    if parsed and name not in ("fig6", "all"):
+        raise fail(f"--values applies to fig6 (and all); not to {name!r}")
+    formats = check_formats(fmt)
+    from gradlab.experiments import Scale, run_study
+
+    scale = Scale.make(quick=quick, encoder=encoder, steps=steps, batch_size=batch_size, seeds=seeds,
+                       values=parsed)
+    check_out_dir(out)
+    try:
+        with progress_bar(f"{name}: runs") as bar:
+            def progress(done, total, record):
+                if bar is not None:
+                    bar(done, total)
+
+            res = run_study(name, out, scale=scale, jobs=jobs, retry_failed=retry_failed, progress=progress,
+                            command=command_line(), fmt=formats[0])
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: finished runs are kept in {str(out / 'runs')!r}; rerun the same command to "
+                   "resume", err=True)
+        raise typer.Exit(130) from None
+    for path in res["files"]:
+        typer.echo(str(path))
+    n = len(res["records"])
+    typer.echo(f"{n} runs: {res['executed']} executed, {n - res['executed']} reused, {res['failed']} failed; "
+               f"{res['wall_s']:.0f} s", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``experiment`` to the gradlab CLI."""
+    app.command("experiment", context_settings=_CONTEXT)(experiment)

