@@ -16,13 +16,16 @@ _LAZY = {
     "list_losses": "gradlab.losses",
     "loss_table": "gradlab.losses",
     "Loss": "gradlab.losses",
+    "loss_from_cosines": "gradlab.losses",
+    "compose": "gradlab.losses",
+    "load_loss": "gradlab.design",
     "Components": "gradlab.paradigm",
     "Decomposition": "gradlab.paradigm",
     "decompose": "gradlab.paradigm",
     "reconstruct": "gradlab.paradigm",
     "lemma1_bounds": "gradlab.lemma1",
 }
-_SUBMODULES = {"defaults", "geometry", "losses", "paradigm", "simulate", "lemma1", "margins", "collapse", "monitor", "plot", "io", "real"}
+_SUBMODULES = {"defaults", "geometry", "losses", "paradigm", "simulate", "lemma1", "margins", "collapse", "monitor", "plot", "io", "real", "design"}
 
 __all__ = ["__version__", *sorted(_LAZY)]
 

@@ -11,7 +11,9 @@ Layout (imports flow one way): ``_ops`` (shared numerics) and ``_registry`` (``L
 the catalogue) are leaves; ``_loss`` (``Loss``) reads the registry; the family modules
 (``_effective``, ``_ineffective``, ``_modified``, ``_margins``) use ``_ops`` and call
 ``register``; this package imports the families, so importing any part of
-``gradlab.losses`` registers every loss.
+``gradlab.losses`` registers every loss. ``_compose`` (the GD / W / R blocks of Eq. 5) is
+imported by ``_modified`` (the baseline is a composition); ``_user`` builds the losses a
+user designs (``loss_from_cosines``, ``compose``) on top of ``_loss``.
 """
 
 from gradlab.losses import _effective, _ineffective, _margins, _modified  # noqa: F401  (registration)
@@ -27,6 +29,9 @@ from gradlab.losses._registry import list_losses as list_losses
 from gradlab.losses._registry import loss_table as loss_table
 from gradlab.losses._registry import register as register
 from gradlab.losses._transforms import TRANSFORMS as TRANSFORMS
+from gradlab.losses._user import autodiff_kernel as autodiff_kernel
+from gradlab.losses._user import compose as compose
+from gradlab.losses._user import loss_from_cosines as loss_from_cosines
 from gradlab.losses._transforms import GradientTransform as GradientTransform
 from gradlab.losses._transforms import apply_transform as apply_transform
 from gradlab.losses._transforms import margin_logits as margin_logits
@@ -40,6 +45,9 @@ __all__ = [
     "GradientTransform",
     "TRANSFORMS",
     "apply_transform",
+    "autodiff_kernel",
+    "compose",
+    "loss_from_cosines",
     "margin_logits",
     "transform_loss_from_logits",
     "KINDS",
