@@ -29,13 +29,13 @@ from gradlab.losses._registry import list_losses as list_losses
 from gradlab.losses._registry import loss_table as loss_table
 from gradlab.losses._registry import register as register
 from gradlab.losses._transforms import TRANSFORMS as TRANSFORMS
-from gradlab.losses._user import autodiff_kernel as autodiff_kernel
-from gradlab.losses._user import compose as compose
-from gradlab.losses._user import loss_from_cosines as loss_from_cosines
 from gradlab.losses._transforms import GradientTransform as GradientTransform
 from gradlab.losses._transforms import apply_transform as apply_transform
 from gradlab.losses._transforms import margin_logits as margin_logits
 from gradlab.losses._transforms import transform_loss_from_logits as transform_loss_from_logits
+from gradlab.losses._user import autodiff_kernel as autodiff_kernel
+from gradlab.losses._user import compose as compose
+from gradlab.losses._user import loss_from_cosines as loss_from_cosines
 
 _FUNCTIONS = _functional_api()
 globals().update(_FUNCTIONS)
