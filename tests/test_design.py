@@ -76,8 +76,15 @@ def test_autodiff_components_equal_closed_forms(name, where):
     auto = autodiff_kernel(spec.value)(c_pos, c_neg, valid, **loss.params)
     gw_c, eff_c = _convention_free(*closed)
     gw_a, eff_a = _convention_free(*auto)
-    _assert_close(gw_a, gw_c)
-    ok = np.isfinite(eff_c)
+    # per negative: rows without a tie for the hardest negative (at a tie autodiff of max
+    # splits the weight equally, the zoo gives it to the first: both are subgradients)
+    cn = np.asarray(c_neg)
+    untied = np.sum(cn == cn.max(-1, keepdims=True), axis=-1) == 1
+    _assert_close(gw_a[untied], gw_c[untied])
+    _assert_close(gw_a.sum(-1), gw_c.sum(-1))  # GD·Σ_j W_j everywhere
+    # the effective ratio −(∂L/∂c_p) / Σ_j ∂L/∂c_j where the push is not lost to rounding:
+    # where GD·ΣW < 1e-6, autodiff's ∂L/∂c_p = −1/τ + q_p/τ has cancelled (q_p → 1)
+    ok = np.isfinite(eff_c) & (np.abs(gw_c.sum(-1)) > 1e-6)
     _assert_close(eff_a[ok], eff_c[ok])
     assert np.all(np.isfinite(np.asarray(auto[1]))) and np.all(np.isfinite(np.asarray(auto[2])))
 
@@ -122,15 +129,19 @@ def test_arccos_pole_gives_zero_not_nan():
 COMBOS = list(itertools.product(GD_BLOCKS, WEIGHT_BLOCKS, RATIO_BLOCKS))
 
 
+def _compose(gd, weight, ratio, **candidates):
+    """The composition with those of ``candidates`` that its blocks take."""
+    loss = gradlab.compose(gd=gd, weight=weight, ratio=ratio)
+    return loss.replace(**{k: v for k, v in candidates.items() if k in loss.params})
+
+
 def test_composed_gradient_in_cosine_space_is_the_paradigm():
     """∂L/∂c_j = GD·W_j and ∂L/∂c_p = −GD Σ_j W_j R_j for all 48 compositions (jax.grad vs the blocks)."""
     tp, tn = _angles(3, b=16, m=5)
     c_pos, c_neg = jnp.cos(jnp.asarray(tp)), jnp.cos(jnp.asarray(tn))
     valid = jnp.ones(c_neg.shape, bool)
-    params = {"tau": 0.2, "m": 0.4, "width": 0.1, "r": 1.3, "u": 0.2}
     for gd, w, r in COMBOS:
-        loss = gradlab.compose(gd=gd, weight=w, ratio=r, **{k: params[k] for k in gradlab.compose(
-            gd=gd, weight=w, ratio=r).params})
+        loss = _compose(gd, w, r, tau=0.2, m=0.4, width=0.1, r=1.3, u=0.2)
         p = loss.params
         g, wt, rt = loss.spec.kernel(c_pos, c_neg, valid, **p)
         value = functools.partial(loss.spec.value, valid=valid, **p)
@@ -144,7 +155,7 @@ def test_composed_gradient_in_cosine_space_is_the_paradigm():
 def test_composed_anchor_gradient_equals_paradigm_gradient(blocks):
     """In embedding form: jax.grad of L_i w.r.t. h_i (tangential) = GD Σ_j W_j (h_j' − R_j h_i')."""
     gd, w, r = blocks
-    loss = gradlab.compose(gd=gd, weight=w, ratio=r, m=0.6, tau=0.2)
+    loss = _compose(gd, w, r, m=0.6, tau=0.2, u=0.3)
     rng = np.random.default_rng(0)
     h = rng.normal(size=(6, 5))
     hp = h + 0.4 * rng.normal(size=(6, 5))
@@ -224,14 +235,16 @@ def test_user_loss_without_declaration_takes_the_direct_path():
     assert simulate.gd_map(_user_infonce(), _protocol()).meta["method"] == "direct"
 
 
-def test_user_mat_ratio_and_weight_match_the_builtin():
+def test_user_mat_ratio_matches_the_builtin():
     from gradlab import simulate
 
     user = _user_mat()
     a = simulate.ratio_map(user, _protocol())
     b = simulate.ratio_map("mat", _protocol())
-    keep = ~np.asarray(b.mask) & ~np.asarray(a.mask)
-    assert keep.sum() > 3
+    # cells where the gate is open in every batch: there R is defined for both. (Elsewhere the
+    # closed form still averages R over gated-off batches, the user loss only over open ones.)
+    keep = (np.asarray(b.extra["gd"]) == 1.0) & ~np.asarray(b.mask)
+    assert keep.sum() >= 2
     np.testing.assert_allclose(np.asarray(a.mean)[keep], np.asarray(b.mean)[keep], rtol=1e-9)
 
 
@@ -299,7 +312,7 @@ def one_argument(c_pos):
 
 
 def raises(c_pos, c_neg):
-    return c_pos @ c_neg
+    return c_pos.no_such_attribute
 
 
 COUNT = 3

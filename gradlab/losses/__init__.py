@@ -36,6 +36,7 @@ from gradlab.losses._transforms import transform_loss_from_logits as transform_l
 from gradlab.losses._user import autodiff_kernel as autodiff_kernel
 from gradlab.losses._user import compose as compose
 from gradlab.losses._user import loss_from_cosines as loss_from_cosines
+from gradlab.losses._user import undefined_mask as undefined_mask
 
 _FUNCTIONS = _functional_api()
 globals().update(_FUNCTIONS)
@@ -48,6 +49,7 @@ __all__ = [
     "autodiff_kernel",
     "compose",
     "loss_from_cosines",
+    "undefined_mask",
     "margin_logits",
     "transform_loss_from_logits",
     "KINDS",
