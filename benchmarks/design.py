@@ -15,25 +15,13 @@ Plus the focal InfoNCE of examples/design_a_loss.py and one composition, both pa
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
-
-
-def _median_time(fn, repeats):
-    fn()  # compile / warm up
-    ts = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+from mc import _median_time  # the same timing rule as the Monte-Carlo table (this script's folder)
 
 
 def _user_losses():
-    import gradlab
 
     def infonce(c_pos, c_neg, *, tau):
         return jax.nn.logsumexp(jnp.concatenate([c_pos[..., None], c_neg], -1) / tau, -1) - c_pos / tau
