@@ -227,6 +227,16 @@ def test_user_mpt_simulates_to_the_builtin_map(method):
     np.testing.assert_array_equal(a.mean, b.mean)
 
 
+def test_a_user_loss_named_like_a_registered_one_gets_no_registered_shortcut():
+    from gradlab import simulate
+
+    fake = gradlab.loss_from_cosines(lambda c_pos, c_neg, *, m: jnp.sum(c_neg, -1) * m - c_pos, name="mpt",
+                                     params={"m": 0.23})
+    with pytest.raises(ValueError, match="user loss"):
+        simulate.gd_map(fake, _protocol(), exact=True)
+    assert simulate.gd_map(fake, _protocol()).meta["method"] == "direct"
+
+
 def test_user_loss_without_declaration_takes_the_direct_path():
     from gradlab import simulate
 

@@ -28,7 +28,7 @@ import numpy as np
 from gradlab import defaults
 from gradlab.io import Result
 from gradlab.lemma1 import lemma1_bounds, lemma1_sphere_check, summarize_min_ratio
-from gradlab.losses import Loss, get_loss, get_spec
+from gradlab.losses import Loss, get_loss, get_spec, list_losses
 from gradlab.losses._user import factored_path
 from gradlab.simulate._engine import Stat, run
 from gradlab.simulate._protocol import Protocol
@@ -62,11 +62,15 @@ def _check_angle_form(loss: Loss):
         )
 
 
+def _registered(loss: Loss) -> bool:
+    """The loss is the registered one of its name (not a user loss that reuses the name)."""
+    return loss.spec.name in list_losses() and get_spec(loss.spec.name) is loss.spec
+
+
 def _factored_kind(loss: Loss) -> str | None:
     """"lse" / "max" for a registered loss in ``FACTORED`` or a user / composed loss that declares it."""
-    name = loss.spec.name
-    if name in FACTORED and get_spec(name) is loss.spec:
-        return FACTORED[name]
+    if loss.spec.name in FACTORED and _registered(loss):
+        return FACTORED[loss.spec.name]
     return factored_path(loss.spec)
 
 
@@ -166,6 +170,8 @@ def gd_map(loss, protocol: Protocol | None = None, *, exact: bool = False, metho
     loss = _as_loss(loss)
     _check_angle_form(loss)
     if exact:
+        if not _registered(loss):
+            raise ValueError(f"exact (quadrature) GD maps exist for the registered MPT, MET and MAT; {loss.name!r} is a user loss")
         return quadrature_gd_map(loss, protocol)
     kind = _path(loss, method)
     dtype = protocol.jnp_dtype()
