@@ -28,7 +28,7 @@ import numpy as np
 from gradlab import defaults
 from gradlab.io import Result
 from gradlab.lemma1 import lemma1_bounds, lemma1_sphere_check, summarize_min_ratio
-from gradlab.losses import Loss, get_loss, get_spec, list_losses
+from gradlab.losses import Loss, get_spec, list_losses
 from gradlab.losses._user import factored_path
 from gradlab.simulate._engine import Stat, run
 from gradlab.simulate._protocol import Protocol
@@ -310,7 +310,7 @@ def weight_share(
     draws = draws_for(protocol)
     rows = []
     for i, tau in enumerate(taus):
-        lp = get_loss(loss.name, symmetric=loss.symmetric, **{**loss.params, "tau": tau})
+        lp = loss.replace(tau=tau)  # the same spec (registered or not), τ changed
         sub = None if progress is None else (lambda d, t, i=i: progress(i * t + d, len(taus) * t))
         rows.append([a[0] for a in _weight_moments(lp, kind, draws, protocol, np.asarray([mu_pos], float), gd_gate, sub)])
     mean, se, count, gd = (np.stack(col) for col in zip(*rows, strict=True))
