@@ -266,6 +266,15 @@ def test_user_infonce_weight_share_matches_the_builtin():
     np.testing.assert_allclose(a.mean, b.mean, rtol=1e-9, equal_nan=True)
 
 
+def test_user_infonce_weight_share_sweeps_tau_on_its_own_spec():
+    from gradlab import simulate
+
+    a = simulate.weight_share(_protocol(), taus=(0.1, 0.05), loss=_user_infonce(), method="direct")
+    b = simulate.weight_share(_protocol(), taus=(0.1, 0.05), loss="infonce", method="direct")
+    assert a.meta["loss"] == "my_infonce"
+    np.testing.assert_allclose(a.mean, b.mean, rtol=1e-9, equal_nan=True)
+
+
 def test_ratio_map_of_a_gated_user_loss_has_no_unmasked_nan():
     """A hinge's W, R are undefined where GD = 0: those batches are left out; empty cells are masked."""
     from gradlab import simulate
