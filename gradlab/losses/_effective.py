@@ -3,7 +3,8 @@
 Each loss is written once in terms of the anchor's cosines: ``c_pos`` (...,) to its
 positive and ``c_neg`` (..., M) to its negatives, with ``valid`` (..., M) marking the
 negatives that exist. ``value`` gives L_i, ``kernel`` gives (GD, W, R). The embedding
-form (M = N, diagonal invalid) and the angle form (M = N − 1) share these functions.
+form (the N − 1 off-diagonal negatives of each row) and the angle form (M = N − 1) share
+these functions.
 """
 
 from __future__ import annotations
