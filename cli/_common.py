@@ -114,6 +114,32 @@ def parse_params(items: Sequence[str | tuple[str, float]] | None) -> dict[str, f
     return dict(key_value(item) for item in items or ())
 
 
+def compose_blocks(raw: str) -> str:
+    """Typer ``parser=`` of ``--compose``: ``"gd=indicator,weight=softmax,ratio=static"``, checked."""
+    from gradlab.design import parse_compose
+
+    try:
+        parse_compose(raw)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return str(raw)
+
+
+def resolve_loss(loss: str | None, compose: str | None, params: dict, *, symmetric: bool = False):
+    """The ``Loss`` of ``--loss`` (a name, FILE.py:FUNCTION, module:FUNCTION) or ``--compose``; errors are one line."""
+    from gradlab.design import load_loss
+
+    if (loss is None) == (compose is None):
+        raise fail("give exactly one of --loss and --compose")
+    return load_loss(loss if compose is None else f"compose:{compose}", params=params, symmetric=symmetric)
+
+
+LOSS_HELP = ("A registered loss (see 'gradlab losses'), path/to/file.py:FUNCTION or package.module:FUNCTION "
+             "(a function of the cosines, or a gradlab Loss); parameters via --param.")
+Compose = Annotated[str | None, typer.Option("--compose", parser=compose_blocks, metavar="gd=G,weight=W,ratio=R",
+                                             help="A GD x W x R composition (Li et al. 2024 Eq. 5): gd fraction|indicator|sigmoid|none, "
+                                                  "weight softmax|hardest|uniform, ratio static|arccon|met|mat; parameters via --param.")]
+
 # Options every command shares.
 Out = Annotated[Path, typer.Option("--out", "-o", help="Output directory (created if missing).")]
 Formats = Annotated[list[str] | None, typer.Option("--format", "-f", help="Figure format: png, pdf or svg (repeatable).")]

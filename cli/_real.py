@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 from gradlab_cli._common import (
+    LOSS_HELP,
+    Compose,
     Debug,
     Formats,
     NoPlot,
@@ -21,6 +23,7 @@ from gradlab_cli._common import (
     fail,
     parse_params,
     progress_bar,
+    resolve_loss,
 )
 
 ENCODERS = ("minilm", "light")
@@ -125,7 +128,8 @@ def stsb(
 
 
 def train(
-    loss: Annotated[str, typer.Option("--loss", "-l", help="A registered loss (see 'gradlab losses').")],
+    loss: Annotated[str | None, typer.Option("--loss", "-l", help=LOSS_HELP)] = None,
+    compose: Compose = None,
     encoder: EncoderOpt = "light",
     steps: Annotated[int, typer.Option("--steps", help="Optimizer steps.")] = 200,
     batch_size: Annotated[int, typer.Option("--batch-size", "-N", help="Sentences per step (two dropout views each).")] = 64,
@@ -162,6 +166,10 @@ def train(
       gradlab train --loss infonce --encoder minilm --steps 100 --batch-size 32 --dev-pairs 300
 
       gradlab train --loss infonce --transform emphasize --param s=1.125 --param tau=0.25
+
+      gradlab train --loss my_losses.py:focal --param gamma=2 --steps 100
+
+      gradlab train --compose gd=sigmoid,weight=softmax,ratio=arccon --param m=0.3
     """
     encoder = _choice(encoder, ENCODERS, "--encoder")
     params = parse_params(param)
@@ -180,7 +188,7 @@ def train(
     from gradlab.real.train import train as run_training
 
     if transform is None:
-        the_loss = get_loss(loss, symmetric=symmetric, **params)  # unknown names / params: one line
+        the_loss = resolve_loss(loss, compose, params, symmetric=symmetric)  # any bad loss: one line
     else:
         from gradlab.losses import apply_transform
 
@@ -188,8 +196,9 @@ def train(
             raise fail(f"--transform rescales InfoNCE's gradient: use --loss infonce (got {loss!r})")
         apply_transform(transform, symmetric=symmetric, **params)  # unknown names / params: one line
         the_loss = get_loss("infonce", tau=params.get("tau", 0.25))
+    registered = transform is not None or (compose is None and ":" not in loss)
     cfg = TrainConfig(
-        loss=the_loss.name, loss_params=dict(params), symmetric=symmetric, encoder=encoder, steps=steps,
+        loss=the_loss.name if registered else the_loss, loss_params=dict(params), symmetric=symmetric, encoder=encoder, steps=steps,
         batch_size=batch_size, lr=lr, eval_every=eval_every, seed=seed, corpus=corpus,
         max_sentences=max_sentences, dev_pairs=dev_pairs, eval_test=not no_test, monitor=not no_monitor,
         monitor_every=monitor_every, transform=transform,

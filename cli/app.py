@@ -32,6 +32,8 @@ from typer.core import TyperGroup
 from gradlab import defaults
 from gradlab_cli import _common
 from gradlab_cli._common import (
+    LOSS_HELP,
+    Compose,
     Debug,
     Formats,
     NoPlot,
@@ -43,6 +45,7 @@ from gradlab_cli._common import (
     number,
     parse_params,
     progress_bar,
+    resolve_loss,
 )
 
 OOM_HINT = "out of memory for these sizes: reduce --grid, --batches or --batch-size"
@@ -224,10 +227,8 @@ Seed = Annotated[int, typer.Option("--seed", help="Root seed in [0, 2**31 - 1]: 
 ModeOpt = Annotated[Mode, typer.Option("--mode", help="common: one set of draws for every cell (fast); independent: draws per cell.")]
 
 
-def _loss(name: str, params: dict):
-    from gradlab.losses import get_loss
-
-    return get_loss(name, **params)
+def _loss(name: str | None, params: dict, compose: str | None = None):
+    return resolve_loss(name, compose, params)
 
 
 def _safe(name: str) -> str:
@@ -253,7 +254,8 @@ def _writer(out, formats, no_plot, command, **parameters) -> Writer:
 # --- heatmap -------------------------------------------------------------------------------------
 @app.command(context_settings=CONTEXT)
 def heatmap(
-    loss: Annotated[str, typer.Option("--loss", "-l", help="A registered loss (see 'gradlab losses').")],
+    loss: Annotated[str | None, typer.Option("--loss", "-l", help=LOSS_HELP)] = None,
+    compose: Compose = None,
     component: Annotated[Component, typer.Option("--component", "-c", help="gd (Figs. 2, 10), ratio (Fig. 4), weight (hardest-negative share where GD >= --gd-threshold) or norm (Nie et al. 2023's closed-form norm at the mean angles).")] = Component.gd,
     grid: Grid = 100,
     batches: Batches = 1000,
@@ -284,6 +286,10 @@ def heatmap(
       gradlab heatmap --loss infonce --param tau=0.1 --grid 50 --batches 200 -f png -f pdf
 
       gradlab heatmap --loss mpt --exact
+
+      gradlab heatmap --loss my_losses.py:focal --param gamma=2
+
+      gradlab heatmap --compose gd=indicator,weight=softmax,ratio=static --param m=0.3
     """
     params = parse_params(param)
     if exact and component is not Component.gd:
@@ -295,7 +301,7 @@ def heatmap(
     protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
                         sigma_neg=sigma_neg, mu_pos_range=mu_pos_range, mu_neg_range=mu_neg_range, seed=seed,
                         mode=mode.value)
-    the_loss = _loss(loss, params)
+    the_loss = _loss(loss, params, compose)
     writer = _writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
                      params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
                      gd_threshold=gd_threshold, part=part.value)
@@ -336,7 +342,7 @@ def heatmap(
 def weight(
     tau: Annotated[list[float] | None, typer.Option("--tau", help="Temperature τ (repeatable; default the paper's six).")] = None,
     mu_pos: Annotated[float, typer.Option("--mu-pos", parser=angle, help="Fixed μ_pos, radians within [0, pi] (pi allowed).")] = "pi/6",
-    loss: Annotated[str, typer.Option("--loss", "-l", help="A loss with a temperature tau.")] = "infonce",
+    loss: Annotated[str, typer.Option("--loss", "-l", help="A loss with a temperature tau: " + LOSS_HELP)] = "infonce",
     gd_gate: Annotated[float | None, typer.Option("--gd-gate", help="Count only batches with GD >= this.")] = None,
     grid: Grid = 100,
     batches: Batches = 1000,

@@ -16,6 +16,9 @@ _LAZY = {
     "list_losses": "gradlab.losses",
     "loss_table": "gradlab.losses",
     "Loss": "gradlab.losses",
+    "loss_from_cosines": "gradlab.losses",
+    "compose": "gradlab.losses",
+    "load_loss": "gradlab.design",
     "Components": "gradlab.paradigm",
     "Decomposition": "gradlab.paradigm",
     "decompose": "gradlab.paradigm",
@@ -23,7 +26,7 @@ _LAZY = {
     "lemma1_bounds": "gradlab.lemma1",
     "enable_cache": "gradlab._cache",
 }
-_SUBMODULES = {"defaults", "geometry", "losses", "paradigm", "simulate", "lemma1", "margins", "collapse", "monitor", "plot", "io", "real", "experiments"}
+_SUBMODULES = {"defaults", "geometry", "losses", "paradigm", "simulate", "lemma1", "margins", "collapse", "monitor", "plot", "io", "real", "experiments", "design"}
 
 __all__ = ["__version__", *sorted(_LAZY)]
 

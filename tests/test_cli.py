@@ -217,7 +217,7 @@ def test_figures_quick_one_id(tmp_path):
         (["heatmap", "--loss", "arccon", "--param", "tau=-1"], "must be > 0"),
         (["heatmap", "--loss", "arccon", "--format", "gif"], "unknown --format 'gif'"),
         (["heatmap", "--loss", "arccon", "--component", "bogus"], "bogus"),
-        (["heatmap"], "Missing option '--loss'"),
+        (["heatmap"], "give exactly one of --loss and --compose"),
         (["weight", "--tau", "0"], "--tau must be > 0"),
         (["lemma1", "--lambda", "-0.1"], "--lambda must be > 0"),
         (["lemma1", "--embeddings", "/nonexistent/views.npz"], "cannot read embeddings file"),

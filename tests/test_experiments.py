@@ -67,25 +67,27 @@ def test_bad_loss_dicts_are_one_line_errors():
         RunSpec(batch_size=64, max_sentences=10)
 
 
-def test_compose_loss_needs_gradlab_compose():
-    import gradlab
+def test_compose_loss_resolves_through_gradlab_compose():
     from gradlab.experiments import resolve_loss
+    from gradlab.losses import get_loss
 
-    spec = {"compose": {"gd": "indicator", "weight": "softmax", "ratio": "constant"}, "params": {"m": 0.3}}
-    assert canonical_loss(spec) == {"compose": {"gd": "indicator", "ratio": "constant", "weight": "softmax"},
-                                    "params": {"m": 0.3}}
-    if getattr(gradlab, "compose", None) is None:
-        with pytest.raises(ImportError, match="gradlab.compose"):
-            resolve_loss(spec)
-    else:  # pragma: no cover - after issue 12
-        assert resolve_loss(spec) is not None
+    spec = {"compose": {"gd": "indicator", "weight": "softmax", "ratio": "static"},
+            "params": {"m": 0.3, "tau": 0.05, "r": 1.0}}
+    assert canonical_loss(spec) == {"compose": {"gd": "indicator", "ratio": "static", "weight": "softmax"},
+                                    "params": {"m": 0.3, "r": 1.0, "tau": 0.05}}
+    # Li et al. 2024 Eq. 5 is this composition: the registered baseline
+    assert resolve_loss(spec) == get_loss("baseline", m=0.3, tau=0.05, r=1.0)
+    with pytest.raises(ValueError):
+        resolve_loss({"compose": {"gd": "indicator", "weight": "softmax", "ratio": "nonsense"}, "params": {}})
 
 
-@pytest.mark.skipif(not hasattr(__import__("gradlab"), "compose"), reason="gradlab.compose (issue 12) not present")
-def test_compose_runs_get_their_own_id():  # pragma: no cover - after issue 12
-    a = RunSpec(loss={"compose": {"gd": "indicator", "weight": "softmax", "ratio": "constant"}, "params": {"m": 0.3}})
-    b = RunSpec(loss={"compose": {"gd": "indicator", "weight": "softmax", "ratio": "constant"}, "params": {"m": 0.4}})
-    assert a.id != b.id
+def test_compose_runs_get_their_own_id():
+    def run_spec(m):
+        return RunSpec(loss={"compose": {"gd": "indicator", "weight": "softmax", "ratio": "static"},
+                             "params": {"m": m, "tau": 0.05, "r": 1.0}})
+
+    assert run_spec(0.3).id == run_spec(0.3).id
+    assert run_spec(0.3).id != run_spec(0.4).id
 
 
 def test_studies_share_runs_and_all_dedupes():
@@ -357,7 +359,7 @@ def test_two_identical_invocations_give_identical_numbers(tmp_path):
 
 @pytest.mark.slow
 @needs_real
-def test_train_loss_fn_hook_matches_the_named_loss(tmp_path):
+def test_train_with_a_loss_object_matches_the_named_loss(tmp_path):
     from gradlab import get_loss
     from gradlab.real.data import load_news_sentences
     from gradlab.real.train import TrainConfig, train
@@ -366,9 +368,8 @@ def test_train_loss_fn_hook_matches_the_named_loss(tmp_path):
     cfg = TrainConfig(loss="infonce", loss_params={"tau": 0.1}, steps=2, batch_size=8, eval_every=0, dev_pairs=20,
                       eval_test=False, monitor=False)
     named = train(cfg, sentences=sentences)
-    hooked = train(TrainConfig(loss="label-only", steps=2, batch_size=8, eval_every=0, dev_pairs=20,
-                               eval_test=False, monitor=False), sentences=sentences,
-                   loss_fn=get_loss("infonce", tau=0.1))
+    hooked = train(TrainConfig(loss=get_loss("infonce", tau=0.1), steps=2, batch_size=8, eval_every=0,
+                               dev_pairs=20, eval_test=False, monitor=False), sentences=sentences)
     np.testing.assert_array_equal(named.losses, hooked.losses)
     assert named.best_dev == hooked.best_dev
 

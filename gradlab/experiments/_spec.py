@@ -92,19 +92,15 @@ def resolve_loss(loss: Mapping[str, Any]):
     """A ``gradlab.Loss`` for a (canonical) loss dict; compositions go through ``gradlab.compose``.
 
     Raises:
-      ImportError: a composition while ``gradlab.compose`` does not exist yet.
+      ValueError: an unknown loss, block or parameter (from ``get_loss`` / ``compose``).
     """
     loss = canonical_loss(loss)
     if "loss" in loss:
         from gradlab.losses import get_loss
 
         return get_loss(loss["loss"], **loss["params"])
-    import gradlab
+    from gradlab.losses import compose
 
-    compose = getattr(gradlab, "compose", None)
-    if compose is None:
-        raise ImportError("a {'compose': ...} loss needs gradlab.compose (issue 12), which this gradlab lacks; "
-                          "use a registered loss name")
     return compose(**loss["compose"], **loss["params"])
 
 

@@ -181,13 +181,11 @@ def _train_in(spec, build: Path) -> dict[str, Any]:
     held = sample_sentences(heldout, spec.heldout_max, seed=0)
     held_ids = _cached(("held", spec.encoder, spec.corpus, spec.holdout, spec.heldout_max),
                        lambda: encoder.token_ids(held))
-    name = spec.loss.get("loss", "compose")
-    config = TrainConfig(loss=name, loss_params=dict(spec.loss["params"]) if "loss" in spec.loss else {},
+    config = TrainConfig(loss=loss,
                          encoder=spec.encoder, steps=spec.steps, batch_size=spec.batch_size, lr=spec.lr,
                          eval_every=spec.eval_every, seed=spec.seed, dev_pairs=spec.dev_pairs,
                          eval_test=spec.eval_test, monitor=True, monitor_every=spec.monitor_every)
-    kwargs = {} if "loss" in spec.loss else {"loss_fn": loss}
-    res = train(config, encoder=encoder, sentences=sentences, out_dir=build, token_ids=token_ids, **kwargs)
+    res = train(config, encoder=encoder, sentences=sentences, out_dir=build, token_ids=token_ids)
     done = len(res.losses)
     if done < spec.steps or not all(math.isfinite(x) for x in res.losses):
         raise FloatingPointError(f"non-finite training loss at step {done}")

@@ -11,7 +11,9 @@ Layout (imports flow one way): ``_ops`` (shared numerics) and ``_registry`` (``L
 the catalogue) are leaves; ``_loss`` (``Loss``) reads the registry; the family modules
 (``_effective``, ``_ineffective``, ``_modified``, ``_margins``) use ``_ops`` and call
 ``register``; this package imports the families, so importing any part of
-``gradlab.losses`` registers every loss.
+``gradlab.losses`` registers every loss. ``_compose`` (the GD / W / R blocks of Eq. 5) is
+imported by ``_modified`` (the baseline is a composition); ``_user`` builds the losses a
+user designs (``loss_from_cosines``, ``compose``) on top of ``_loss``.
 """
 
 from gradlab.losses import _effective, _ineffective, _margins, _modified  # noqa: F401  (registration)
@@ -31,6 +33,10 @@ from gradlab.losses._transforms import GradientTransform as GradientTransform
 from gradlab.losses._transforms import apply_transform as apply_transform
 from gradlab.losses._transforms import margin_logits as margin_logits
 from gradlab.losses._transforms import transform_loss_from_logits as transform_loss_from_logits
+from gradlab.losses._user import autodiff_kernel as autodiff_kernel
+from gradlab.losses._user import compose as compose
+from gradlab.losses._user import loss_from_cosines as loss_from_cosines
+from gradlab.losses._user import undefined_mask as undefined_mask
 
 _FUNCTIONS = _functional_api()
 globals().update(_FUNCTIONS)
@@ -40,6 +46,10 @@ __all__ = [
     "GradientTransform",
     "TRANSFORMS",
     "apply_transform",
+    "autodiff_kernel",
+    "compose",
+    "loss_from_cosines",
+    "undefined_mask",
     "margin_logits",
     "transform_loss_from_logits",
     "KINDS",

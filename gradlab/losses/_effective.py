@@ -3,7 +3,8 @@
 Each loss is written once in terms of the anchor's cosines: ``c_pos`` (...,) to its
 positive and ``c_neg`` (..., M) to its negatives, with ``valid`` (..., M) marking the
 negatives that exist. ``value`` gives L_i, ``kernel`` gives (GD, W, R). The embedding
-form (M = N, diagonal invalid) and the angle form (M = N − 1) share these functions.
+form (the N − 1 off-diagonal negatives of each row) and the angle form (M = N − 1) share
+these functions.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from gradlab.losses._ops import (
     NEG_INF,
     TRIPLET_METRICS,
     angular_factor,
+    chord_ratio,
     floor_tiny,
+    fraction_gd,
     hardest,
     hardest_cos,
     masked_logsumexp,
     masked_softmax,
-    ratio_to_positive,
     shifted_cos,
+    sine_ratio,
     triplet_gate,
 )
 from gradlab.losses._registry import LossSpec, register
@@ -38,8 +41,7 @@ def infonce_value(c_pos, c_neg, valid, *, tau):
 
 
 def infonce_kernel(c_pos, c_neg, valid, *, tau):
-    lse_neg = masked_logsumexp(c_neg / tau, valid)
-    gd = jax.nn.sigmoid(lse_neg - c_pos / tau)  # 1 / (1 + e^{c_p/τ} / S)
+    gd = fraction_gd(c_pos, c_neg, valid, tau)  # 1 / (1 + e^{c_p/τ} / S)
     weight = masked_softmax(c_neg / tau, valid) / tau  # E_j / (τ S)
     return gd, weight, jnp.ones_like(c_pos)[..., None]
 
@@ -53,8 +55,7 @@ def arccon_value(c_pos, c_neg, valid, *, tau, u):
 
 
 def arccon_kernel(c_pos, c_neg, valid, *, tau, u):
-    lse_neg = masked_logsumexp(c_neg / tau, valid)
-    gd = jax.nn.sigmoid(lse_neg - shifted_cos(c_pos, u) / tau)
+    gd = fraction_gd(shifted_cos(c_pos, u), c_neg, valid, tau)
     weight = masked_softmax(c_neg / tau, valid) / tau
     return gd, weight, angular_factor(c_pos, u)[..., None]
 
@@ -82,13 +83,11 @@ def met_value(c_pos, c_neg, valid, *, m):
 
 
 def met_kernel(c_pos, c_neg, valid, *, m):
-    d_pos = distance_from_cos(c_pos)
     d_neg = distance_from_cos(c_neg)
     gd = _triplet_gd("met", c_pos, c_neg, valid, m)
     onehot = hardest(c_neg, valid)
     weight = onehot / floor_tiny(d_neg)
-    ratio = ratio_to_positive(d_neg, d_pos[..., None])
-    return gd, weight, ratio
+    return gd, weight, chord_ratio(c_pos, c_neg)
 
 
 def mat_value(c_pos, c_neg, valid, *, m):
@@ -101,8 +100,7 @@ def mat_kernel(c_pos, c_neg, valid, *, m):
     gd = _triplet_gd("mat", c_pos, c_neg, valid, m)
     s_neg = sin_from_cos(c_neg)
     weight = hardest(c_neg, valid) / floor_tiny(s_neg)
-    ratio = ratio_to_positive(s_neg, sin_from_cos(c_pos)[..., None])
-    return gd, weight, ratio
+    return gd, weight, sine_ratio(c_pos, c_neg)
 
 
 # --- DCL / DCL+ (Nie et al. 2023) ----------------------------------------------------------

@@ -27,6 +27,7 @@ from jax import Array
 
 from gradlab._validation import check_angles, check_pair, check_param
 from gradlab.geometry import cosine_matrix, normalize, tangent_project
+from gradlab.losses._ops import offdiag_gather, offdiag_kernel
 from gradlab.losses._registry import LossSpec, get_spec
 from gradlab.paradigm import Components, anchor_gradient, reconstruct
 
@@ -34,12 +35,16 @@ __all__ = ["Loss", "get_loss"]
 
 
 def _embedding_cosines(h: Array, h_prime: Array, negatives: str):
-    """c_pos (N,), c_neg (N, N) and the valid mask (off-diagonal) for embedding form."""
+    """c_pos (N,), c_neg (N, N − 1) (the off-diagonal negatives j ≠ i) and an all-true mask.
+
+    A cosine-kind spec therefore sees exactly the valid negatives in every form (embedding
+    and angle), so a user function of the cosines (``gradlab.loss_from_cosines``) needs
+    no mask; ``_components`` does the same through ``_ops.offdiag_kernel``.
+    """
     neg = h_prime if negatives == "h_prime" else h
     c_pos = jnp.sum(h * h_prime, axis=-1)
-    c_neg = cosine_matrix(h, neg)
-    valid = ~jnp.eye(h.shape[0], dtype=bool)
-    return c_pos, c_neg, valid
+    c_neg = offdiag_gather(cosine_matrix(h, neg))
+    return c_pos, c_neg, jnp.ones(c_neg.shape, dtype=bool)
 
 
 def _param_key(v):
@@ -162,9 +167,9 @@ class Loss:
     def _components(self, h: Array, h_prime: Array) -> Components:
         s, p = self.spec, self.params
         if s.kind == "cosine":
-            c_pos, c_neg, valid = _embedding_cosines(h, h_prime, s.negatives)
-            gd, weight, ratio = s.kernel(c_pos, c_neg, valid, **p)
-            weight = jnp.where(valid, weight, 0.0)
+            neg = h_prime if s.negatives == "h_prime" else h
+            c_pos = jnp.sum(h * h_prime, axis=-1)
+            gd, weight, ratio = offdiag_kernel(s.kernel)(c_pos, cosine_matrix(h, neg), **p)
             return Components(gd, weight, ratio, None, s.negatives)
         return s.components(h, h_prime, **p)
 

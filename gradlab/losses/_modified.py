@@ -21,7 +21,10 @@ mean_i L_i but holds every *other* same-view row under stop-gradient, so that it
 gradient w.r.t. h_i is exactly (1/N) × Eq. 16-19.
 
 mB, mV and mMHE normalize their weights over the whole batch: they have no angle form.
-The baseline (Eq. 5) is a cosine-family loss and has one.
+The baseline (Eq. 5) is a cosine-family loss and has one: it is the composition
+(indicator, softmax, static) of ``_compose`` (``gradlab.compose``). The four modified
+losses share its GD block (``indicator_gate``) and its static R, but their W is
+normalized over the whole batch, which no per-anchor W block can express.
 """
 
 from __future__ import annotations
@@ -30,16 +33,14 @@ import jax
 import jax.numpy as jnp
 
 from gradlab.geometry import cosine_matrix, distance_from_cos
+from gradlab.losses._compose import composition, indicator_gate
 from gradlab.losses._ineffective import mhe_uniformity
 from gradlab.losses._ops import (
-    TRIPLET_METRICS,
     floor_tiny,
     hardest,
     hardest_cos,
-    masked_softmax,
     offdiag,
     sq_dist_pos,
-    triplet_gate,
 )
 from gradlab.losses._registry import LossSpec, register
 from gradlab.paradigm import Components
@@ -49,18 +50,12 @@ __all__ = ["gate", "baseline_value", "baseline_kernel"]
 sg = jax.lax.stop_gradient
 
 
-def _mpt_gate(c_hardest, c_pos, m):
-    """MPT's gate (Li et al. 2024 Sec. 4): c_p − max_k c_k < m, i.e. ``triplet_gate`` in d = −cos."""
-    d = TRIPLET_METRICS["mpt"].of_cos
-    return triplet_gate(d(c_hardest), d(c_pos), m)
-
-
 def gate(h, hp, m):
     """d_i = 1[h_i·h_i' − max_{k≠i} h_i·h_k' < m], (N,), under stop-gradient."""
     n = h.shape[0]
     c_pos = jnp.sum(h * hp, axis=-1)
     c_max = hardest_cos(cosine_matrix(h, hp), offdiag(n))
-    return sg(_mpt_gate(c_max, c_pos, m).astype(h.dtype))
+    return sg(indicator_gate(c_max, c_pos, m).astype(h.dtype))
 
 
 def _pair_weights(c, tau, pairs):
@@ -187,20 +182,12 @@ def mmhs_components(h, hp, *, m, r):
     return _components(gate(h, hp, m), w, r, h.dtype)
 
 
-# --- baseline of the empirical study (Eq. 5) ---------------------------------------------
-def baseline_kernel(c_pos, c_neg, valid, *, m, tau, r):
-    """GD = 1[c_p − max_k c_k < m], W = softmax_k(c_k/τ), R = r (no 1/τ on W)."""
-    gd = _mpt_gate(hardest_cos(c_neg, valid), c_pos, m).astype(c_neg.dtype)
-    weight = masked_softmax(c_neg / tau, valid)
-    return gd, weight, jnp.full(c_pos.shape + (1,), r, c_neg.dtype)
-
-
-def baseline_value(c_pos, c_neg, valid, *, m, tau, r):
-    """L_i = GD Σ_j W_j (c_j − R c_p) with GD, W, R under stop-gradient."""
-    gd, weight, ratio = jax.tree_util.tree_map(
-        sg, baseline_kernel(c_pos, c_neg, valid, m=m, tau=tau, r=r)
-    )
-    return gd * jnp.sum(jnp.where(valid, weight * (c_neg - ratio * c_pos[..., None]), 0.0), axis=-1)
+# --- baseline of the empirical study (Eq. 5): a composition -----------------------------
+_BASELINE = composition("indicator", "softmax", "static")
+#: GD = 1[c_p − max_k c_k < m], W = softmax_k(c_k/τ), R = r (no 1/τ on W).
+baseline_kernel = _BASELINE.kernel
+#: L_i = GD Σ_j W_j (c_j − R c_p) with GD, W, R under stop-gradient.
+baseline_value = _BASELINE.value
 
 
 # --- registry -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ its cosines to M candidate negatives, ``valid`` (..., M) marks the negatives tha
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 
@@ -18,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradlab.geometry import cosine_matrix, sin_from_cos
+from gradlab.geometry import cosine_matrix, distance_from_cos, sin_from_cos
 
 __all__ = [
     "masked_logsumexp",
@@ -29,7 +30,13 @@ __all__ = [
     "hardest_cos",
     "floor_tiny",
     "ratio_to_positive",
+    "fraction_gd",
+    "chord_ratio",
+    "sine_ratio",
     "offdiag",
+    "offdiag_gather",
+    "offdiag_scatter",
+    "offdiag_kernel",
     "sq_dist_pos",
     "shifted_cos",
     "angular_factor",
@@ -87,9 +94,81 @@ def ratio_to_positive(num, den):
     return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
 
 
+def fraction_gd(pos, c_neg, valid, tau):
+    """InfoNCE's GD 1 / (1 + e^{pos/τ} / S), S = Σ_{valid j} e^{c_j/τ}, (...,); ``pos`` the positive's cosine (or ArcCon's shift)."""
+    return jax.nn.sigmoid(masked_logsumexp(c_neg / tau, valid) - pos / tau)
+
+
+def chord_ratio(c_pos, c_neg):
+    """MET's ratio ‖h_i − n_j‖ / ‖h_i − h_i'‖ = √((1 − c_j)/(1 − c_p)), (..., M); 0 where the positive coincides."""
+    return ratio_to_positive(distance_from_cos(c_neg), distance_from_cos(c_pos)[..., None])
+
+
+def sine_ratio(c_pos, c_neg):
+    """MAT's ratio sin θ_j / sin θ_p, (..., M); 0 where sin θ_p = 0."""
+    return ratio_to_positive(sin_from_cos(c_neg), sin_from_cos(c_pos)[..., None])
+
+
 def offdiag(n: int):
     """(n, n) boolean mask, True off the diagonal (the negatives j ≠ i of anchor i)."""
     return ~jnp.eye(n, dtype=bool)
+
+
+def _skip_index(excluded, n: int):
+    """(rows, n − 1) column indices of each row in order, skipping its ``excluded`` column (rows,)."""
+    k = jnp.arange(n - 1)[None, :]
+    return k + (k >= excluded[:, None])
+
+
+def _offdiag_index(n: int):
+    """(n, n − 1) column indices of the off-diagonal entries of each row, in order."""
+    return _skip_index(jnp.arange(n), n)
+
+
+def offdiag_gather(x):
+    """The off-diagonal entries of a square (N, N) array, row by row: (N, N − 1).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> offdiag_gather(jnp.arange(9.0).reshape(3, 3)).tolist()
+      [[1.0, 2.0], [3.0, 5.0], [6.0, 7.0]]
+    """
+    return jnp.take_along_axis(x, _offdiag_index(x.shape[0]), axis=-1)
+
+
+def offdiag_scatter(x):
+    """The inverse of ``offdiag_gather``: (N, N − 1) -> (N, N) with a zero diagonal."""
+    n = x.shape[0]
+    return jnp.zeros((n, n), x.dtype).at[jnp.arange(n)[:, None], _offdiag_index(n)].set(x)
+
+
+@functools.cache
+def offdiag_kernel(kernel: Callable) -> Callable:
+    """A cosine kernel on the embedding form: ``(c_pos (R,), c (R, N), valid) -> (gd, W, R)``.
+
+    Each row of ``c`` holds one anchor's cosines to all N keys, one of which is its own
+    positive: the column where ``valid`` is False (without ``valid``, c is square and the
+    positive is on the diagonal). The kernel sees only the N − 1 other columns; W comes back
+    (R, N) with a zero at the positive's column, the ratio as (R, 1) or (R, N). Rows need not
+    be all N anchors: the monitor passes row blocks. One wrapper per kernel (cached: a stable
+    hashable for jit configurations).
+    """
+
+    def embedding_kernel(c_pos, c, valid=None, **params):
+        rows, n = c.shape
+        excluded = jnp.arange(rows) if valid is None else jnp.argmin(valid, axis=-1)
+        index = _skip_index(excluded, n)
+        c_neg = jnp.take_along_axis(c, index, axis=-1)
+        gd, weight, ratio = kernel(c_pos, c_neg, jnp.ones(c_neg.shape, bool), **params)
+
+        def scatter(x):
+            return jnp.zeros((rows, n), x.dtype).at[jnp.arange(rows)[:, None], index].set(x)
+
+        if ratio.shape[-1] != 1:
+            ratio = scatter(jnp.broadcast_to(ratio, weight.shape))
+        return gd, scatter(weight), ratio
+
+    return embedding_kernel
 
 
 def sq_dist_pos(h, hp):

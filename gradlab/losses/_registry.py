@@ -5,8 +5,9 @@ A spec is one of three explicit kinds (``LossSpec.kind``):
 * ``"cosine"`` — a per-anchor loss that sees the anchor only through its cosines
   c_p = h_i·h_i' (...,) and c_j = h_i·n_j (..., M): ``value(c_pos, c_neg, valid, **p)``
   gives L_i and ``kernel(c_pos, c_neg, valid, **p) -> (gd, weight, ratio)`` its
-  GD / W / R. The embedding form (M = N, diagonal invalid), the angle form (M = N − 1)
-  and the per-anchor values all derive from these two functions.
+  GD / W / R. The embedding form (the N − 1 off-diagonal negatives of each row, gathered),
+  the angle form (M = N − 1) and the per-anchor values all derive from these two functions;
+  gradlab itself always passes an all-true ``valid``.
 * ``"per_anchor"`` — a per-anchor loss written on unit rows: ``per_anchor(h, hp, **p)``
   gives the (N,) values L_i and ``components(h, hp, **p)`` describes ∂L_i/∂h_i, every
   other embedding held fixed. ``objective`` (optional) is the training objective when

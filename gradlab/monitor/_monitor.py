@@ -48,6 +48,7 @@ class MonitorInputError(ValueError):
 
 def _loss_entries(losses) -> tuple[LossEntry, ...]:
     from gradlab.losses import Loss, get_loss
+    from gradlab.losses._ops import offdiag_kernel
 
     if isinstance(losses, (str, Loss)):
         losses = (losses,)
@@ -60,14 +61,16 @@ def _loss_entries(losses) -> tuple[LossEntry, ...]:
         else:
             raise TypeError(f"losses must be names or gradlab Loss objects; got {type(item).__name__}")
         spec = loss.spec
-        if spec.kernel is None or spec.negatives != "h_prime":
+        if spec.kind != "cosine" or spec.negatives != "h_prime":
             raise ValueError(
                 f"the monitor needs per-anchor cosine-family losses (negatives h_j'); {spec.name!r} is not one"
             )
         if spec.name in seen:
             raise ValueError(f"loss {spec.name!r} is listed twice: statistics are keyed by loss name")
         seen.add(spec.name)
-        entries.append(LossEntry(spec.name, spec.kernel, tuple(loss.params.items())))
+        # any cosine-kind loss (registered, gradlab.loss_from_cosines, gradlab.compose): its kernel
+        # sees the N − 1 off-diagonal negatives, W comes back (N, N) with a zero diagonal
+        entries.append(LossEntry(spec.name, offdiag_kernel(spec.kernel), tuple(loss.params.items())))
     return tuple(entries)
 
 

@@ -70,8 +70,11 @@ class TrainConfig:
     """What a training run does.
 
     Attributes:
-      loss: registered loss name (``gradlab.list_losses()``).
-      loss_params: parameters passed to ``gradlab.get_loss``.
+      loss: a registered loss name (``gradlab.list_losses()``), any text
+        ``gradlab.design.load_loss`` reads (``"compose:gd=...,weight=...,ratio=..."``,
+        ``"path/to/file.py:function"``, ``"module:function"``), or a ``gradlab.Loss``
+        (e.g. from ``gradlab.loss_from_cosines`` or ``gradlab.compose``).
+      loss_params: parameters of the loss (override a ``Loss``'s own).
       symmetric: average both directions of the loss.
       encoder: ``"light"`` or ``"minilm"``.
       steps: optimizer steps.
@@ -95,7 +98,7 @@ class TrainConfig:
         token), False for MiniLM (attention cost grows with the length).
     """
 
-    loss: str = "infonce"
+    loss: Any = "infonce"
     loss_params: Mapping[str, float] = dataclasses.field(default_factory=dict)
     symmetric: bool = False
     encoder: str = "light"
@@ -138,8 +141,11 @@ class TrainConfig:
         return float(self.lr if self.lr is not None else DEFAULT_LR[self.encoder])
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["loss_params"] = dict(self.loss_params)
+        if not isinstance(self.loss, str):  # a gradlab.Loss: its name and every parameter
+            d["loss"] = self.loss.name
+            d["loss_params"] = {k: float(v) for k, v in {**self.loss.params, **d["loss_params"]}.items()}
         d["learning_rate"] = self.learning_rate
         return d
 
@@ -293,7 +299,6 @@ def train(
     out_dir: str | Path | None = None,
     progress: Callable[[int, dict[str, Any]], None] | None = None,
     token_ids: Sequence[Sequence[int]] | None = None,
-    loss_fn: Any = None,
 ) -> TrainResult:
     """Fine-tune an encoder with a gradlab loss; keep the best checkpoint by STS-B dev Spearman.
 
@@ -306,22 +311,19 @@ def train(
       progress: called as ``progress(step, record)`` after every step and evaluation.
       token_ids: ``encoder.token_ids(sentences)`` if already computed (saves re-tokenizing
         the corpus when many runs share it); must match ``sentences`` after sampling.
-      loss_fn: a configured ``gradlab.Loss`` trained (and watched) instead of ``config.loss`` /
-        ``loss_params`` (e.g. a ``gradlab.compose`` composition); ``config.loss`` then only labels it.
 
     Returns:
       A :class:`TrainResult`.
     """
     optax = require("optax", purpose="training")
+    from gradlab.design import resolve_loss
     from gradlab.losses import get_loss
     from gradlab.real.data import load_news_sentences, load_stsb, sample_sentences
     from gradlab.real.stsb import stsb_spearman
 
     t_start = time.perf_counter()
-    if loss_fn is not None:
-        loss = watched = loss_fn
-    elif config.transform is None:
-        loss = watched = get_loss(config.loss, symmetric=config.symmetric, **dict(config.loss_params))
+    if config.transform is None:
+        loss = watched = resolve_loss(config.loss, params=config.loss_params, symmetric=config.symmetric)
     else:
         from gradlab.losses import apply_transform
 

@@ -10,8 +10,10 @@ loss's own kernel is evaluated on it:
 * ``"max"`` losses (MPT, MET, MAT): GD, the non-zero weight and the ratio depend on the
   hardest negative (largest cosine) only; c_eff = max_j c_j.
 
-Any other loss with an angle form takes the direct path (the whole (B, N − 1) cosine
-table per cell). The tests check that both paths agree to float rounding.
+A user loss (``gradlab.loss_from_cosines(..., neg_reduction=...)``) or a composition
+(``gradlab.compose``) whose blocks read the negatives through one reduction takes the
+same paths. Any other loss with an angle form takes the direct path (the whole
+(B, N − 1) cosine table per cell). The tests check that both paths agree to float rounding.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import numpy as np
 from gradlab import defaults
 from gradlab.io import Result
 from gradlab.lemma1 import lemma1_bounds, lemma1_sphere_check, summarize_min_ratio
-from gradlab.losses import Loss, get_loss
+from gradlab.losses import Loss, get_spec, list_losses
+from gradlab.losses._user import factored_path
 from gradlab.simulate._engine import Stat, run
 from gradlab.simulate._protocol import Protocol
 from gradlab.simulate._quadrature import quadrature_gd_map
@@ -59,13 +62,28 @@ def _check_angle_form(loss: Loss):
         )
 
 
+def _registered(loss: Loss) -> bool:
+    """The loss is the registered one of its name (not a user loss that reuses the name)."""
+    return loss.spec.name in list_losses() and get_spec(loss.spec.name) is loss.spec
+
+
+def _factored_kind(loss: Loss) -> str | None:
+    """"lse" / "max" for a registered loss in ``FACTORED`` or a user / composed loss that declares it."""
+    if loss.spec.name in FACTORED and _registered(loss):
+        return FACTORED[loss.spec.name]
+    return factored_path(loss.spec)
+
+
 def _path(loss: Loss, method: str) -> str:
     if method not in ("auto", "factored", "direct"):
         raise ValueError(f"method must be 'auto', 'factored' or 'direct'; got {method!r}")
-    kind = FACTORED.get(loss.name)
+    kind = _factored_kind(loss)
     if method == "factored":
         if kind is None:
-            raise ValueError(f"{loss.name} has no factored path; factored losses: {', '.join(FACTORED)}")
+            raise ValueError(
+                f"{loss.name} has no factored path; factored losses: {', '.join(FACTORED)}, and user losses "
+                "declared with neg_reduction= (gradlab.loss_from_cosines)"
+            )
         return kind
     if method == "direct" or kind is None:
         return "direct"
@@ -121,10 +139,12 @@ def _gd_stat(loss: Loss, kind: str, with_ratio: bool) -> Stat:
         gd, weight, ratio = _kernel_on(loss, kind, c_pos, table, p)
         out = {"gd": (gd, None)}
         if with_ratio:
-            out["ratio"] = (_effective_ratio(weight, ratio), None)
+            eff = _effective_ratio(weight, ratio)
+            # a user loss leaves W, R undefined where GD = 0: those batches do not count
+            out["ratio"] = (eff, jnp.isfinite(eff) if loss.spec.family == "user" else None)
         return out
 
-    return Stat(key=("gd", loss.spec.name, kind, with_ratio), neg=neg, pair=pair)
+    return Stat(key=("gd", loss.spec, kind, with_ratio), neg=neg, pair=pair)
 
 
 def gd_map(loss, protocol: Protocol | None = None, *, exact: bool = False, method: str = "auto", progress=None) -> Result:
@@ -150,6 +170,8 @@ def gd_map(loss, protocol: Protocol | None = None, *, exact: bool = False, metho
     loss = _as_loss(loss)
     _check_angle_form(loss)
     if exact:
+        if not _registered(loss):
+            raise ValueError(f"exact (quadrature) GD maps exist for the registered MPT, MET and MAT; {loss.name!r} is a user loss")
         return quadrature_gd_map(loss, protocol)
     kind = _path(loss, method)
     dtype = protocol.jnp_dtype()
@@ -182,9 +204,9 @@ def ratio_map(loss, protocol: Protocol | None = None, *, gd_threshold: float = d
     stat = _stat(("gd", loss, kind, True), lambda: _gd_stat(loss, kind, True))
     out = run(stat, protocol, protocol.mu_pos, protocol.mu_neg, _params(loss, dtype),
               chunk=protocol.chunk, progress=progress)
-    mean, se, _ = out["ratio"]
+    mean, se, count = out["ratio"]
     gd, gd_se, _ = out["gd"]
-    mask = (protocol.mu_pos[:, None] > protocol.mu_neg[None, :]) | (gd < gd_threshold)
+    mask = (protocol.mu_pos[:, None] > protocol.mu_neg[None, :]) | (gd < gd_threshold) | (np.asarray(count) == 0)
     return _grid_result(
         protocol,
         mean,
@@ -220,7 +242,7 @@ def _weight_stat(loss: Loss, kind: str, gated: bool) -> Stat:
         include = gd >= p["gd_gate"] if gated else None
         return {"share": (share, include), "gd": (gd, None)}
 
-    return Stat(key=("weight", loss.spec.name, kind, gated), neg=neg, pair=pair)
+    return Stat(key=("weight", loss.spec, kind, gated), neg=neg, pair=pair)
 
 
 def _check_weight_args(loss: Loss, gd_gate, what: str):
@@ -288,7 +310,7 @@ def weight_share(
     draws = draws_for(protocol)
     rows = []
     for i, tau in enumerate(taus):
-        lp = get_loss(loss.name, symmetric=loss.symmetric, **{**loss.params, "tau": tau})
+        lp = loss.replace(tau=tau)  # the same spec (registered or not), τ changed
         sub = None if progress is None else (lambda d, t, i=i: progress(i * t + d, len(taus) * t))
         rows.append([a[0] for a in _weight_moments(lp, kind, draws, protocol, np.asarray([mu_pos], float), gd_gate, sub)])
     mean, se, count, gd = (np.stack(col) for col in zip(*rows, strict=True))
