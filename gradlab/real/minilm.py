@@ -210,7 +210,11 @@ class Packed(NamedTuple):
 
 
 def first_fit(lengths: Sequence[int], *, width: int, rows: int, slots: int) -> list[np.ndarray]:
-    """Assign sentences to rows, first fit in decreasing length, filling one call after another.
+    """First-fit decreasing: sentences into rows of ``width`` tokens, rows into calls of ``rows``.
+
+    Sentences are taken longest first; each goes into the first open row with room whose
+    call holds fewer than ``slots`` sentences, else into a new row. Short sentences thus fill
+    the ends of rows opened by long ones (at most 11/9 of the fewest rows possible, plus one).
 
     Args:
       lengths: tokens per sentence, each in [1, width].
@@ -219,28 +223,33 @@ def first_fit(lengths: Sequence[int], *, width: int, rows: int, slots: int) -> l
       slots: sentences per call at most (S).
 
     Returns:
-      One (n_k, 3) int array per call: sentence index, row, offset in the row. Every
-      sentence appears in exactly one call; calls follow decreasing length.
+      One (n_k, 3) int array per call: sentence index, row in the call, offset in the row.
+      Every sentence appears in exactly one call.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if lengths.size and (lengths.min() < 1 or lengths.max() > width):
         raise ValueError(f"sentence lengths must be in [1, width={width}]; got {lengths.min()}..{lengths.max()}")
-    order = np.argsort(-lengths, kind="stable")
-    calls: list[np.ndarray] = []
-    placed: list[tuple[int, int, int]] = []
-    free = np.full(rows, width, dtype=np.int64)
-    for i in order:
+    most_rows = lengths.size + rows * (lengths.size // max(slots, 1) + 1)  # incl. rows a full call skips
+    free = np.zeros(most_rows, dtype=np.int64)  # room left in each opened row
+    in_call = np.zeros(most_rows // rows + 1, dtype=np.int64)  # sentences in each call
+    opened = 0
+    placed = []
+    for i in np.argsort(-lengths, kind="stable"):
         n = lengths[i]
-        row = int(np.argmax(free >= n))
-        if free[row] < n or len(placed) == slots:
-            calls.append(np.asarray(placed, dtype=np.int64))
-            placed, free = [], np.full(rows, width, dtype=np.int64)
-            row = 0
-        placed.append((int(i), row, int(width - free[row])))
-        free[row] -= n
-    if placed:
-        calls.append(np.asarray(placed, dtype=np.int64))
-    return calls
+        fits = np.flatnonzero((free[:opened] >= n) & (in_call[np.arange(opened) // rows] < slots))
+        if fits.size:
+            r = int(fits[0])
+        else:
+            r, opened = opened, opened + 1
+            if in_call[r // rows] >= slots:  # a full call: start the next one
+                r = opened = -(-opened // rows) * rows
+                opened += 1
+            free[r] = width
+        placed.append((r // rows, int(i), r % rows, int(width - free[r])))
+        free[r] -= n
+        in_call[r // rows] += 1
+    table = np.asarray(placed, dtype=np.int64).reshape(-1, 4)
+    return [table[table[:, 0] == c, 1:] for c in np.unique(table[:, 0])]
 
 
 def pack(token_ids: Sequence[Sequence[int]], placement: np.ndarray, *, width: int, rows: int,
@@ -542,7 +551,7 @@ class MiniLM:
 
         The sentences are packed (:class:`Packed`): a forward call takes ``batch_size`` rows
         of C tokens, C the length bucket of the longest sentence, each row holding as many
-        whole sentences as fit (first fit, longest first). Every call has the same shape, so
+        whole sentences as fit (:func:`first_fit`, longest first). Every call has the same shape, so
         the forward compiles once per C, and no compute goes to padding beyond the rows'
         ends. Each embedding equals the one of the sentence encoded alone.
         """
@@ -581,7 +590,7 @@ def encode_packed(embed, token_ids: Sequence[Sequence[int]], *, rows: int, max_l
     """Embed many sentences in packed calls of one shape: ``embed(packed) -> (S, dim)``.
 
     Width C is the length bucket of the longest sentence; each call holds ``rows`` rows
-    and at most ``rows * C // 8`` sentences.
+    and at most ``rows * C // 4`` sentences.
     """
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
         raise ValueError(f"batch_size must be an integer >= 1; got {rows!r}")
@@ -591,7 +600,7 @@ def encode_packed(embed, token_ids: Sequence[Sequence[int]], *, rows: int, max_l
         return out
     lengths = [len(t) for t in token_ids]
     width = length_bucket(max(lengths), max_len)
-    slots = max(1, rows * width // 8)
+    slots = max(1, rows * width // 4)
     for placement in first_fit(lengths, width=width, rows=rows, slots=slots):
         packed, index = pack(token_ids, placement, width=width, rows=rows, slots=slots)
         emb = embed(packed)
