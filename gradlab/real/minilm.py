@@ -152,6 +152,11 @@ def dropout_keep(key: Array, shape: tuple[int, ...], rate: float) -> tuple[Array
 
     Returns:
       (keep, scale): a bool array of ``shape`` and the Python float ``1 / P(keep)``.
+
+    Example:
+      >>> keep, scale = dropout_keep(jax.random.key(0), (256, 384), 0.1)
+      >>> keep.shape, round(scale, 6), abs(float(keep.mean()) - 0.9) < 0.005
+      ((256, 384), 1.111119, True)
     """
     threshold = int(round(rate * 65536))
     if shape[-1] % 4 or str(jax.random.key_impl(key)) != "threefry2x32":
@@ -225,6 +230,10 @@ def first_fit(lengths: Sequence[int], *, width: int, rows: int, slots: int) -> l
     Returns:
       One (n_k, 3) int array per call: sentence index, row in the call, offset in the row.
       Every sentence appears in exactly one call.
+
+    Example:
+      >>> [c.tolist() for c in first_fit([5, 3, 4], width=8, rows=1, slots=4)]
+      [[[0, 0, 0], [1, 0, 5]], [[2, 0, 0]]]
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if lengths.size and (lengths.min() < 1 or lengths.max() > width):
