@@ -293,10 +293,12 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(res))
         return
 
+    wanted = {w.strip() for w in args.rows.split(",")}
+    if args.rounds < 1 or not wanted <= {"encode", "minilm", "light"}:
+        ap.error(f"need --rounds >= 1 and --rows from encode, minilm, light; got {args.rounds}, {args.rows!r}")
     missing = "--no-torch given" if args.no_torch else _torch_missing()
     if missing:
         print(f"torch rows skipped: {missing}")
-    wanted = {w.strip() for w in args.rows.split(",")}
     rows = [r for r in ROWS if r[2].split("_")[0] in wanted]
     results: dict[str, list[dict]] = {}
     for rnd in range(args.rounds):
