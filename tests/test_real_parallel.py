@@ -30,9 +30,11 @@ from gradlab.real.data import load_news_sentences
 from gradlab.real.train import TrainConfig, train
 
 enc = load_light(dim=32, seed=0, dropout=0.2)
+w0 = np.asarray(enc.params["w"]).copy()
 cfg = TrainConfig(loss="infonce", loss_params={"tau": 0.1}, steps=4, batch_size=16, lr=1e-2, eval_every=0,
                   seed=0, dev_pairs=20, eval_test=False, monitor=False)
 res = train(cfg, encoder=enc, sentences=load_news_sentences("News100")[:200])
+assert np.array_equal(np.asarray(enc.params["w"]), w0), "the encoder's own params changed"
 print(json.dumps({"devices": jax.device_count(), "losses": res.losses.tolist(),
                   "w": np.asarray(res.params["w"]).ravel()[:64].tolist(), "best_step": res.best_step}))
 """

@@ -491,10 +491,9 @@ def train(
     # The step donates (updates in place) params and opt_state: start from copies, so the
     # encoder's own params stay untouched, and copy the best ones when they are kept.
     P = jax.sharding.PartitionSpec
-    if mesh is not None:
-        params, frozen = _shard((params0, frozen), mesh, P())
-    else:
-        params = jax.tree_util.tree_map(jnp.copy, params0)
+    params = jax.tree_util.tree_map(jnp.copy, params0)
+    if mesh is not None:  # device_put may share the copy's buffers: it is private, so that is fine
+        params, frozen = _shard((params, frozen), mesh, P())
     opt_state = optimizer.init(params)
 
     def put(batch):
