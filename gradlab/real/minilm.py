@@ -27,12 +27,13 @@ import json
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
+from jax.ad_checkpoint import checkpoint_name
 
 from gradlab.real._deps import INSTALL_HINT, require
 
@@ -43,7 +44,14 @@ __all__ = [
     "model_zip_path",
     "load_minilm",
     "bert_forward",
+    "bert_forward_packed",
     "pool",
+    "pool_packed",
+    "Packed",
+    "first_fit",
+    "dropout_keep",
+    "pack",
+    "encode_packed",
     "length_bucket",
 ]
 
@@ -125,11 +133,56 @@ def _layer_norm(x: Array, scale: Array, bias: Array, eps: float) -> Array:
     return (x - mu) * jax.lax.rsqrt(var + eps) * scale + bias
 
 
+def dropout_keep(key: Array, shape: tuple[int, ...], rate: float) -> tuple[Array, float]:
+    """A dropout keep mask and its rescaling factor, four 16-bit draws per Threefry block.
+
+    Each element takes 16 random bits u and is kept iff ``u >= t``, ``t = round(rate * 2^16)``:
+    kept with probability ``1 - t / 2^16`` (0.9 for rate 0.1 up to 1e-5), and the returned
+    factor ``1 / (1 - t / 2^16)`` keeps the expectation exact. The bits are both 32-bit
+    outputs of Threefry-2x32 (Salmon et al. 2011) on counter ``(0, i)`` for block i of the
+    trailing axis read four elements at a time, so one block serves four elements where
+    ``jax.random.bernoulli`` spends one per element; the counters come from iotas over
+    ``shape``, so a sharded mask is computed shard by shard, identical on any device count.
+    Dropout masks are most of a MiniLM training step's random numbers.
+
+    Args:
+      key: a threefry PRNG key.
+      shape: mask shape; the last axis a multiple of 4 (else ``jax.random.bernoulli`` is used).
+      rate: drop probability in [0, 1).
+
+    Returns:
+      (keep, scale): a bool array of ``shape`` and the Python float ``1 / P(keep)``.
+
+    Example:
+      >>> keep, scale = dropout_keep(jax.random.key(0), (256, 384), 0.1)
+      >>> keep.shape, round(scale, 6), abs(float(keep.mean()) - 0.9) < 0.005
+      ((256, 384), 1.111119, True)
+    """
+    threshold = int(round(rate * 65536))
+    if shape[-1] % 4 or str(jax.random.key_impl(key)) != "threefry2x32":
+        return jax.random.bernoulli(key, 1.0 - rate, shape), 1.0 / (1.0 - rate)
+    from jax.extend.random import threefry2x32_p
+
+    blocks = (*shape[:-1], shape[-1] // 4)
+    counter = jnp.zeros(blocks, jnp.uint32)
+    stride = 1
+    for axis in reversed(range(len(blocks))):
+        counter = counter + jax.lax.broadcasted_iota(jnp.uint32, blocks, axis) * jnp.uint32(stride)
+        stride *= blocks[axis]
+    k = jax.random.key_data(key)
+    w0, w1 = threefry2x32_p.bind(k[0], k[1], jnp.zeros(blocks, jnp.uint32), counter)
+    mask16 = jnp.uint32(0xFFFF)
+    u = jnp.stack([w0 & mask16, w0 >> 16, w1 & mask16, w1 >> 16], axis=-1).reshape(shape)
+    return u >= jnp.uint32(threshold), 65536.0 / (65536 - threshold)
+
+
 def _dropout(x: Array, rate: float, key: Array | None) -> Array:
     if key is None or rate <= 0.0:
         return x
-    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
-    return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
+    keep, scale = dropout_keep(key, x.shape, rate)
+    # a layer's recomputation in the backward pass reuses the mask instead of redrawing it
+    keep = checkpoint_name(keep, "dropout_keep")
+    return jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros_like(x))
 
 
 def _activation(name: str):
@@ -138,6 +191,142 @@ def _activation(name: str):
     if name == "gelu_new":
         return functools.partial(jax.nn.gelu, approximate=True)
     return jax.nn.relu
+
+
+class Packed(NamedTuple):
+    """Sentences packed end to end into rows of a fixed width (sequence packing).
+
+    A row holds several whole sentences; attention is block-diagonal (a token sees only
+    its own sentence), positions restart at 0 in every sentence, so each sentence's
+    embedding is the one it gets alone, without the padding a (batch, longest) layout
+    pays for. The shapes are fixed by (rows, width, slots), not by the sentences.
+
+    Attributes:
+      input_ids: (R, C) int32 token ids, 0 after the last sentence of a row.
+      position_ids: (R, C) int32 position of each token inside its sentence.
+      segment_ids: (R, C) int32 ``k + 1`` on the tokens of sentence k, 0 on padding.
+      lengths: (S,) int32 tokens of sentence k (0 for an unused slot).
+    """
+
+    input_ids: Any
+    position_ids: Any
+    segment_ids: Any
+    lengths: Any
+
+
+def first_fit(lengths: Sequence[int], *, width: int, rows: int, slots: int) -> list[np.ndarray]:
+    """First-fit decreasing: sentences into rows of ``width`` tokens, rows into calls of ``rows``.
+
+    Sentences are taken longest first; each goes into the first open row with room whose
+    call holds fewer than ``slots`` sentences, else into a new row. Short sentences thus fill
+    the ends of rows opened by long ones (at most 11/9 of the fewest rows possible, plus one).
+
+    Args:
+      lengths: tokens per sentence, each in [1, width].
+      width: tokens per row (C).
+      rows: rows per call (R).
+      slots: sentences per call at most (S).
+
+    Returns:
+      One (n_k, 3) int array per call: sentence index, row in the call, offset in the row.
+      Every sentence appears in exactly one call.
+
+    Example:
+      >>> [c.tolist() for c in first_fit([5, 3, 4], width=8, rows=1, slots=4)]
+      [[[0, 0, 0], [1, 0, 5]], [[2, 0, 0]]]
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.size and (lengths.min() < 1 or lengths.max() > width):
+        raise ValueError(f"sentence lengths must be in [1, width={width}]; got {lengths.min()}..{lengths.max()}")
+    most_rows = lengths.size + rows * (lengths.size // max(slots, 1) + 1)  # incl. rows a full call skips
+    free = np.zeros(most_rows, dtype=np.int64)  # room left in each opened row
+    in_call = np.zeros(most_rows // rows + 1, dtype=np.int64)  # sentences in each call
+    opened = 0
+    placed = []
+    for i in np.argsort(-lengths, kind="stable"):
+        n = lengths[i]
+        fits = np.flatnonzero((free[:opened] >= n) & (in_call[np.arange(opened) // rows] < slots))
+        if fits.size:
+            r = int(fits[0])
+        else:
+            r, opened = opened, opened + 1
+            if in_call[r // rows] >= slots:  # a full call: start the next one
+                r = opened = -(-opened // rows) * rows
+                opened += 1
+            free[r] = width
+        placed.append((r // rows, int(i), r % rows, int(width - free[r])))
+        free[r] -= n
+        in_call[r // rows] += 1
+    table = np.asarray(placed, dtype=np.int64).reshape(-1, 4)
+    return [table[table[:, 0] == c, 1:] for c in np.unique(table[:, 0])]
+
+
+def pack(token_ids: Sequence[Sequence[int]], placement: np.ndarray, *, width: int, rows: int,
+         slots: int) -> tuple[Packed, np.ndarray]:
+    """NumPy :class:`Packed` arrays for the sentences of one call of :func:`first_fit`.
+
+    Returns:
+      (packed, index): ``index`` (n,) are the sentences in slot order (slot k holds
+      ``token_ids[index[k]]``).
+    """
+    ids = np.zeros((rows, width), dtype=np.int32)
+    pos = np.zeros((rows, width), dtype=np.int32)
+    seg = np.zeros((rows, width), dtype=np.int32)
+    lengths = np.zeros(slots, dtype=np.int32)
+    for k, (i, row, off) in enumerate(placement):
+        t = token_ids[i]
+        n = len(t)
+        ids[row, off : off + n] = t
+        pos[row, off : off + n] = np.arange(n)
+        seg[row, off : off + n] = k + 1
+        lengths[k] = n
+    return Packed(ids, pos, seg, lengths), placement[:, 0].copy()
+
+
+def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *, config: BertConfig,
+             key: Array | None, token_type_ids: Array | None = None) -> Array:
+    """The BERT stack on (B, L) tokens; ``bias`` (B, 1, L, L) or broadcastable is added to the scores."""
+    B, L = input_ids.shape
+    H, nh, dh = config.hidden_size, config.num_attention_heads, config.head_dim
+    eps = config.layer_norm_eps
+    act = _activation(config.hidden_act)
+    emb = params["embeddings"]
+    types = emb["token_type"][0] if token_type_ids is None else emb["token_type"][token_type_ids]
+    x = emb["word"][input_ids] + emb["position"][position_ids] + types
+    x = _layer_norm(x, emb["ln_scale"], emb["ln_bias"], eps)
+    if key is not None:
+        key, sub = jax.random.split(key)
+        x = _dropout(x, config.hidden_dropout_prob, sub)
+    scale = jnp.asarray(1.0 / np.sqrt(dh), x.dtype)
+
+    n_layers = config.num_hidden_layers
+    keys = jax.random.split(key, n_layers) if key is not None else None
+
+    def layer(x, inputs):
+        p, k = inputs
+        k_att = k_h1 = k_h2 = None
+        if k is not None:
+            k_att, k_h1, k_h2 = jax.random.split(k, 3)
+        q = (x @ p["q_w"] + p["q_b"]).reshape(B, L, nh, dh)
+        kk = (x @ p["k_w"] + p["k_b"]).reshape(B, L, nh, dh)
+        v = (x @ p["v_w"] + p["v_b"]).reshape(B, L, nh, dh)
+        scores = jnp.einsum("blhd,bmhd->bhlm", q, kk) * scale + bias
+        probs = jax.nn.softmax(scores, axis=-1)
+        probs = _dropout(probs, config.attention_probs_dropout_prob, k_att)
+        ctx = jnp.einsum("bhlm,bmhd->blhd", probs, v).reshape(B, L, H)
+        a = _dropout(ctx @ p["o_w"] + p["o_b"], config.hidden_dropout_prob, k_h1)
+        a = _layer_norm(x + a, p["ln1_scale"], p["ln1_bias"], eps)
+        f = act(a @ p["i_w"] + p["i_b"]) @ p["f_w"] + p["f_b"]
+        f = _dropout(f, config.hidden_dropout_prob, k_h2)
+        return _layer_norm(a + f, p["ln2_scale"], p["ln2_bias"], eps), None
+
+    if key is not None:
+        # Training: keep only each layer's input and its dropout masks (1 byte an element)
+        # for the backward pass and recompute the rest - the float activations of six
+        # layers would otherwise dominate the peak memory of a step.
+        layer = jax.checkpoint(layer, policy=jax.checkpoint_policies.save_only_these_names("dropout_keep"))
+    x, _ = jax.lax.scan(layer, x, (params["layers"], keys))
+    return x
 
 
 def bert_forward(
@@ -163,43 +352,24 @@ def bert_forward(
       (B, L, H) last-layer hidden states.
     """
     B, L = input_ids.shape
-    H, nh, dh = config.hidden_size, config.num_attention_heads, config.head_dim
-    eps = config.layer_norm_eps
-    act = _activation(config.hidden_act)
-    if token_type_ids is None:
-        token_type_ids = jnp.zeros_like(input_ids)
-    emb = params["embeddings"]
-    x = emb["word"][input_ids] + emb["position"][:L][None] + emb["token_type"][token_type_ids]
-    x = _layer_norm(x, emb["ln_scale"], emb["ln_bias"], eps)
-    if key is not None:
-        key, sub = jax.random.split(key)
-        x = _dropout(x, config.hidden_dropout_prob, sub)
-    neg = jnp.asarray(jnp.finfo(x.dtype).min, x.dtype)
-    bias = jnp.where(attention_mask[:, None, None, :] > 0, jnp.zeros((), x.dtype), neg)  # (B,1,1,L)
+    dtype = params["embeddings"]["word"].dtype
+    neg = jnp.asarray(jnp.finfo(dtype).min, dtype)
+    bias = jnp.where(attention_mask[:, None, None, :] > 0, jnp.zeros((), dtype), neg)  # (B,1,1,L)
+    positions = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
+    return _encoder(params, input_ids, positions, bias, config=config, key=key, token_type_ids=token_type_ids)
 
-    n_layers = config.num_hidden_layers
-    keys = jax.random.split(key, n_layers) if key is not None else None
 
-    def layer(x, inputs):
-        p, k = inputs
-        k_att = k_h1 = k_h2 = None
-        if k is not None:
-            k_att, k_h1, k_h2 = jax.random.split(k, 3)
-        q = (x @ p["q_w"] + p["q_b"]).reshape(B, L, nh, dh)
-        kk = (x @ p["k_w"] + p["k_b"]).reshape(B, L, nh, dh)
-        v = (x @ p["v_w"] + p["v_b"]).reshape(B, L, nh, dh)
-        scores = jnp.einsum("blhd,bmhd->bhlm", q, kk) / jnp.sqrt(jnp.asarray(dh, x.dtype)) + bias
-        probs = jax.nn.softmax(scores, axis=-1)
-        probs = _dropout(probs, config.attention_probs_dropout_prob, k_att)
-        ctx = jnp.einsum("bhlm,bmhd->blhd", probs, v).reshape(B, L, H)
-        a = _dropout(ctx @ p["o_w"] + p["o_b"], config.hidden_dropout_prob, k_h1)
-        a = _layer_norm(x + a, p["ln1_scale"], p["ln1_bias"], eps)
-        f = act(a @ p["i_w"] + p["i_b"]) @ p["f_w"] + p["f_b"]
-        f = _dropout(f, config.hidden_dropout_prob, k_h2)
-        return _layer_norm(a + f, p["ln2_scale"], p["ln2_bias"], eps), None
+def bert_forward_packed(params: dict, packed: Packed, *, config: BertConfig, key: Array | None = None) -> Array:
+    """Token states (R, C, H) of packed sentences: attention only inside each sentence.
 
-    x, _ = jax.lax.scan(layer, x, (params["layers"], keys))
-    return x
+    Each sentence gets exactly what :func:`bert_forward` gives it alone (token type 0).
+    """
+    seg = packed.segment_ids
+    dtype = params["embeddings"]["word"].dtype
+    neg = jnp.asarray(jnp.finfo(dtype).min, dtype)
+    same = seg[:, None, :, None] == seg[:, None, None, :]  # (R, 1, C, C)
+    bias = jnp.where(same, jnp.zeros((), dtype), neg)
+    return _encoder(params, packed.input_ids, packed.position_ids, bias, config=config, key=key)
 
 
 def pool(hidden: Array, attention_mask: Array, pooling: PoolingConfig) -> Array:
@@ -213,11 +383,34 @@ def pool(hidden: Array, attention_mask: Array, pooling: PoolingConfig) -> Array:
         total = jnp.sum(hidden * m, axis=1)
         count = jnp.maximum(jnp.sum(m, axis=1), 1e-9)  # sentence-transformers' clamp
         out = total / (count if pooling.mode == "mean" else jnp.sqrt(count))
-    if pooling.normalize:
-        # torch.nn.functional.normalize: x / max(||x||, 1e-12)
-        norm = jnp.sqrt(jnp.sum(jnp.square(out), axis=-1, keepdims=True))
-        out = out / jnp.maximum(norm, 1e-12)
-    return out
+    return _normalize(out) if pooling.normalize else out
+
+
+def pool_packed(hidden: Array, packed: Packed, pooling: PoolingConfig) -> Array:
+    """:func:`pool` for packed token states (R, C, H): (S, H), one row per slot (zeros if unused)."""
+    H = hidden.shape[-1]
+    S = packed.lengths.shape[0]
+    flat = hidden.reshape(-1, H)
+    seg = packed.segment_ids.reshape(-1)
+    if pooling.mode == "max":
+        out = jax.ops.segment_max(flat, seg, num_segments=S + 1)[1:]
+        out = jnp.where(packed.lengths[:, None] > 0, out, 0.0)
+    else:
+        if pooling.mode == "cls":
+            flat = jnp.where(packed.position_ids.reshape(-1, 1) == 0, flat, 0.0)
+        out = jax.ops.segment_sum(flat, seg, num_segments=S + 1)[1:]
+        count = jnp.maximum(packed.lengths.astype(hidden.dtype)[:, None], 1e-9)
+        if pooling.mode == "mean":
+            out = out / count
+        elif pooling.mode == "mean_sqrt_len":
+            out = out / jnp.sqrt(count)
+    return _normalize(out) if pooling.normalize else out
+
+
+def _normalize(x: Array) -> Array:
+    # torch.nn.functional.normalize: x / max(||x||, 1e-12)
+    norm = jnp.sqrt(jnp.sum(jnp.square(x), axis=-1, keepdims=True))
+    return x / jnp.maximum(norm, 1e-12)
 
 
 @functools.partial(jax.jit, static_argnames=("config", "pooling"))
@@ -225,6 +418,12 @@ def _eval_forward(params: dict, input_ids: Array, attention_mask: Array, *, conf
                   pooling: PoolingConfig) -> Array:
     """Eval-mode sentence embeddings, shared by every instance (compiled once per shape and config)."""
     return pool(bert_forward(params, input_ids, attention_mask, config=config), attention_mask, pooling)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "pooling"))
+def _eval_forward_packed(params: dict, packed: Packed, *, config: BertConfig, pooling: PoolingConfig) -> Array:
+    """Eval-mode embeddings (S, H) of packed sentences (compiled once per (R, C, S))."""
+    return pool_packed(bert_forward_packed(params, packed, config=config), packed, pooling)
 
 
 # --------------------------------------------------------------------------- weights
@@ -359,26 +558,63 @@ class MiniLM:
     def encode(self, sentences: Sequence[str], *, batch_size: int = 64, params: dict | None = None) -> np.ndarray:
         """Embeddings (N, H) float32 of ``sentences`` (eval mode, no dropout).
 
-        Sentences are sorted by length and batched at a few fixed shapes so the jitted
-        forward compiles a handful of times at most.
+        The sentences are packed (:class:`Packed`): a forward call takes ``batch_size`` rows
+        of C tokens, C the length bucket of the longest sentence, each row holding as many
+        whole sentences as fit (:func:`first_fit`, longest first). Every call has the same shape, so
+        the forward compiles once per C, and no compute goes to padding beyond the rows'
+        ends. Each embedding equals the one of the sentence encoded alone.
         """
         params = self.params if params is None else params
         ids = self.token_ids(sentences)
-        n = len(ids)
-        H = self.config.hidden_size
-        out = np.zeros((n, H), dtype=np.float32)
-        order = np.argsort([len(x) for x in ids], kind="stable")
-        for start in range(0, n, batch_size):
-            idx = order[start : start + batch_size]
-            L = length_bucket(max(len(ids[i]) for i in idx), self.max_seq_length)
-            tok = np.zeros((batch_size, L), dtype=np.int32)
-            mask = np.zeros((batch_size, L), dtype=np.int32)
-            for r, i in enumerate(idx):
-                tok[r, : len(ids[i])] = ids[i]
-                mask[r, : len(ids[i])] = 1
-            emb = self._apply_jit(params, tok, mask)
-            out[idx] = np.asarray(emb[: len(idx)], dtype=np.float32)
+        return encode_packed(
+            lambda packed: self._apply_packed_jit(params, packed), ids, rows=batch_size,
+            max_len=self.max_seq_length, dim=self.config.hidden_size,
+        )
+
+    @property
+    def _apply_packed_jit(self):
+        return functools.partial(_eval_forward_packed, config=self.config, pooling=self.pooling)
+
+    def pack(self, token_ids: Sequence[Sequence[int]], *, rows: int, width: int) -> Packed:
+        """All of ``token_ids`` as one :class:`Packed` batch of (rows, width), slots in input order.
+
+        The training-loop protocol: a batch of N sentences is packed into one fixed shape.
+        Raises ValueError if they do not fit.
+        """
+        lengths = [len(t) for t in token_ids]
+        calls = first_fit(lengths, width=width, rows=rows, slots=len(lengths))
+        if len(calls) > 1:
+            raise ValueError(f"{len(lengths)} sentences ({sum(lengths)} tokens) do not fit {rows} rows of {width}")
+        placement = calls[0][np.argsort(calls[0][:, 0])]
+        packed, _ = pack(token_ids, placement, width=width, rows=rows, slots=len(lengths))
+        return packed
+
+    def forward_packed(self, params: dict, frozen: None, packed: Packed, key: Array | None = None) -> Array:
+        """Sentence embeddings (S, H) of a :class:`Packed` batch; dropout iff ``key`` is given. Pure."""
+        del frozen
+        return pool_packed(bert_forward_packed(params, packed, config=self.config, key=key), packed, self.pooling)
+
+
+def encode_packed(embed, token_ids: Sequence[Sequence[int]], *, rows: int, max_len: int, dim: int) -> np.ndarray:
+    """Embed many sentences in packed calls of one shape: ``embed(packed) -> (S, dim)``.
+
+    Width C is the length bucket of the longest sentence; each call holds ``rows`` rows
+    and at most ``rows * C // 4`` sentences.
+    """
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise ValueError(f"batch_size must be an integer >= 1; got {rows!r}")
+    n = len(token_ids)
+    out = np.zeros((n, dim), dtype=np.float32)
+    if n == 0:
         return out
+    lengths = [len(t) for t in token_ids]
+    width = length_bucket(max(lengths), max_len)
+    slots = max(1, rows * width // 4)
+    for placement in first_fit(lengths, width=width, rows=rows, slots=slots):
+        packed, index = pack(token_ids, placement, width=width, rows=rows, slots=slots)
+        emb = embed(packed)
+        out[index] = np.asarray(emb[: len(index)], dtype=np.float32)
+    return out
 
 
 def load_minilm(path: str | Path | None = None, *, dtype=jnp.float32) -> MiniLM:

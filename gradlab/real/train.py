@@ -7,6 +7,14 @@ the STS-B dev Spearman is measured; the parameters with the best dev score are k
 (the protocol of the papers). A ``gradlab.monitor.ParadigmMonitor`` watches the views
 when that module is available.
 
+Speed and scale: the step is one jitted function that compiles once per run (every batch
+has one shape: MiniLM packs each batch's sentences end to end into fixed rows, see
+:class:`gradlab.real.minilm.Packed`), recomputes each layer's activations in the backward
+pass instead of storing them, and updates parameters and optimizer state in place. With
+several devices (``jax.devices()``, every host after ``jax.distributed.initialize()``) the
+batch is sharded over a 1-D mesh and the parameters replicated; the loss sees the global
+batch, so the negatives come from every device (docs/distributed.md).
+
 Files written to ``out_dir`` (when given):
   ``train_log.jsonl``   one record per step (loss, grad norm, seconds) and per evaluation
   ``paradigm_monitor.jsonl``  the monitor's records
@@ -37,6 +45,7 @@ __all__ = [
     "load_encoder",
     "train",
     "make_train_step",
+    "data_mesh",
     "flatten_params",
     "unflatten_params",
     "DEFAULT_LR",
@@ -79,7 +88,7 @@ class TrainConfig:
       encoder: ``"light"`` or ``"minilm"``.
       steps: optimizer steps.
       batch_size: N sentences per step (two views each).
-      lr: Adam learning rate (None: 1e-3 light, 3e-5 minilm).
+      lr: Adam / AdamW learning rate (None: 1e-3 light, 3e-5 minilm).
       eval_every: steps between STS-B dev evaluations (0: only at the end).
       seed: seeds the initial projection (light), batch order and dropout.
       corpus: ``"NewsArticles"``, ``"News100"``, or a path (zip/CSV/.txt/dir).
@@ -93,9 +102,10 @@ class TrainConfig:
         objective is then ``gradlab.losses.apply_transform(transform, **loss_params)``, the
         generalized InfoNCE with its gradient rescaled (Eqs. 8–12, Algorithms 3–6); ``loss``
         must stay ``"infonce"``, which the monitor watches at the same τ.
-      fixed_length: pad every batch to the corpus-wide length bucket (one compilation per
-        run) instead of the batch's own bucket; None = True for the light encoder (cheap per
-        token), False for MiniLM (attention cost grows with the length).
+      fixed_length: light encoder: pad every batch to the corpus-wide length bucket (one
+        compilation per run; the default, None) instead of the batch's own bucket. MiniLM
+        packs each batch's sentences into rows of one shape per run (no padding to speak of).
+      weight_decay: decoupled weight decay; > 0 trains with AdamW (``optax.adamw``), 0 with Adam.
     """
 
     loss: Any = "infonce"
@@ -115,6 +125,7 @@ class TrainConfig:
     monitor_every: int = 10
     fixed_length: bool | None = None
     transform: str | None = None
+    weight_decay: float = 0.0
 
     def __post_init__(self):
         if self.transform is not None and self.loss != "infonce":
@@ -129,6 +140,9 @@ class TrainConfig:
             raise ValueError(f"eval_every must be an integer >= 0; got {self.eval_every!r}")
         if not isinstance(self.monitor_every, int) or self.monitor_every < 1:
             raise ValueError(f"monitor_every must be an integer >= 1; got {self.monitor_every!r}")
+        if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay)
+                and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be a finite number >= 0; got {self.weight_decay!r}")
         if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a finite number > 0; got {self.lr!r}")
         if self.encoder not in DEFAULT_LR:
@@ -224,29 +238,105 @@ def unflatten_params(flat: Mapping[str, np.ndarray], like: Any) -> Any:
 # --------------------------------------------------------------------------- the step
 
 
-def make_train_step(encoder, loss: Callable, optimizer) -> Callable:
-    """A jitted SimCSE step: ``(params, opt_state, frozen, ids, mask, key) -> (params, opt_state, aux)``.
+def make_train_step(encoder, loss: Callable, optimizer, *, packed: bool = False, mesh=None) -> Callable:
+    """A jitted SimCSE step: ``(params, opt_state, frozen, batch, key) -> (params, opt_state, aux)``.
 
-    ``aux`` holds ``loss`` (), ``grad_norm`` (), and the two views ``h``, ``h_prime`` (N, D).
+    ``batch`` is ``(ids, mask)`` (padded (N, L) arrays) or, with ``packed``, the encoder's
+    :class:`~gradlab.real.minilm.Packed` batch of N sentences. ``aux`` holds ``loss`` (),
+    ``grad_norm`` (), and the two views ``h``, ``h_prime`` (N, D). ``params`` and
+    ``opt_state`` are donated (updated in place): keep no other reference to them.
+
+    With a ``mesh`` (a 1-D ``jax.sharding.Mesh`` named ``"batch"``), the batch is split
+    over its devices along axis 0 and parameters and optimizer state are replicated; the
+    loss is computed on the gathered global batch (negatives from every device).
     """
     optax = require("optax", purpose="training")
 
-    def objective(params, frozen, ids, mask, key):
+    def views(params, frozen, batch, key):
         k1, k2 = jax.random.split(key)
-        h = encoder.forward(params, frozen, ids, mask, k1)
-        h_prime = encoder.forward(params, frozen, ids, mask, k2)
+        if packed:
+            return encoder.forward_packed(params, frozen, batch, k1), encoder.forward_packed(params, frozen, batch, k2)
+        ids, mask = batch
+        return encoder.forward(params, frozen, ids, mask, k1), encoder.forward(params, frozen, ids, mask, k2)
+
+    def objective(params, frozen, batch, key):
+        h, h_prime = views(params, frozen, batch, key)
+        if mesh is not None:  # the loss sees the whole batch on every device
+            whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+            h, h_prime = jax.lax.with_sharding_constraint((h, h_prime), whole)
         return loss(h, h_prime), (h, h_prime)
 
-    @jax.jit
-    def step(params, opt_state, frozen, ids, mask, key):
-        (value, (h, h_prime)), grads = jax.value_and_grad(objective, has_aux=True)(params, frozen, ids, mask, key)
+    def step(params, opt_state, frozen, batch, key):
+        (value, (h, h_prime)), grads = jax.value_and_grad(objective, has_aux=True)(params, frozen, batch, key)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree_util.tree_leaves(grads)))
         aux = {"loss": value, "grad_norm": grad_norm, "h": h, "h_prime": h_prime}
         return params, opt_state, aux
 
-    return step
+    return jax.jit(step, donate_argnums=(0, 1))
+
+
+def data_mesh(devices: Sequence[Any] | None = None):
+    """A 1-D mesh named ``"batch"`` over ``devices`` (default: every visible device, all hosts)."""
+    devices = list(jax.devices() if devices is None else devices)
+    return jax.sharding.Mesh(np.asarray(devices), ("batch",))
+
+
+def _shard(tree: Any, mesh, spec) -> Any:
+    """``jax.device_put`` every array of ``tree`` with ``NamedSharding(mesh, spec)`` (global arrays)."""
+    sharding = jax.sharding.NamedSharding(mesh, spec)
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+    # multi-host: every process holds the same host batch; each device takes its slice
+    return jax.tree_util.tree_map(
+        lambda a: jax.make_array_from_callback(np.shape(a), sharding, lambda idx: np.asarray(a)[idx]), tree
+    )
+
+
+class _Batches:
+    """The batch of every step as NumPy arrays of one shape per run (so the step compiles once).
+
+    A packing encoder (one with ``forward_packed``, i.e. MiniLM) gets :class:`Packed` batches:
+    width C = length bucket of the longest planned sentence, and rows R = the most any
+    step's first-fit packing needs, rounded up to a multiple of the device count. Other
+    encoders get (ids, mask) padded to the corpus-wide bucket (``fixed``) or the batch's own.
+    """
+
+    def __init__(self, encoder, token_ids, order: np.ndarray, *, fixed: bool, n_devices: int):
+        from gradlab.real.minilm import first_fit, length_bucket
+
+        self.encoder, self.token_ids, self.order = encoder, token_ids, order
+        max_len = encoder.max_seq_length
+        self.packed = hasattr(encoder, "forward_packed")
+        if self.packed:
+            used = np.unique(order)
+            self.width = length_bucket(max(len(token_ids[i]) for i in used), max_len)
+            n = order.shape[1]
+            rows = 1
+            for batch in order:
+                (placed,) = first_fit([len(token_ids[i]) for i in batch], width=self.width, rows=n, slots=n)
+                rows = max(rows, int(placed[:, 1].max()) + 1)
+            self.rows = -(-rows // n_devices) * n_devices
+        else:
+            longest = max(max(1, len(t)) for t in token_ids)
+            self.length = length_bucket(longest, max_len) if fixed else None
+
+    def __call__(self, step: int) -> Any:
+        idx = self.order[step - 1]
+        lists = [self.token_ids[i] for i in idx]
+        if self.packed:
+            return self.encoder.pack(lists, rows=self.rows, width=self.width)
+        from gradlab.real.minilm import length_bucket
+
+        L = self.length or length_bucket(max(max(1, len(t)) for t in lists), self.encoder.max_seq_length)
+        ids = np.zeros((len(lists), L), dtype=np.int32)
+        mask = np.zeros((len(lists), L), dtype=np.int32)
+        for r, t in enumerate(lists):
+            t = t[:L]
+            ids[r, : len(t)] = t
+            mask[r, : max(1, len(t))] = 1
+        return ids, mask
 
 
 def _attach_monitor(loss, out_dir: Path | None, every: int):
@@ -374,25 +464,29 @@ def train(
         if monitor is None:
             warnings.warn(f"training without the ParadigmMonitor: {monitor_status}", RuntimeWarning, stacklevel=2)
 
-    # Pre-tokenize once; batches are padded to a few length buckets (few compilations).
-    from gradlab.real.minilm import length_bucket
-
+    # Pre-tokenize once; every step's batch has one shape (packed for MiniLM), so the step
+    # compiles once per run.
     if token_ids is None:
         token_ids = encoder.token_ids(sentences)
     elif len(token_ids) != len(sentences):
         raise ValueError(f"token_ids has {len(token_ids)} entries for {len(sentences)} sentences")
-    max_len = encoder.max_seq_length
     from gradlab.real.light import LightEncoder
 
+    mesh = data_mesh() if jax.device_count() > 1 else None
+    n_devices = jax.device_count()
+    if config.batch_size % n_devices:
+        raise ValueError(f"batch_size={config.batch_size} must be a multiple of the {n_devices} devices")
     fixed = config.fixed_length if config.fixed_length is not None else isinstance(encoder, LightEncoder)
-    corpus_len = length_bucket(max(max(1, len(t)) for t in token_ids), max_len) if fixed else None
     params0 = encoder.params
     frozen = encoder.frozen
-    optimizer = optax.adam(config.learning_rate)
-    opt_state = optimizer.init(params0)
-    step_fn = make_train_step(encoder, loss, optimizer)
+    if config.weight_decay:
+        optimizer = optax.adamw(config.learning_rate, weight_decay=config.weight_decay)
+    else:
+        optimizer = optax.adam(config.learning_rate)
     rng = np.random.default_rng(config.seed)
     order = _batch_order(len(sentences), config.steps, config.batch_size, rng)
+    batches = _Batches(encoder, token_ids, order, fixed=fixed, n_devices=n_devices)
+    step_fn = make_train_step(encoder, loss, optimizer, packed=batches.packed, mesh=mesh)
     root = jax.random.key(config.seed)
 
     test_before = stsb_spearman(lambda s: encoder.encode(s, params=params0), "test") if config.eval_test else None
@@ -401,21 +495,25 @@ def train(
     emit({"step": 0, "event": "eval", "dev_spearman": dev_before, "test_spearman": test_before})
     best_params, best_step, best_dev = params0, 0, dev_before
 
-    params = params0
+    # The step donates (updates in place) params and opt_state: start from copies, so the
+    # encoder's own params stay untouched, and copy the best ones when they are kept.
+    P = jax.sharding.PartitionSpec
+    params = jax.tree_util.tree_map(jnp.copy, params0)
+    if mesh is not None:  # device_put may share the copy's buffers: it is private, so that is fine
+        params, frozen = _shard((params, frozen), mesh, P())
+    opt_state = optimizer.init(params)
+
+    def put(batch):
+        return _shard(batch, mesh, P("batch")) if mesh is not None else batch
+
     losses = np.zeros(config.steps, dtype=np.float64)
     try:
+        batch = put(batches(1))
         for step in range(1, config.steps + 1):
-            idx = order[step - 1]
-            lens = [max(1, len(token_ids[i])) for i in idx]
-            L = corpus_len if fixed else length_bucket(max(lens), max_len)
-            ids = np.zeros((config.batch_size, L), dtype=np.int32)
-            mask = np.zeros((config.batch_size, L), dtype=np.int32)
-            for r, i in enumerate(idx):
-                t = token_ids[i][:L]
-                ids[r, : len(t)] = t
-                mask[r, : max(1, len(t))] = 1
             t0 = time.perf_counter()
-            params, opt_state, aux = step_fn(params, opt_state, frozen, ids, mask, jax.random.fold_in(root, step))
+            params, opt_state, aux = step_fn(params, opt_state, frozen, batch, jax.random.fold_in(root, step))
+            if step < config.steps:  # build the next batch while this step runs
+                batch = put(batches(step + 1))
             value = float(aux["loss"])
             losses[step - 1] = value
             rec = {"step": step, "event": "step", "loss": value, "grad_norm": float(aux["grad_norm"]),
@@ -444,7 +542,7 @@ def train(
                 evals.append({"step": step, "dev_spearman": d})
                 emit({"step": step, "event": "eval", "dev_spearman": d})
                 if d > best_dev:
-                    best_params, best_step, best_dev = params, step, d
+                    best_params, best_step, best_dev = jax.tree_util.tree_map(jnp.copy, params), step, d
     finally:
         if log is not None:
             log.close()

