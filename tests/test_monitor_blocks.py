@@ -18,8 +18,10 @@ from gradlab.monitor import analyze
 
 @pytest.fixture(autouse=True)
 def _x64():
-    with jax.enable_x64(True):
-        yield
+    x64 = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", x64)
 
 
 def _views(n=150, d=12, seed=0):

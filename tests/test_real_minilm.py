@@ -342,6 +342,7 @@ def test_packed_training_forward_gradient_equals_padded():
     padded eval path, in float64; with dropout the views differ and repeat with their key."""
     import dataclasses
 
+    x64 = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
     try:
         cfg = minilm_mod.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
@@ -374,7 +375,7 @@ def test_packed_training_forward_gradient_equals_padded():
         v2 = packed_train(params, cfg, jax.random.key(1))
         assert float(v1) == float(v1b) and float(v1) != float(v2)
     finally:
-        jax.config.update("jax_enable_x64", False)
+        jax.config.update("jax_enable_x64", x64)
 
 
 def _toy_params(cfg):
