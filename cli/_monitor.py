@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
 from gradlab_cli._common import Debug, Formats, NoPlot, Out
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

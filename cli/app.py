@@ -27,9 +27,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from typer.core import TyperGroup
-
-from gradlab import defaults
 from gradlab_cli import _common
 from gradlab_cli._common import (
     LOSS_HELP,
@@ -47,6 +44,9 @@ from gradlab_cli._common import (
     progress_bar,
     resolve_loss,
 )
+from typer.core import TyperGroup
+
+from gradlab import defaults
 
 OOM_HINT = "out of memory for these sizes: reduce --grid, --batches or --batch-size"
 

@@ -294,9 +294,9 @@ def _log_mean_gaussian_loop(a, b, t, pairs):
 
 
 def test_uniformity_parametrizations_equal_the_loop_reference():
-    from gradlab.losses._ineffective import mhe_uniformity, uniformity_batch
     import dataclasses
 
+    from gradlab.losses._ineffective import mhe_uniformity, uniformity_batch
     from gradlab.monitor._monitor import make_config
     from gradlab.monitor._stats import batch_statistics_fn
 

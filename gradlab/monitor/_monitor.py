@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from gradlab import defaults
-from gradlab.monitor._collapse import DEFAULT_WINDOW, WINDOW_KEYS, CollapseWindow
 from gradlab._memory import check_pairwise
+from gradlab.monitor._collapse import DEFAULT_WINDOW, WINDOW_KEYS, CollapseWindow
 from gradlab.monitor._convert import InputError, to_array
 from gradlab.monitor._sinks import make_sink
 from gradlab.monitor._stats import LossEntry, StatsConfig, batch_statistics_fn
