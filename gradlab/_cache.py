@@ -40,7 +40,7 @@ def user_cache_dir(environ: dict | None = None, platform: str | None = None) -> 
       environ: mapping read instead of ``os.environ`` (for tests).
       platform: ``sys.platform`` value to assume (for tests).
 
-    Example:
+    Examples:
       >>> str(user_cache_dir({"XDG_CACHE_HOME": "/tmp/xdg"}, "linux"))
       '/tmp/xdg'
     """
@@ -62,7 +62,7 @@ def cache_dir(directory: str | os.PathLike | None = None, environ: dict | None =
     ``directory`` wins; then ``GRADLAB_CACHE_DIR`` (``off`` disables); then
     ``user_cache_dir() / "gradlab" / "jax"``.
 
-    Example:
+    Examples:
       >>> cache_dir(environ={"GRADLAB_CACHE_DIR": "off"}) is None
       True
       >>> str(cache_dir(environ={"GRADLAB_CACHE_DIR": "/tmp/gl"}))
@@ -123,7 +123,7 @@ def enable_cache(directory: str | os.PathLike | None = None, *, max_size: int | 
     Returns:
       The cache directory, or None if the cache is off.
 
-    Example:
+    Examples:
       >>> import gradlab
       >>> gradlab.enable_cache("off") is None
       True

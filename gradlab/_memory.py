@@ -21,7 +21,7 @@ _UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 def parse_bytes(text: str) -> int:
     """``"16G"`` -> 17179869184 (binary units K, M, G, T; an optional trailing ``B``/``iB``).
 
-    Example:
+    Examples:
       >>> parse_bytes("1.5k"), parse_bytes("2 GiB")
       (1536, 2147483648)
     """
@@ -51,7 +51,7 @@ def memory_limit() -> int | None:
 def human(nbytes: float) -> str:
     """``human(3 * 2**30)`` -> ``'3.0 GiB'``.
 
-    Example:
+    Examples:
       >>> human(512), human(3 * 2**30)
       ('512 B', '3.0 GiB')
     """
@@ -71,7 +71,7 @@ def check_fits(what: str, result_bytes: float, working_bytes: float = 0) -> None
       result_bytes: bytes of the returned arrays.
       working_bytes: bytes of the largest working set alive beside the result.
 
-    Example:
+    Examples:
       >>> import os
       >>> os.environ["GRADLAB_MEMORY_LIMIT"] = "1G"
       >>> check_fits("a small map", 2**20)

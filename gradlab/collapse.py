@@ -52,7 +52,7 @@ def center_residual(z: ArrayLike, *, normalized: bool = False) -> tuple[Array, A
     Returns:
       ``(o, r)``: the center (D,) and the residuals (M, D), with ``z = o + r``.
 
-    Example:
+    Examples:
       >>> import jax.numpy as jnp
       >>> o, r = center_residual(jnp.eye(2))
       >>> o.tolist(), r[0].tolist()

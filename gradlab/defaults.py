@@ -8,7 +8,7 @@ The Monte-Carlo protocol itself (σ_pos, σ_neg, grids, batch shape) lives in
 ``gradlab.simulate.Protocol``; the per-loss hyper-parameters live in the loss registry
 (``gradlab.losses.get_spec(name).defaults``).
 
-Example:
+Examples:
   >>> from gradlab import defaults
   >>> defaults.TAUS
   (0.3, 0.1, 0.05, 0.03, 0.01, 0.005)

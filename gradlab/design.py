@@ -39,7 +39,7 @@ _FROM_FUNCTIONS: dict[tuple[int, str], Loss] = {}
 def parse_compose(text: str) -> dict[str, str]:
     """``"gd=indicator,weight=softmax,ratio=static"`` -> ``{"gd": ..., "weight": ..., "ratio": ...}``.
 
-    Example:
+    Examples:
       >>> parse_compose("gd=sigmoid, weight=hardest, ratio=mat")
       {'gd': 'sigmoid', 'weight': 'hardest', 'ratio': 'mat'}
     """
@@ -135,7 +135,7 @@ def load_loss(text: str, *, params: Mapping[str, float] | None = None, symmetric
       ValueError: one line naming what is wrong (unknown name, missing file or function,
         wrong signature, output shape, non-finite output on the probe batch).
 
-    Example:
+    Examples:
       >>> load_loss("compose:gd=indicator,weight=softmax,ratio=static", params={"m": 0.2})
       Loss('baseline', m=0.2, tau=0.05, r=1)
     """

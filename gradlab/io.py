@@ -14,7 +14,7 @@ are flushed and fsync'ed, and only then ``os.replace``-d onto the target. A fail
 an interrupt (KeyboardInterrupt included) leaves the old file, or no file, never half
 of a new one.
 
-Example:
+Examples:
   >>> import numpy as np, tempfile, os
   >>> r = Result(dims=("mu_pos", "mu_neg"),
   ...            coords={"mu_pos": np.array([0.1, 0.2]), "mu_neg": np.array([0.3, 0.4, 0.5])},

@@ -45,7 +45,7 @@ def lemma1_bounds(theta_pos: ArrayLike, theta_neg: ArrayLike, alpha: ArrayLike, 
     the error stays within a few ulp of |x| + |y / (1/λ + √·)|, except next to the edge of
     feasibility, where the square root itself amplifies the inputs' rounding.
 
-    Example:
+    Examples:
       >>> import jax.numpy as jnp
       >>> low, high, ok = lemma1_bounds(jnp.pi / 6, jnp.pi / 3, 0.0, 0.1)
       >>> bool(ok), round(float(low), 4)
@@ -113,7 +113,7 @@ def lemma1_sphere_check(theta_pos: ArrayLike, theta_neg: ArrayLike, alpha: Array
     Returns:
       ``SphereCheck`` of the broadcast shape.
 
-    Example:
+    Examples:
       >>> chk = lemma1_sphere_check(jnp.pi / 6, jnp.pi / 3, 0.0, 0.1, 1.8)
       >>> bool(chk.approx_closer), bool(chk.true_closer)
       (True, True)

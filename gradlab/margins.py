@@ -261,7 +261,7 @@ def free_gradient_grid(theta_grid: ArrayLike, q_grid: ArrayLike, *, tau: float, 
     Returns:
       dict: ``theta`` (T,), ``q`` (Q,), ``positive`` (T, Q), ``negative`` (T, Q); rows index θ.
 
-    Example:
+    Examples:
       >>> d = free_gradient_grid([0.5, 1.0], [0.0, 1.0], tau=0.25)
       >>> d["positive"].shape, float(d["positive"][0, 1]), float(d["negative"][0, 0])
       ((2, 2), 0.0, 0.0)
@@ -291,7 +291,7 @@ def multiplier_grid(theta_pos_grid: ArrayLike, q_pos_grid: ArrayLike, *, tau: fl
       dict: ``theta_pos`` (T,), ``q_pos`` (Q,), ``angular`` (T, Q), ``ratio_pos`` (T, Q),
       ``ratio_neg`` (T, Q), ``total_pos`` (T, Q) = angular · ratio_pos. Rows index θ⁺.
 
-    Example:
+    Examples:
       >>> import math
       >>> d = multiplier_grid([(math.pi - 0.4) / 2], [0.5], tau=0.25, m1=0.4)
       >>> round(float(d["angular"][0, 0]), 5)  # = 1 where θ⁺ = (π − m1)/2
@@ -321,7 +321,7 @@ def ratio_grid(theta_pos_grid: ArrayLike, q_pos_grid: ArrayLike, *, m1_values, t
       dict: ``theta_pos`` (T,), ``q_pos`` (Q,), ``m1`` (A,), ``tau`` (B,), ``ratio_pos``
       (A, B, T, Q), ``ratio_neg`` (A, B, T, Q) (equal when β = 1).
 
-    Example:
+    Examples:
       >>> ratio_grid([0.5, 1.0, 2.0], [0.5], m1_values=(0.2, 0.4), tau_values=(0.25,))["ratio_pos"].shape
       (2, 1, 3, 1)
     """

@@ -153,7 +153,7 @@ def infonce_pos(theta_pos: ArrayLike, theta_neg: ArrayLike, *, negatives: int = 
     Returns:
       The norm, of the broadcast shape.
 
-    Example:
+    Examples:
       >>> import math
       >>> round(float(infonce_pos(math.pi / 2, math.pi / 2, negatives=1, tau=1.0)), 6)
       0.5
@@ -349,7 +349,7 @@ def norm_map(loss: str, theta_pos: ArrayLike, theta_neg: ArrayLike, *, part: str
     Raises:
       ValueError: unknown loss / part / parameter, or a bad value.
 
-    Example:
+    Examples:
       >>> import jax.numpy as jnp
       >>> float(norm_map("dcl", jnp.pi / 2, 1.0, tau=0.5))
       2.0
@@ -399,7 +399,7 @@ def norm_result(loss: str, *, part: str = "pos", negatives: int = DEFAULT_NEGATI
       ``Result`` with ``mean`` (grid, grid) (rows index θ_ii'), ``stderr`` None (exact
       values) and ``meta`` (statistic ``norm_map``, loss, part, negatives, params).
 
-    Example:
+    Examples:
       >>> r = norm_result("dcl", grid=5)
       >>> r.dims, r.mean.shape
       (('theta_pos', 'theta_neg'), (5, 5))
@@ -439,7 +439,7 @@ def norm_panels(losses=NORM_LOSSES, *, parts=PARTS, negatives=None, grid: int = 
     Raises:
       ValueError: an unknown loss or part, or a parameter no requested map has.
 
-    Example:
+    Examples:
       >>> [r.meta["negatives"] for r in norm_panels(["infonce"], parts=["pos"], negatives=[4, 8], grid=3)]
       [4, 8]
     """
@@ -484,7 +484,7 @@ def norm_on_mu_grid(loss, protocol, *, part: str = "pos"):
     Raises:
       ValueError: a loss without a norm map, or without that part.
 
-    Example:
+    Examples:
       >>> from gradlab.simulate import Protocol
       >>> norm_on_mu_grid("dcl", Protocol(grid=4, batch_size=9)).mean.shape
       (4, 4)

@@ -192,7 +192,7 @@ def decompose(
     Returns:
       A ``Decomposition``.
 
-    Example:
+    Examples:
       >>> import gradlab, jax
       >>> h, hp = jax.random.normal(jax.random.key(0), (2, 8, 32))
       >>> d = gradlab.decompose(gradlab.get_loss("infonce").per_anchor, h, hp)

@@ -49,6 +49,9 @@ def _cli_reference() -> str:
 _ROW = re.compile(r"^\|\s*`(?P<file>[^`]+\.png)`\s*\|(?P<reproduces>[^|]*)\|(?P<what>.*)\|(?P<diff>[^|]*)\|\s*$")  # "what" may hold |x|
 
 
+_OUTSIDE = re.compile(r"\[[^\]]*\]\(\.\./(?P<path>[^)]+)\)")
+
+
 def _gallery() -> str:
     """The gallery: figures/README.md's preamble, then one section per table row with its image."""
     text = (ROOT / "figures" / "README.md").read_text(encoding="utf-8")
@@ -77,7 +80,8 @@ def _gallery() -> str:
             "```bash", f"gradlab figures --only {fid} --out figures/", "```",
         ]
     parts += ["", *after]
-    return "\n".join(parts).rstrip() + "\n"
+    # Links out of figures/ into the repository (../examples/...) have no page on the site: keep the path.
+    return _OUTSIDE.sub(lambda m: f"`{m['path']}`", "\n".join(parts)).rstrip() + "\n"
 
 
 def on_files(files, config):

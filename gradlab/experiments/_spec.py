@@ -54,7 +54,7 @@ def canonical_loss(loss: Any) -> dict[str, Any]:
     Returns:
       ``{"loss": name, "params": {...}}`` or ``{"compose": {...}, "params": {...}}``.
 
-    Example:
+    Examples:
       >>> canonical_loss("baseline") == canonical_loss({"loss": "baseline", "params": {"r": 1}})
       True
     """
@@ -136,7 +136,7 @@ class RunSpec:
       heldout_max: held-out sentences analyzed before / after training (fig5, fig7, fig8a).
       corpus: ``"NewsArticles"`` or ``"News100"``.
 
-    Example:
+    Examples:
       >>> a = RunSpec(loss="baseline")
       >>> a.id == RunSpec(loss={"loss": "baseline", "params": {"m": 0.3}}).id
       True

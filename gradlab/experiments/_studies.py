@@ -37,7 +37,7 @@ TRAJECTORY_LOSSES = ("baseline", "arccon")
 def baseline(**changes: float) -> dict[str, Any]:
     """The Eq. 5 baseline's loss dict with some parameters changed.
 
-    Example:
+    Examples:
       >>> baseline(tau=0.1)["params"]
       {'m': 0.3, 'tau': 0.1, 'r': 1.0}
     """
@@ -166,7 +166,7 @@ STUDIES = {
 def study_runs(study: str, scale: Scale) -> list[RunSpec]:
     """The runs of a study at a scale (``trajectory`` uses seed 0 only).
 
-    Example:
+    Examples:
       >>> runs = study_runs("fig5", Scale.make(quick=True))
       >>> [r.loss["params"]["m"] for r in runs]
       [0.3, 4.0]

@@ -57,7 +57,7 @@ def holdout_split(n: int, fraction: float) -> tuple[Any, Any]:
     """(train indices, held-out indices) of ``n`` sentences: a fixed-seed permutation, the first
     ``ceil(fraction * n)`` held out. Independent of the run seed: no run ever trains on them.
 
-    Example:
+    Examples:
       >>> tr, ho = holdout_split(10, 0.1)
       >>> len(tr), len(ho), sorted(set(tr) | set(ho)) == list(range(10))
       (9, 1, True)

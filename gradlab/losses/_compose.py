@@ -142,7 +142,7 @@ def _factored(gd: Block, w: Block, r: Block) -> str | None:
 def composition(gd: str, weight: str, ratio: str) -> Composition:
     """The (value, kernel) pair of one composition (cached: one spec, one compilation each).
 
-    Example:
+    Examples:
       >>> c = composition("indicator", "softmax", "static")
       >>> c.params, c.factored
       (('m', 'tau', 'r'), None)

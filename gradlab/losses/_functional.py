@@ -54,7 +54,7 @@ def _doc(spec: LossSpec, ident: str) -> str:
     Returns:
       The scalar loss, ().
 
-    Example:
+    Examples:
       >>> import jax.numpy as jnp
       >>> from gradlab.losses import {ident}
       >>> h = jnp.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.2]])

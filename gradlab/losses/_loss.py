@@ -71,7 +71,7 @@ class Loss:
       params: parameter name -> value (the pytree leaves, in ``spec.defaults`` order).
       symmetric: average both directions in ``loss(h, h_prime)`` (static).
 
-    Example:
+    Examples:
       >>> import jax, jax.numpy as jnp
       >>> from gradlab.losses import get_loss
       >>> h = jnp.eye(3, 4); hp = jnp.roll(h, 1, axis=1) + h
@@ -98,7 +98,7 @@ class Loss:
     def replace(self, **params: Any) -> Loss:
         """The same loss with some parameters changed (checked like ``get_loss``).
 
-        Example:
+        Examples:
           >>> from gradlab.losses import get_loss
           >>> get_loss("infonce").replace(tau=0.2)
           Loss('infonce', tau=0.2)
@@ -253,7 +253,7 @@ def _run(loss: Loss, h: Array, h_prime: Array, method: str):
 def get_loss(name: str, *, symmetric: bool = False, **params: Any) -> Loss:
     """A configured loss by name. Unknown names or bad parameters raise ``ValueError``.
 
-    Example:
+    Examples:
       >>> import gradlab
       >>> loss = gradlab.get_loss("arccon", tau=0.05, u=0.1745)
       >>> sorted(loss.params)

@@ -128,7 +128,7 @@ def _offdiag_index(n: int):
 def offdiag_gather(x):
     """The off-diagonal entries of a square (N, N) array, row by row: (N, N − 1).
 
-    Example:
+    Examples:
       >>> import jax.numpy as jnp
       >>> offdiag_gather(jnp.arange(9.0).reshape(3, 3)).tolist()
       [[1.0, 2.0], [3.0, 5.0], [6.0, 7.0]]
@@ -209,7 +209,7 @@ def log_mean_gaussian(a, b, t, pairs: str = "k<l"):
     (τ = 1/2) and App. E (tempered). ``pairs="k≠l"`` with a ≠ b is the cross-view
     uniformity of Nie et al. 2023 App. C. On unit rows ‖a_k − b_l‖² = 2 − 2 a_k·b_l.
 
-    Example:
+    Examples:
       >>> import jax.numpy as jnp
       >>> x = jnp.eye(3)  # three orthogonal unit vectors: every ‖x_k − x_l‖² = 2
       >>> round(float(log_mean_gaussian(x, x, 0.5)), 6)
@@ -283,7 +283,7 @@ TRIPLET_METRICS = {
 def triplet_gate(d_hardest, d_pos, m):
     """The triplet gate: True where d(hardest negative) − d(positive) < m (the hinge is active).
 
-    Example:
+    Examples:
       >>> import numpy as np
       >>> metric = TRIPLET_METRICS["mat"]
       >>> bool(triplet_gate(metric.of_angle(1.0, np), metric.of_angle(0.9, np), 0.2))
@@ -298,7 +298,7 @@ def threshold_angle(name: str, theta_pos, m, xp=np):
     θ_pos is a geometric angle in [0, π]; +inf means the gate is always open. The
     inverse of ``triplet_gate`` for a fixed positive (d increases on [0, π]).
 
-    Example:
+    Examples:
       >>> round(float(threshold_angle("mat", 1.0, 0.5)), 6)
       1.5
     """

@@ -112,7 +112,7 @@ class LossSpec:
                      **meta) -> LossSpec:
         """A ``"cosine"`` spec from ``value`` and ``kernel`` (not registered).
 
-        Example:
+        Examples:
           >>> import jax.numpy as jnp
           >>> spec = LossSpec.from_cosines(
           ...     "neg_cos", lambda c_pos, c_neg, valid, *, s: -s * c_pos,
@@ -150,7 +150,7 @@ def register(spec: LossSpec) -> LossSpec:
 def list_losses(family: str | None = None) -> list[str]:
     """Names of all registered losses (optionally of one family), in registry order.
 
-    Example:
+    Examples:
       >>> from gradlab.losses import list_losses
       >>> list_losses("margin")
       ['margin_infonce']

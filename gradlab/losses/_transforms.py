@@ -73,7 +73,7 @@ def margin_logits(c: ArrayLike, p: ArrayLike, *, tau, m1=0.0, m2=0.0) -> Array:
     Returns:
       The logits, shape (..., K).
 
-    Example:
+    Examples:
       >>> import jax.numpy as jnp
       >>> d = margin_logits(jnp.array([1.0, 0.0]), jnp.array([1.0, 0.0]), tau=0.5, m2=0.5)
       >>> [round(float(x), 6) for x in d]
@@ -177,7 +177,7 @@ def transform_loss_from_logits(logits: ArrayLike, p: ArrayLike, valid: ArrayLike
         the sum and must have p = 0.
       beta: Eq. 3's β.
 
-    Example:
+    Examples:
       >>> import jax.numpy as jnp
       >>> round(float(transform_loss_from_logits(jnp.zeros(4), jnp.array([1.0, 0, 0, 0]))), 6)  # log 4
       1.386294
@@ -389,7 +389,7 @@ def apply_transform(name: str, *, tau: float = 0.25, beta: float = 1.0, symmetri
       symmetric: average both directions in the scalar loss.
       **params: the transform's parameters (unknown keys raise ``ValueError``).
 
-    Example:
+    Examples:
       >>> import jax
       >>> loss = apply_transform("emphasize", s=2.0, tau=0.05)
       >>> h, hp = jax.random.normal(jax.random.key(0), (2, 8, 16))

@@ -87,7 +87,7 @@ def autodiff_kernel(value: Callable) -> Callable:
     Applied to a registered loss's ``spec.value`` it is an independent witness of the
     hand-derived ``spec.kernel``.
 
-    Example:
+    Examples:
       >>> import jax.numpy as jnp
       >>> from gradlab.losses import get_spec
       >>> kernel = autodiff_kernel(get_spec("infonce").value)
@@ -180,7 +180,7 @@ def loss_from_cosines(fn: Callable, *, name: str, params: Mapping[str, float] | 
       (summing to one), ``R = −(∂L/∂c_p)/GD`` (one per anchor); W = R = 0 where GD = 0
       (see ``undefined_mask``). Reference: Li et al. 2024 Eq. 4.
 
-    Example:
+    Examples:
       >>> import jax, jax.numpy as jnp
       >>> import gradlab
       >>> def focal(c_pos, c_neg, *, tau, gamma):
@@ -258,7 +258,7 @@ def compose(*, gd: str, weight: str, ratio: str, symmetric: bool = False, **para
     Returns:
       A ``Loss`` of kind ``"cosine"``; (indicator, softmax, static) is the registered ``baseline``.
 
-    Example:
+    Examples:
       >>> import gradlab
       >>> gradlab.compose(gd="indicator", weight="softmax", ratio="static", m=0.3, tau=0.05, r=1.0)
       Loss('baseline', m=0.3, tau=0.05, r=1)

@@ -81,7 +81,7 @@ def rankme(z, *, eps: float = RANKME_EPS) -> float:
     Returns:
       exp of the entropy of p_k = σ_k / Σσ + ε, a float in about [1, min(W, D)].
 
-    Example:
+    Examples:
       >>> import numpy as np
       >>> round(rankme(np.eye(4)[[0, 1, 2, 0, 1, 2]]), 4)  # rank 3, equal singular values
       3.0
@@ -101,7 +101,7 @@ def alpha_req(z) -> float:
     Returns:
       α (float); NaN if an eigenvalue in the fit range is not positive.
 
-    Example:
+    Examples:
       >>> import numpy as np
       >>> x = np.random.default_rng(0).normal(size=(64, 8))
       >>> q, _ = np.linalg.qr(x - x.mean(axis=0))  # orthonormal, centered columns
@@ -121,7 +121,7 @@ def embedding_std(z):
     Returns:
       a scalar: about 1/√D for isotropic rows, 0 when every row is the same.
 
-    Example:
+    Examples:
       >>> import jax.numpy as jnp
       >>> float(embedding_std(jnp.ones((4, 3)) / jnp.sqrt(3.0)))
       0.0

@@ -257,7 +257,7 @@ class ParadigmMonitor:
       rankme_window: rows W of the RankMe / α-ReQ window (``None``: not computed).
       block: anchors per row block (memory O(N D + block · N); one block when N <= block).
 
-    Example:
+    Examples:
       >>> import numpy as np
       >>> rng = np.random.default_rng(0)
       >>> h = rng.normal(size=(64, 16)); hp = h + 0.3 * rng.normal(size=h.shape)
@@ -489,7 +489,7 @@ def analyze(
       ``rankme`` and ``alpha_req`` are NaN and ``rankme_rows``, ``rankme_step`` (the batch
       index that completed the window) −1 before the first complete window.
 
-    Example:
+    Examples:
       >>> import numpy as np
       >>> rng = np.random.default_rng(0)
       >>> h = rng.normal(size=(256, 16)); hp = h + 0.3 * rng.normal(size=h.shape)
@@ -550,7 +550,7 @@ def _pick(tree, b):
 def analysis_records(res: dict):
     """``analyze``'s result as one record per batch (``step`` = batch index), for any sink.
 
-    Example:
+    Examples:
       >>> import numpy as np
       >>> rng = np.random.default_rng(0)
       >>> h = rng.normal(size=(64, 8)); hp = h + 0.3 * rng.normal(size=h.shape)

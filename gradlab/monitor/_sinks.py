@@ -276,7 +276,7 @@ class LogSink:
       log: called as ``log(metrics, step=step)``.
       prefix: prepended to every metric name.
 
-    Example:
+    Examples:
       >>> seen = []
       >>> sink = LogSink(lambda metrics, step: seen.append((step, metrics)), prefix="p/")
       >>> sink({"step": 3, "mu_pos": 0.5, "gd_mean": {"infonce": 0.25}, "rankme": None})

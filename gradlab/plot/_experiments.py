@@ -209,7 +209,7 @@ def path_cells(result, mu_pos, mu_neg) -> tuple[np.ndarray, np.ndarray]:
       result: a map ``Result`` with dims ``("mu_pos", "mu_neg")``.
       mu_pos, mu_neg: (T,) the path.
 
-    Example:
+    Examples:
       >>> import numpy as np
       >>> from gradlab.io import Result
       >>> r = Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": np.array([0.1, 0.2, 0.3]),

@@ -153,7 +153,7 @@ def dropout_keep(key: Array, shape: tuple[int, ...], rate: float) -> tuple[Array
     Returns:
       (keep, scale): a bool array of ``shape`` and the Python float ``1 / P(keep)``.
 
-    Example:
+    Examples:
       >>> keep, scale = dropout_keep(jax.random.key(0), (256, 384), 0.1)
       >>> keep.shape, round(scale, 6), abs(float(keep.mean()) - 0.9) < 0.005
       ((256, 384), 1.111119, True)
@@ -231,7 +231,7 @@ def first_fit(lengths: Sequence[int], *, width: int, rows: int, slots: int) -> l
       One (n_k, 3) int array per call: sentence index, row in the call, offset in the row.
       Every sentence appears in exactly one call.
 
-    Example:
+    Examples:
       >>> [c.tolist() for c in first_fit([5, 3, 4], width=8, rows=1, slots=4)]
       [[[0, 0, 0], [1, 0, 5]], [[2, 0, 0]]]
     """

@@ -87,7 +87,7 @@ def stsb_spearman(
 ) -> float:
     """Spearman × 100 of cosine similarity against gold on an STS-B split (SentEval / MTEB protocol).
 
-    Example:
+    Examples:
       >>> from gradlab.real import load_minilm, stsb_spearman
       >>> model = load_minilm()
       >>> round(stsb_spearman(model.encode, "test"), 1)  # doctest: +SKIP

@@ -160,7 +160,7 @@ def gd_map(loss, protocol: Protocol | None = None, *, exact: bool = False, metho
     Returns:
       ``Result`` with dims (mu_pos, mu_neg): ``mean`` (G_pos, G_neg), ``stderr``.
 
-    Example:
+    Examples:
       >>> from gradlab.simulate import Protocol, gd_map
       >>> r = gd_map("infonce", Protocol(grid=4, batches=16, batch_size=8))
       >>> r.mean.shape
@@ -294,7 +294,7 @@ def weight_share(
       ``Result`` with dims (tau, mu_neg), ``mask`` (no batch passed), extra ``passed``
       (fraction of batches that passed the gate) and ``gd`` (mean GD).
 
-    Example:
+    Examples:
       >>> from gradlab.simulate import Protocol, weight_share
       >>> r = weight_share(Protocol(grid=3, batches=8, batch_size=8), taus=(0.1, 0.05))
       >>> r.dims, r.mean.shape
@@ -342,7 +342,7 @@ def weight_map(loss, protocol: Protocol | None = None, *, gd_gate: float | None 
       ``Result`` with dims (mu_pos, mu_neg): ``mean`` share, ``stderr``, ``mask`` (no batch
       passed), extra ``passed`` (fraction of batches that passed) and ``gd`` (mean GD).
 
-    Example:
+    Examples:
       >>> from gradlab.simulate import Protocol, weight_map
       >>> r = weight_map("infonce", Protocol(grid=3, batches=8, batch_size=8), gd_gate=0.01)
       >>> r.dims, r.mean.shape
