@@ -281,7 +281,7 @@ def test_monitor_curves_recipe_draws_the_logged_series(run_log):
     _, log = run_log
     series = log_series(read_log(log))
     fig = plot.monitor_curves(series)
-    assert len(fig.axes) == 9
+    assert len(fig.axes) == 12
     ax_mu = fig.axes[0]
     np.testing.assert_array_equal(ax_mu.lines[0].get_xdata(), series["step"])
     np.testing.assert_array_equal(ax_mu.lines[0].get_ydata(), series["mu_pos"])
@@ -293,6 +293,9 @@ def test_monitor_curves_recipe_draws_the_logged_series(run_log):
     np.testing.assert_array_equal(share.lines[0].get_ydata(), series[f"hardest_share/{taus[0]}"])
     assert share.lines[1].get_linestyle() == "--"
     assert all(ax.get_xlabel() == "step" for ax in fig.axes)
+    std_panel = fig.axes[10]
+    np.testing.assert_array_equal(std_panel.lines[0].get_ydata(), series["embedding_std"])
+    assert not fig.axes[9].lines and fig.axes[9].texts  # no RankMe window completed in 12-row batches
     empty = plot.monitor_curves({"step": np.arange(3.0)})  # nothing recorded: each panel says so
     assert all(ax.texts for ax in empty.axes)
     assert sum(len(ax.lines) for ax in empty.axes) == 1  # only the ratio panel's reference line at 1
@@ -335,3 +338,29 @@ def test_monitor_recipes_leave_the_callers_matplotlib_settings_alone(run_log):
     out = callers_settings_after(f"from gradlab.monitor import report\nreport({str(log)!r}, {str(d / 'rep_rc')!r})")
     assert out == ["17.0", "True", "False"]
     assert (d / "rep_rc" / "monitor_curves.png").stat().st_size > 1000
+
+
+def test_monitor_curves_draws_rankme_only_where_a_window_completed(tmp_path):
+    """One RankMe / α-ReQ point per recorded window, at the step that completed it (records repeat
+    the latest window's value until the next)."""
+    from gradlab import plot
+
+    rng = np.random.default_rng(1)
+    log = tmp_path / "m.jsonl"
+    with ParadigmMonitor(losses=["infonce"], taus=(0.05,), lambdas=(0.5,), rankme_window=2 * N, sink=str(log)) as mon:
+        for step in range(6):
+            h = rng.normal(size=(N, D)).astype(np.float32)
+            mon.update(step, h, h + 0.1 * rng.normal(size=h.shape).astype(np.float32))
+    records = [r for r in read_log(log) if r.get("valid")]
+    done = sorted({(r["rankme_step"], r["rankme"]) for r in records if r["rankme"] is not None})
+    # Windows complete at steps 1, 3, 5; the worker hands one's values to a later update, and skips a
+    # window while another is in flight (a busy machine), so some subset of them is recorded.
+    assert done and {s for s, _ in done} <= {1, 3, 5}
+    series = log_series(read_log(log))
+    fig = plot.monitor_curves(series)
+    rank_panel, alpha_panel = fig.axes[9], fig.axes[11]
+    np.testing.assert_array_equal(rank_panel.lines[0].get_xdata(), [s for s, _ in done])
+    np.testing.assert_allclose(rank_panel.lines[0].get_ydata(), [v for _, v in done])
+    assert 1.0 < min(v for _, v in done) <= D  # RankMe of 24 Gaussian rows in 6 dims
+    assert f"{2 * N} rows" in rank_panel.get_title()
+    assert len(alpha_panel.lines[0].get_xdata()) == len(done)

@@ -33,27 +33,43 @@ def _legend_or_note(ax, text, **kw):
         _note(ax, text)
 
 
+def _window_curve(ax, series, key, color):
+    """One point per completed window: a record repeats the latest window's value until the next
+    completes, and ``rankme_step`` names the step that completed it (Garrido et al. 2023 RankMe)."""
+    values, at = series.get(key), series.get("rankme_step")
+    if values is None or at is None:
+        return
+    values, at = np.asarray(values, dtype=float), np.asarray(at, dtype=float)
+    keep = np.isfinite(values) & np.isfinite(at) & (at >= 0)
+    at, first = np.unique(at[keep], return_index=True)
+    if at.size:
+        ax.plot(at, values[keep][first], color=color, marker="o", ms=3, label=key)
+
+
 @styled
 def monitor_curves(series: Mapping[str, np.ndarray]):
     """Li et al. 2024 Sec. 3.2 curves over training steps, from a monitor log's series.
 
-    Nine panels: μ_pos / μ_neg with ±σ bands and σ_pos / σ_neg (Fig. 9), the GD-off
+    Twelve panels: μ_pos / μ_neg with ±σ bands and σ_pos / σ_neg (Fig. 9), the GD-off
     fraction per loss, the hardest negative's share per τ (projected: solid; weight
     share: dashed; Fig. 7), the dynamic ratios at the hardest negative (Fig. 8b), the mean
     anchor–positive cosine (Fig. 8c), m_o / m_r (Zhang et al. 2022), alignment /
     uniformity, and the Lemma-1 minimum ratio (median, 25–75 % band) with the fraction
-    satisfied by the static ratio. A panel with nothing recorded says so.
+    satisfied by the static ratio; then dimensional collapse: RankMe (Garrido et al. 2023)
+    at the steps that completed a window, the std of the l2-normalized embeddings (≈ 1/√D
+    healthy, 0 collapsed) and α-ReQ (Agrawal et al. 2022). A panel with nothing recorded
+    says so.
 
     Args:
       series: ``gradlab.monitor.log_series``'s dict: ``"step"`` (T,) and flat record
         names (``"gd_off_fraction/infonce"``, ``"hardest_share/0.05"``, ...) -> (T,).
 
     Returns:
-      The matplotlib Figure (3 × 3 axes).
+      The matplotlib Figure (3 × 4 axes).
     """
     s = series
     step = np.asarray(s["step"])
-    fig, axes = new_figure(3, 3, panel=(5.0, 4.0))
+    fig, axes = new_figure(3, 4, panel=(5.0, 4.0))
     axes = axes.ravel()
 
     ax = axes[0]
@@ -138,6 +154,22 @@ def monitor_curves(series: Mapping[str, np.ndarray]):
             ax.plot(step, sat, color=c, ls=":", label=rf"satisfied by r=1, $\lambda$={lam}")
     ax.set_title("Lemma-1 minimum ratio (hardest negative)")
     _legend_or_note(ax, "no λ recorded")
+
+    window = s.get("rankme_rows")
+    rows = window[np.isfinite(window) & (window > 0)] if window is not None else ()
+    for ax, key, color, title in (
+            (axes[9], "rankme", "tab:blue", "RankMe (Garrido et al. 2023)" + (f", windows of {int(rows[0])} rows"
+                                                                              if len(rows) else "")),
+            (axes[11], "alpha_req", "tab:cyan", r"$\alpha$-ReQ (Agrawal et al. 2022)")):
+        _window_curve(ax, s, key, color)
+        ax.set_title(title)
+        _legend_or_note(ax, "no window completed")
+
+    ax = axes[10]
+    if "embedding_std" in s:
+        ax.plot(step, s["embedding_std"], color="tab:olive", label="embedding_std")
+    ax.set_title(r"std of normalized embeddings ($\approx 1/\sqrt{D}$; 0: collapse)")
+    _legend_or_note(ax, "nothing recorded")
 
     for ax in axes:
         ax.set_xlabel("step")
