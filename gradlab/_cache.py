@@ -27,8 +27,6 @@ ENV_DIR = "GRADLAB_CACHE_DIR"
 #: Environment variable that bounds the cache size in bytes.
 ENV_MAX = "GRADLAB_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 2**30
-#: Arrays larger than this are never memoized on disk (``memo_arrays``).
-MEMO_MAX_BYTES = 64 * 2**20
 _ACTIVE: dict = {"dir": None}
 _OFF = ("off", "0", "false", "no", "none", "")
 
@@ -145,47 +143,6 @@ def disable_cache() -> None:
     """Switch the persistent compilation cache off for this process."""
     _apply(_settings(None, DEFAULT_MAX_BYTES))
     _ACTIVE["dir"] = None
-
-
-def memo_arrays(name: str, key: tuple, compute):
-    """``compute()`` (a tuple of arrays), read back from the cache directory when it is on.
-
-    For deterministic arrays whose program is costly to compile and cheap to store (the
-    common draws: hundreds of KB, but a random-bits program of about a second to lower).
-    The file name hashes ``key``, the versions of gradlab, JAX and jaxlib, and the default
-    backend; files are written atomically (``os.replace``), so concurrent processes at worst
-    both compute. Nothing is stored above ``MEMO_MAX_BYTES``; with the cache off this is
-    just ``compute()``.
-    """
-    root = _ACTIVE["dir"]
-    if root is None:
-        return compute()
-    import hashlib
-
-    import jax
-    import numpy as np
-
-    from gradlab._version import __version__
-
-    ident = repr((name, key, __version__, jax.__version__, jax.lib.__version__, jax.default_backend()))
-    path = root / "arrays" / f"{name}-{hashlib.sha256(ident.encode()).hexdigest()[:32]}.npz"
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return tuple(data[f"a{i}"] for i in range(len(data.files)))
-    except (OSError, ValueError, KeyError):
-        pass
-    out = compute()
-    arrays = [np.asarray(a) for a in out]
-    if sum(a.nbytes for a in arrays) <= MEMO_MAX_BYTES:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as fh:
-                np.savez(fh, **{f"a{i}": a for i, a in enumerate(arrays)})
-            os.replace(tmp, path)
-        except OSError:  # a read-only or full cache is a miss, never an error
-            pass
-    return tuple(arrays)
 
 
 def _apply(settings: dict) -> None:

@@ -67,7 +67,6 @@ def test_cached_and_uncached_runs_give_bit_identical_maps(tmp_path):
     for proc in first:
         _wait(proc)
     assert list(cache.glob("*-cache")), "the cold run wrote no compiled program"
-    assert list((cache / "arrays").glob("common_draws-*.npz"))
     _wait(_heatmap(tmp_path / "warm", cache=str(cache)))
     runs = {}
     for name in ("off", "flag", "cold", "warm"):

@@ -325,6 +325,8 @@ def test_monte_carlo_agrees_with_quadrature(name, mode):
 
 # --- Lemma 1 ---------------------------------------------------------------------------------
 def test_lemma1_map_matches_loop():
+    from tests.test_lemma1 import _sphere_numpy
+
     p = Protocol(grid=(3, 4), batches=50, batch_size=8, dtype="float64", seed=5)
     ratios = (1.0, 1.5, 2.0)
     res = lemma1_map(p, lam=0.3, ratios=ratios)
@@ -335,10 +337,11 @@ def test_lemma1_map_matches_loop():
     for i, mp in enumerate(p.mu_pos):
         for j, mn in enumerate(p.mu_neg):
             tp, tn = (np.asarray(x) for x in sample_angles(p, mp, mn))
-            lows, feas, sat = [], [], []
+            lows, feas, sat, closer = [], [], [], []
             for b in range(p.batches):
                 t_p = np.arccos(np.cos(tp[b]))
                 t_n = np.arccos(np.max(np.cos(tn[b])))  # the hardest negative
+                closer.append([_sphere_numpy(t_p, t_n, alpha[b], 0.3, r) <= 0 for r in ratios])
                 s, t = np.sin(t_p), np.sin(t_n)
                 disc = s**2 - (0.3 * t * np.sin(alpha[b])) ** 2
                 ok = disc >= 0
@@ -352,6 +355,8 @@ def test_lemma1_map_matches_loop():
                     sat.append([False] * len(ratios))
             assert res.feasible[i, j] == pytest.approx(np.mean(feas))
             np.testing.assert_allclose(res.satisfied[:, i, j], np.mean(sat, axis=0))
+            np.testing.assert_allclose(res.sphere_closer[:, i, j], np.mean(closer, axis=0))  # 3-vector rotation
+            np.testing.assert_allclose(res.sphere_disagree[:, i, j], np.mean(np.not_equal(sat, closer), axis=0))
             if lows:
                 assert res.mean[i, j] == pytest.approx(np.mean(lows), rel=1e-9)
             else:

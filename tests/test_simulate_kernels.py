@@ -15,7 +15,8 @@ from scipy import stats
 
 import gradlab
 from gradlab.simulate import Protocol, gd_map, sample_angles
-from gradlab.simulate._sampling import normal_bound, normal_from_bits, standard_normal
+from gradlab.simulate._sampling import (COMMON_TAG, common_draws, normal_bound, normal_from_bits, standard_normal,
+                                        threefry2x32)
 from gradlab.simulate._trig import COS_F32_LIMIT, cos_f32, cos_for
 
 
@@ -58,23 +59,43 @@ def test_cos_for_picks_the_fast_cosine_only_where_it_is_accurate():
 
 
 # --- the standard-normal sampler -------------------------------------------------------------
-def _rotl(x, r):
-    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
-
-
 def threefry2x32_numpy(key, x0, x1):
-    """Threefry-2x32, 20 rounds (Salmon et al., SC'11 / Random123), in NumPy uint32."""
-    rot = (13, 15, 26, 6, 17, 29, 16, 24)
-    ks = (np.uint32(key[0]), np.uint32(key[1]), np.uint32(key[0] ^ key[1] ^ 0x1BD11BDA))
-    x0, x1 = x0 + ks[0], x1 + ks[1]
-    with np.errstate(over="ignore"):
-        for i in range(5):
-            for r in rot[4 * (i % 2) : 4 * (i % 2) + 4]:
-                x0 = x0 + x1
-                x1 = _rotl(x1, r) ^ x0
-            x0 = x0 + ks[(i + 1) % 3]
-            x1 = x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
-    return x0, x1
+    """The host Threefry-2x32, checked against JAX's own in ``test_host_threefry_is_jax_threefry``."""
+    return threefry2x32(key[0], key[1], x0, x1)
+
+
+def test_host_threefry_is_jax_threefry():
+    from jax.extend.random import threefry_2x32
+
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        key = rng.integers(0, 2**32, size=2, dtype=np.uint32)
+        count = rng.integers(0, 2**32, size=2 * 257, dtype=np.uint32)
+        want = np.asarray(threefry_2x32(jnp.asarray(key), jnp.asarray(count)))  # blocks (count[i], count[257 + i])
+        y0, y1 = threefry2x32(key[0], key[1], count[:257], count[257:])
+        np.testing.assert_array_equal(np.concatenate([y0, y1]), want)
+
+
+def _jax_common_draws(seed, batches, n, dtype):
+    """The common draws by the key tree with jax.random itself (the jitted form they replace)."""
+    root = jax.random.fold_in(jax.random.key(seed), COMMON_TAG)
+
+    def one(b):
+        k_angle, k_alpha = jax.random.split(jax.random.fold_in(root, b))
+        return standard_normal(k_angle, (n,), dtype), jax.random.uniform(k_alpha, (), dtype)
+
+    z, u = jax.vmap(one)(jnp.arange(batches, dtype=jnp.uint32))
+    return z[:, 0], z[:, 1:], u
+
+
+@pytest.mark.parametrize("dtype, n", [("float32", 8), ("float32", 7), ("float64", 5)])
+def test_common_draws_on_the_host_are_the_jax_key_tree(dtype, n):
+    p = Protocol(grid=(2, 2), batches=37, batch_size=n, dtype=dtype, seed=11)
+    got = common_draws(p)
+    want = _jax_common_draws(11, 37, n, jnp.dtype(dtype))
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
 
 
 def test_standard_normal_is_threefry_words_through_jax_map():

@@ -16,6 +16,11 @@ partitionable Threefry spends one Threefry-2x32 block per 32-bit word and keeps 
 of its two outputs; ``standard_normal`` keeps both outputs, so a block gives two words.
 For float32 that halves the hashing, which was 0.32 ms of an independent-mode cell's
 0.88 ms; float64 already took one block per 64-bit word, and only the counters differ.
+
+The common draws are the same numbers computed on the host: the key tree and the words by
+``threefry2x32`` in NumPy (bit for bit JAX's Threefry-2x32, a few ms for a paper-size map),
+and only the word-to-number map compiled. A jitted key tree compiled for about 0.7 s, most
+of a first run's wait (Threefry-2x32 inlined once per ``fold_in``, ``split`` and draw).
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.random import threefry_2x32
 
 from gradlab.geometry import fold_angle
 
@@ -67,6 +71,8 @@ def standard_normal(key, shape, dtype):
         raise ValueError("float64 normals need jax.config.update('jax_enable_x64', True)")
     if str(jax.random.key_impl(key)) != "threefry2x32":
         return jax.random.normal(key, shape, dtype)
+    from jax.extend.random import threefry_2x32  # jax.extend imports Pallas: 70 ms, only where needed
+
     n = math.prod(shape)
     words_per = jnp.finfo(dtype).bits // 32
     count = n * words_per
@@ -95,28 +101,82 @@ def _split_draws(key, shape, n, dtype):
     return z, u
 
 
-@functools.cache
-def _common_draws_fn(batches: int, n: int, dtype: str):
-    def one(root, b):
-        return _split_draws(jax.random.fold_in(root, b), (), n, dtype)
+# --- the common draws on the host ------------------------------------------------------------
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_KS_PARITY = np.uint32(0x1BD11BDA)
+_HOST_BLOCKS = 2**20  # Threefry blocks per host chunk (bounds the temporaries to a few MB each)
 
-    @jax.jit
-    def draws(seed):
-        root = jax.random.fold_in(jax.random.key(seed), COMMON_TAG)
-        z, u = jax.vmap(one, in_axes=(None, 0))(root, jnp.arange(batches, dtype=jnp.uint32))
-        return z[:, 0], z[:, 1:], u
 
-    return draws
+def threefry2x32(k0, k1, x0, x1):
+    """Threefry-2x32 with 20 rounds (Salmon et al. 2011, Random123) in NumPy ``uint32``.
+
+    The block cipher behind ``jax.random``'s default keys, bit for bit: key (k0, k1) and
+    counters (x0, x1), all broadcast together. Returns the two output words.
+    """
+    k0, k1, x0, x1 = np.broadcast_arrays(*(np.asarray(a, dtype=np.uint32) for a in (k0, k1, x0, x1)))
+    ks = (k0, k1, k0 ^ k1 ^ _KS_PARITY)
+    with np.errstate(over="ignore"):  # arithmetic mod 2^32 (0-d operands would warn)
+        x0, x1 = x0 + ks[0], x1 + ks[1]
+        for i in range(5):
+            for r in _ROTATIONS[i % 2]:
+                x0 = x0 + x1
+                x1 = ((x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))) ^ x0
+            x0 = x0 + ks[(i + 1) % 3]
+            x1 = x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x0, x1
+
+
+def _common_bits(seed: int, batches: int, n: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The words behind the common draws, by the key tree of the module docstring.
+
+    ``jax.random.key(seed)`` is (seed >> 32, seed mod 2^32); ``fold_in(k, d)`` and the i-th key
+    of ``split(k)`` are the block of k at counters (0, d) and (0, i); a uniform's word is the
+    XOR of the block at (0, 0) (float64: both words); ``standard_normal`` takes the blocks at
+    (i, m + i), m = ⌈words / 2⌉. Returns (normal bits (B, N), uniform bits (B,)).
+    """
+    wide = jnp.dtype(dtype).itemsize == 8
+    root = threefry2x32(np.uint32(seed >> 32), np.uint32(seed & 0xFFFFFFFF), 0, COMMON_TAG)
+    kb = threefry2x32(*root, 0, np.arange(batches, dtype=np.uint32))
+    k_angle, (a0, a1) = threefry2x32(*kb, 0, 0), threefry2x32(*threefry2x32(*kb, 0, 1), 0, 0)
+    words = n * (2 if wide else 1)
+    m = (words + 1) // 2
+    i = np.arange(m, dtype=np.uint32)
+    out = np.empty((batches, 2 * m), dtype=np.uint32)
+    step = max(1, _HOST_BLOCKS // m)
+    for b in range(0, batches, step):
+        c0, c1 = k_angle[0][b:b + step, None], k_angle[1][b:b + step, None]
+        out[b:b + step, :m], out[b:b + step, m:] = threefry2x32(c0, c1, i, i + np.uint32(m))
+    if wide:
+        hi, lo = out[:, :n].astype(np.uint64), out[:, n:].astype(np.uint64)
+        return (hi << np.uint64(32)) | lo, (a0.astype(np.uint64) << np.uint64(32)) | a1
+    return out[:, :words], a0 ^ a1
+
+
+def _uniform_from_bits(bits: np.ndarray, dtype) -> np.ndarray:
+    """``jax.random.uniform``'s map from words to [0, 1) (exact: a shift, a bit cast, minus one)."""
+    dtype = np.dtype(dtype)
+    finfo = np.finfo(dtype)
+    one = np.array(1.0, dtype).view(bits.dtype)
+    return (((bits >> bits.dtype.type(finfo.bits - finfo.nmant)) | one).view(dtype) - dtype.type(1.0)).astype(dtype)
+
+
+# One elementwise program; the positive's column is split off on the host (splitting inside
+# the program made XLA duplicate the erfinv fusion per output: twice the compile time).
+_normal_map = jax.jit(normal_from_bits, static_argnums=1)
 
 
 def common_draws(protocol):
-    """Standard draws shared by every cell: z_pos (B,), z_neg (B, N−1), u_alpha (B,)."""
-    from gradlab._cache import memo_arrays
+    """Standard draws shared by every cell: z_pos (B,), z_neg (B, N−1), u_alpha (B,), host arrays.
 
+    The numbers of the jitted key tree (``fold_in(fold_in(key(seed), COMMON_TAG), b)``, split
+    into the angle and α keys), computed on the host with one small compiled map.
+    """
     dtype = protocol.jnp_dtype()
-    fn = _common_draws_fn(protocol.batches, protocol.batch_size, dtype.name)
-    return memo_arrays("common_draws", (protocol.seed, protocol.batches, protocol.batch_size, dtype.name),
-                       lambda: fn(protocol.seed))
+    if dtype.itemsize == 8 and not jax.config.jax_enable_x64:
+        raise ValueError("float64 draws need jax.config.update('jax_enable_x64', True)")
+    bits, ubits = _common_bits(protocol.seed, protocol.batches, protocol.batch_size, dtype)
+    z = np.asarray(_normal_map(bits, dtype.name))
+    return z[:, 0].copy(), np.ascontiguousarray(z[:, 1:]), _uniform_from_bits(ubits, dtype)
 
 
 class CommonDraws(NamedTuple):

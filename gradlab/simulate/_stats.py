@@ -27,7 +27,7 @@ import numpy as np
 
 from gradlab import defaults
 from gradlab.io import Result
-from gradlab.lemma1 import lemma1_bounds, lemma1_sphere_check, summarize_min_ratio
+from gradlab.lemma1 import lemma1_bounds, sphere_cosines, summarize_min_ratio
 from gradlab.losses import Loss, get_spec, list_losses
 from gradlab.losses._user import factored_path
 from gradlab.simulate._engine import Stat, run
@@ -382,18 +382,20 @@ def _lemma_stat(alpha_key, alpha: Callable) -> Stat:
     def pair(c_pos, c_max, u, p):
         from gradlab.geometry import safe_arccos
 
-        theta_pos, theta_min, a = safe_arccos(c_pos), safe_arccos(c_max), alpha(u)
-        low, high, feasible = lemma1_bounds(theta_pos, theta_min, a, p["lam"])
+        # (B, 1) angles against (R,) ratios: each sine and cosine once per batch
+        tp, tn, a = safe_arccos(c_pos)[:, None], safe_arccos(c_max)[:, None], alpha(u)[:, None]
+        low, high, feasible = lemma1_bounds(tp, tn, a, p["lam"])
         r = p["ratios"]
-        sat = feasible[:, None] & (low[:, None] <= r) & (r <= high[:, None])
-        chk = lemma1_sphere_check(theta_pos[:, None], theta_min[:, None], a[:, None], p["lam"], r)
+        sat = feasible & (low <= r) & (r <= high)
+        before, after = sphere_cosines(tp, tn, a, p["lam"], r)
+        closer = after >= before
         dt = c_pos.dtype
         return {
-            "low": (low, feasible),
-            "feasible": (feasible.astype(dt), None),
+            "low": (low[:, 0], feasible[:, 0]),
+            "feasible": (feasible[:, 0].astype(dt), None),
             "satisfied": (sat.astype(dt), None),
-            "sphere_closer": (chk.true_closer.astype(dt), None),
-            "sphere_disagree": (chk.disagree.astype(dt), None),
+            "sphere_closer": (closer.astype(dt), None),
+            "sphere_disagree": ((sat != closer).astype(dt), None),
         }
 
     return Stat(key=("lemma1",) + alpha_key, neg=neg, pair=pair)
