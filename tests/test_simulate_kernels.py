@@ -15,8 +15,14 @@ from scipy import stats
 
 import gradlab
 from gradlab.simulate import Protocol, gd_map, sample_angles
-from gradlab.simulate._sampling import (COMMON_TAG, common_draws, normal_bound, normal_from_bits, standard_normal,
-                                        threefry2x32)
+from gradlab.simulate._sampling import (
+    COMMON_TAG,
+    common_draws,
+    normal_bound,
+    normal_from_bits,
+    standard_normal,
+    threefry2x32,
+)
 from gradlab.simulate._trig import COS_F32_LIMIT, cos_f32, cos_for
 
 
@@ -93,7 +99,7 @@ def test_common_draws_on_the_host_are_the_jax_key_tree(dtype, n):
     p = Protocol(grid=(2, 2), batches=37, batch_size=n, dtype=dtype, seed=11)
     got = common_draws(p)
     want = _jax_common_draws(11, 37, n, jnp.dtype(dtype))
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype == np.dtype(dtype)
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
 

@@ -71,7 +71,8 @@ def standard_normal(key, shape, dtype):
         raise ValueError("float64 normals need jax.config.update('jax_enable_x64', True)")
     if str(jax.random.key_impl(key)) != "threefry2x32":
         return jax.random.normal(key, shape, dtype)
-    from jax.extend.random import threefry_2x32  # jax.extend imports Pallas: 70 ms, only where needed
+    # jax.extend imports Pallas (70 ms): imported here, where it is needed
+    from jax.extend.random import threefry_2x32
 
     n = math.prod(shape)
     words_per = jnp.finfo(dtype).bits // 32
