@@ -10,6 +10,11 @@ load hits every row alike):
   import ...       seconds to import gradlab, gradlab.simulate, gradlab_cli.app in a fresh process
 Columns: seconds, × the bare start, target.
 
+gradlab's modules are byte-compiled first (``compileall``), as ``pip install`` does for JAX
+and every other installed package: with ``PYTHONDONTWRITEBYTECODE`` set (some containers set
+it) an editable checkout would otherwise recompile its sources in every process, which the
+bare start, reading JAX's installed bytecode, does not pay.
+
     python benchmarks/latency.py                    # the table (figures included: minutes)
     python benchmarks/latency.py --skip-figures     # without the figures rows
     python benchmarks/latency.py --repeat 5
@@ -120,6 +125,10 @@ def main(argv=None) -> None:
         print(engine_times())
         return
     work = Path(tempfile.mkdtemp(prefix="gradlab-latency-"))
+    import compileall
+
+    for package in ("gradlab", "cli"):
+        compileall.compile_dir(ROOT / package, quiet=1)
     try:
         before = os.getloadavg()[0]
         rows = measure(args.repeat, not args.skip_figures, work)
