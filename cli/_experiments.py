@@ -12,10 +12,38 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from gradlab_cli._common import Debug, Formats, fail, number, progress_bar
+from gradlab_cli._common import (
+    LOSS_HELP,
+    Debug,
+    Formats,
+    Params,
+    fail,
+    number,
+    parse_params,
+    progress_bar,
+)
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _STUDY_NAMES = ("fig6", "fig5", "fig7", "fig8", "fig9", "table3", "fig1", "trajectory", "all")
+
+
+def _loss_dicts(texts: list[str] | None, params: dict) -> list[dict] | None:
+    """``--loss`` texts -> run loss dicts: a registered name, compose:..., FILE.py:FUNCTION, module:FUNCTION."""
+    if not texts:
+        if params:
+            raise fail("--param sets the parameters of --loss; give --loss too")
+        return None
+    from gradlab.design import parse_compose
+
+    out = []
+    for text in texts:
+        if text.startswith("compose:"):
+            out.append({"compose": parse_compose(text[len("compose:"):]), "params": params})
+        elif ":" in text:
+            out.append({"user": text, "params": params})
+        else:
+            out.append({"loss": text, "params": params})
+    return out
 
 
 def _values(items: list[str] | None) -> dict[str, tuple[float, ...]]:
@@ -47,6 +75,8 @@ def experiment(
     steps: Annotated[int | None, typer.Option("--steps", help="Adam steps per run (default 100; --quick 20).")] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", "-N", help="Sentences per step (default 64).")] = None,
     values: Annotated[list[str] | None, typer.Option("--values", help="fig6: replace a component's values, e.g. --values tau=0.01,0.05,0.3 (repeatable).")] = None,
+    loss: Annotated[list[str] | None, typer.Option("--loss", "-l", help="trajectory: train these losses and draw each on its own simulated maps (repeatable; default: the baseline and ArcCon). " + LOSS_HELP)] = None,
+    param: Params = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also redo runs recorded as failed (by default a failed run stays failed: same config, same seed, same error).")] = False,
     fmt: Formats = None,
     debug: Debug = False,
@@ -65,6 +95,8 @@ def experiment(
       gradlab experiment all --out exp/ --jobs 2
 
       gradlab experiment table3 --encoder minilm --steps 1000 --batch-size 64 --seeds 3
+
+      gradlab experiment trajectory --loss my_losses.py:focal --param gamma=1 --quick
     """
     from gradlab_cli._common import check_formats, check_out_dir, command_line
 
@@ -75,11 +107,18 @@ def experiment(
     parsed = _values(values)
     if parsed and name not in ("fig6", "all"):
         raise fail(f"--values applies to fig6 (and all); not to {name!r}")
+    if loss and name not in ("trajectory", "all"):
+        raise fail(f"--loss chooses the losses of trajectory (and all); not of {name!r}")
+    losses = _loss_dicts(loss, parse_params(param))
     formats = check_formats(fmt)
     from gradlab.experiments import Scale, run_study
 
     scale = Scale.make(quick=quick, encoder=encoder, steps=steps, batch_size=batch_size, seeds=seeds,
                        values=parsed)
+    if losses:
+        from gradlab.experiments import canonical_loss
+
+        losses = [canonical_loss(d) for d in losses]  # a bad loss: one line, before anything is written
     check_out_dir(out)
     try:
         with progress_bar(f"{name}: runs") as bar:
@@ -88,7 +127,7 @@ def experiment(
                     bar(done, total)
 
             res = run_study(name, out, scale=scale, jobs=jobs, retry_failed=retry_failed, progress=progress,
-                            command=command_line(), fmt=formats[0])
+                            command=command_line(), fmt=formats[0], losses=losses)
     except KeyboardInterrupt:
         typer.echo(f"interrupted: finished runs are kept in {str(out / 'runs')!r}; rerun the same command to "
                    "resume", err=True)

@@ -477,7 +477,7 @@ def lemma1(
 # --- norms ---------------------------------------------------------------------------------------
 @app.command(context_settings=CONTEXT)
 def norms(
-    loss: Annotated[list[str] | None, typer.Option("--loss", "-l", help="infonce, align, uniform, dcl, dcl+, mpt, met, mat (repeatable; default all).")] = None,
+    loss: Annotated[list[str] | None, typer.Option("--loss", "-l", help="infonce, align, uniform, dcl, dcl+, mpt, met, mat (closed forms), or any loss of cosines as path/to/file.py:FUNCTION, package.module:FUNCTION or compose:gd=G,weight=W,ratio=R (norms by autodiff); repeatable; default: the eight closed forms.")] = None,
     negatives: Annotated[list[int] | None, typer.Option("--negatives", "-K", help="Number of negatives K (repeatable). InfoNCE gets one panel per K; others use the first (default 64; InfoNCE: 64 512 4096 32768).")] = None,
     part: Annotated[Part | None, typer.Option("--part", help="pos (alignment, Fig. 2) or neg (uniformity, Fig. 4); default: both.")] = None,
     grid: Annotated[int, typer.Option("--grid", help="Points per θ axis over [0, π].")] = 200,
@@ -496,10 +496,14 @@ def norms(
       gradlab norms --loss infonce --negatives 16 --negatives 64 --negatives 1024 --part pos
 
       gradlab norms --loss dcl+ --param tau=0.1
+
+      gradlab norms --loss my_losses.py:focal --loss infonce --part pos
     """
     from gradlab import norms as gn
+    from gradlab.design import load_loss
 
     names = list(loss) if loss else list(gn.NORM_LOSSES)
+    losses = [load_loss(n) if ":" in n else n for n in names]  # a user loss: its own defaults, then --param
     ks = list(negatives) if negatives else None
     if ks is not None and any(k < 1 for k in ks):
         raise fail(f"--negatives must be >= 1; got {min(ks)}")
@@ -507,7 +511,7 @@ def norms(
         raise fail(f"--grid must be >= 2; got {grid}")
     params = parse_params(param)
     parts = [part.value] if part else ["pos", "neg"]
-    panels = gn.norm_panels(names, parts=parts, negatives=ks, grid=grid, **params)
+    panels = gn.norm_panels(losses, parts=parts, negatives=ks, grid=grid, **params)
     writer = _writer(out, fmt, no_plot, "norms", losses=names, parts=parts, negatives=ks, params=params, grid=grid)
     for p in parts:
         rs = [r for r in panels if r.meta["part"] == p]

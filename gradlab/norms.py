@@ -39,6 +39,17 @@ Defaults follow Nie et al. 2023 Table 2 (BERT-base) and are the loss registry's 
 
 Every function is pure and broadcasts ``theta_pos`` against ``theta_neg``; they accept
 NumPy or JAX arrays and return a JAX array of the broadcast shape.
+
+**Any loss of cosines** (a user loss from ``gradlab.loss_from_cosines``, a composition, or
+a registered cosine-kind loss) has the same two norms by autodiff (``loss_norm``): with
+c_p = cos θ_ii' and all K negatives at c_j = cos θ_ij',
+
+    ‖∇^pos‖ = |∂L/∂c_p| sin θ_ii',        ‖∇^{neg_j}‖ = |∂L/∂c_j| sin θ_ij'  (one negative),
+
+since the tangential part of ∇_{h_i} c = h is sin θ long. For the registered losses this
+reproduces every closed form above (tested), with one convention to know: a loss that takes
+the hardest negative by ``max`` shares the gradient among K exactly tied negatives under
+autodiff, so its uniformity map is Nie et al. 2023's "hardest negative only" value / K.
 """
 
 from __future__ import annotations
@@ -80,6 +91,7 @@ __all__ = [
     "norm_result",
     "norm_panels",
     "norm_on_mu_grid",
+    "loss_norm",
 ]
 
 DEFAULT_NEGATIVES = defaults.NORM_NEGATIVES
@@ -368,6 +380,77 @@ def norm_map(loss: str, theta_pos: ArrayLike, theta_neg: ArrayLike, *, part: str
     return fn(theta_pos, theta_neg, **merged)
 
 
+_NORM_BLOCK = 2**21  # cosines per autodiff block (grid points × K), bounding the working set
+
+
+def loss_norm(loss, theta_pos: ArrayLike, theta_neg: ArrayLike, *, part: str = "pos",
+              negatives: int = DEFAULT_NEGATIVES) -> Array:
+    """Nie et al. 2023's alignment or uniformity norm of any cosine-kind ``Loss``, by autodiff.
+
+    ‖∇^pos‖ = |∂L/∂c_p| sin θ_ii' and ‖∇^{neg_j}‖ = |∂L/∂c_j| sin θ_ij' for one of the K
+    negatives, all at θ_ij' (the module doc). The loss's own parameters are used. Partials
+    that are not finite (an arccos derivative at θ = 0 or π) count as 0.
+
+    Args:
+      loss: a ``gradlab.Loss`` of kind ``"cosine"`` (``loss_from_cosines``, ``compose``, or
+        a registered cosine loss).
+      theta_pos, theta_neg: θ_ii' and θ_ij' (radians), broadcasting.
+      part: ``"pos"`` or ``"neg"``.
+      negatives: K.
+
+    Returns:
+      The norm, shape of the broadcast of the angles.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from gradlab.losses import get_loss
+      >>> float(loss_norm(get_loss("dcl", tau=0.5), jnp.pi / 2, 1.0, part="pos"))  # = sin θ_ii' / τ
+      2.0
+    """
+    import jax
+    import numpy as np
+
+    from gradlab.losses import Loss
+    from gradlab.losses._user import cosine_partials
+
+    if not isinstance(loss, Loss) or loss.spec.kind != "cosine":
+        raise ValueError(f"loss_norm needs a gradlab Loss of kind 'cosine' (a function of cosines); got {loss!r}")
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {PARTS}; got {part!r}")
+    k = int(_check_k(negatives))
+    tp, tn = _angles(theta_pos, theta_neg)
+    shape, flat_p, flat_n = tp.shape, tp.ravel(), tn.ravel()
+    rows = max(1, _NORM_BLOCK // k)
+    from gradlab._memory import check_fits
+
+    check_fits(f"the autodiff norm of {loss.name} with K = {k}", flat_p.size * flat_p.dtype.itemsize,
+               4 * min(rows, flat_p.size) * k * flat_p.dtype.itemsize)
+    value, params = loss.spec.value, dict(loss.params)
+
+    @jax.jit
+    def block(tp_b, tn_b):
+        c_neg = jnp.broadcast_to(jnp.cos(tn_b)[:, None], (tn_b.shape[0], k))
+        d_pos, d_neg = cosine_partials(value, jnp.cos(tp_b), c_neg, jnp.ones(c_neg.shape, bool), **params)
+        if part == "pos":
+            return jnp.abs(d_pos) * _sin(tp_b)
+        return jnp.abs(d_neg[:, 0]) * _sin(tn_b)
+
+    n = flat_p.size
+    rows = min(rows, n)
+    pad = (-n) % rows
+    flat_p, flat_n = jnp.pad(flat_p, (0, pad), constant_values=1.0), jnp.pad(flat_n, (0, pad), constant_values=1.0)
+    out = [np.asarray(block(flat_p[i:i + rows], flat_n[i:i + rows])) for i in range(0, n + pad, rows)]
+    return jnp.asarray(np.concatenate(out)[:n].reshape(shape))
+
+
+def _closed_form(loss) -> str | None:
+    """The norm-map name of a registered loss that has a closed form; None for any other ``Loss``."""
+    name = {reg: n for n, reg in REGISTRY_NAMES.items()}.get(loss.name)
+    if name is None:
+        return None
+    return name if loss.spec is get_spec(loss.name) else None  # not a user loss of the same name
+
+
 def norm_grid(grid: int = 200, *, lo: float = 0.0, hi: float = math.pi, dtype=jnp.float32):
     """The angle axes of the maps: ``grid`` points in [lo, hi] for θ_ii' and θ_ij' alike.
 
@@ -386,12 +469,14 @@ def norm_grid(grid: int = 200, *, lo: float = 0.0, hi: float = math.pi, dtype=jn
     return axis, axis
 
 
-def norm_result(loss: str, *, part: str = "pos", negatives: int = DEFAULT_NEGATIVES, grid: int = 200,
+def norm_result(loss, *, part: str = "pos", negatives: int = DEFAULT_NEGATIVES, grid: int = 200,
                 theta_range: tuple[float, float] = (0.0, math.pi), dtype=jnp.float32, **params: float):
     """A gradient-norm map as a ``gradlab.io.Result`` with dims (theta_pos, theta_neg).
 
     Args:
-      loss, part, negatives, **params: as in ``norm_map``.
+      loss, part, negatives, **params: as in ``norm_map``; ``loss`` may also be a
+        cosine-kind ``gradlab.Loss`` (its parameters, updated by ``params``): a registered
+        one gets its closed form, any other its autodiff norms (``loss_norm``).
       grid: points per axis; theta_range: the common range of θ_ii' and θ_ij'.
       dtype: float dtype of the computation.
 
@@ -404,16 +489,25 @@ def norm_result(loss: str, *, part: str = "pos", negatives: int = DEFAULT_NEGATI
       >>> r.dims, r.mean.shape
       (('theta_pos', 'theta_neg'), (5, 5))
     """
-    from gradlab.io import Result, runtime_meta
-
-    name = _canonical(loss, part)
-    theta_pos, theta_neg = norm_grid(grid, lo=float(theta_range[0]), hi=float(theta_range[1]), dtype=dtype)
-    values = norm_map(name, theta_pos[:, None], theta_neg[None, :], part=part, negatives=negatives, **params)
     import numpy as np
 
-    used = {**DEFAULTS[name], **{k: float(v) for k, v in params.items()}}
-    meta = {"statistic": "norm_map", "loss": name, "part": part, "negatives": int(negatives),
-            "params": used, "reference": "Nie et al. 2023 Eqs. 7-9, 11, 16-22", **runtime_meta()}
+    from gradlab.io import Result, runtime_meta
+    from gradlab.losses import Loss
+
+    theta_pos, theta_neg = norm_grid(grid, lo=float(theta_range[0]), hi=float(theta_range[1]), dtype=dtype)
+    user = isinstance(loss, Loss) and _closed_form(loss) is None
+    if isinstance(loss, Loss) and not user:
+        params, loss = {**loss.params, **params}, _closed_form(loss)
+    if user:
+        loss = loss.replace(**params) if params else loss
+        values = loss_norm(loss, theta_pos[:, None], theta_neg[None, :], part=part, negatives=negatives)
+        name, used, method = loss.name, {k: float(v) for k, v in loss.params.items()}, "autodiff"
+    else:
+        name = _canonical(loss, part)
+        values = norm_map(name, theta_pos[:, None], theta_neg[None, :], part=part, negatives=negatives, **params)
+        used, method = {**DEFAULTS[name], **{k: float(v) for k, v in params.items()}}, "closed form"
+    meta = {"statistic": "norm_map", "loss": name, "part": part, "negatives": int(negatives), "params": used,
+            "method": method, "reference": "Nie et al. 2023 Eqs. 7-9, 11, 16-22", **runtime_meta()}
     return Result(dims=("theta_pos", "theta_neg"),
                   coords={"theta_pos": np.asarray(theta_pos, np.float64), "theta_neg": np.asarray(theta_neg, np.float64)},
                   mean=np.asarray(values), meta=meta)
@@ -423,7 +517,9 @@ def norm_panels(losses=NORM_LOSSES, *, parts=PARTS, negatives=None, grid: int = 
     """The panels of Nie et al. 2023 Figs. 2 and 4: one ``norm_result`` per (part, loss, K).
 
     Args:
-      losses: norm-map names (``NORM_LOSSES``; aliases accepted); a loss without the
+      losses: norm-map names (``NORM_LOSSES``; aliases accepted) or ``gradlab.Loss``
+        objects (a cosine-kind user or composed loss gets its autodiff norms, one panel
+        per K of ``negatives``, default ``DEFAULT_NEGATIVES``); a loss without the
         requested part (alignment has no negative part, uniformity no positive part) is
         skipped for that part, and the a&u pair gives one panel per part.
       parts: any of ``"pos"``, ``"neg"``.
@@ -443,8 +539,12 @@ def norm_panels(losses=NORM_LOSSES, *, parts=PARTS, negatives=None, grid: int = 
       >>> [r.meta["negatives"] for r in norm_panels(["infonce"], parts=["pos"], negatives=[4, 8], grid=3)]
       [4, 8]
     """
-    names = [_canonical(n, p) for p in parts for n in losses]
-    allowed = {k for n in names for k in DEFAULTS[n]}
+    from gradlab.losses import Loss
+
+    user = [loss for loss in losses if isinstance(loss, Loss) and _closed_form(loss) is None]
+    named = [loss if not isinstance(loss, Loss) else _closed_form(loss) for loss in losses if loss not in user]
+    names = [_canonical(n, p) for p in parts for n in named]
+    allowed = {k for n in names for k in DEFAULTS[n]} | {k for loss in user for k in loss.params}
     unknown = set(params) - allowed
     if unknown:
         raise ValueError(f"unknown parameter {sorted(unknown)[0]!r} for {', '.join(map(str, losses))}")
@@ -453,11 +553,17 @@ def norm_panels(losses=NORM_LOSSES, *, parts=PARTS, negatives=None, grid: int = 
     for part in parts:
         done = set()
         for loss in losses:
-            name = _canonical(loss, part)
+            if loss in user:  # any loss of cosines: autodiff norms, one panel per K
+                own = {k: v for k, v in params.items() if k in loss.params}
+                panels.extend(norm_result(loss, part=part, negatives=k, grid=grid, **own)
+                              for k in (ks or [DEFAULT_NEGATIVES]))
+                continue
+            name = _canonical(_closed_form(loss) if isinstance(loss, Loss) else loss, part)
             if (name, part) not in _FUNCS or name in done:
                 continue
             done.add(name)
-            own = {k: v for k, v in params.items() if k in DEFAULTS[name]}
+            own = {k: v for k, v in {**(loss.params if isinstance(loss, Loss) else {}), **params}.items()
+                   if k in DEFAULTS[name]}
             if name == "infonce":
                 k_list = ks or list(defaults.NORM_INFONCE_NEGATIVES)
             else:
@@ -474,7 +580,8 @@ def norm_on_mu_grid(loss, protocol, *, part: str = "pos"):
 
     Args:
       loss: a registry name or ``gradlab.Loss`` among ``REGISTRY_NAMES.values()`` (its
-        parameters are used), or a norm-map name.
+        parameters are used; the closed form), a norm-map name, or any other cosine-kind
+        ``Loss`` (user or composed: ``loss_norm``, by autodiff).
       protocol: a ``gradlab.simulate.Protocol`` (its μ axes and ``n_neg``).
       part: ``"pos"`` (alignment part) or ``"neg"`` (one negative's uniformity part).
 
@@ -492,7 +599,22 @@ def norm_on_mu_grid(loss, protocol, *, part: str = "pos"):
     import numpy as np
 
     from gradlab.io import Result, runtime_meta
+    from gradlab.losses import Loss
 
+    if isinstance(loss, Loss) and _closed_form(loss) is None:
+        if loss.spec.kind != "cosine":
+            raise ValueError(f"no {part!r} gradient-norm map for loss {loss.name!r}: the norms need a function of "
+                             f"cosines (kind 'cosine'); {loss.name} is of kind {loss.spec.kind!r}")
+        from gradlab._memory import check_map
+
+        check_map("a gradient-norm map", *protocol.grid_shape, 8)
+        values = loss_norm(loss, protocol.mu_pos[:, None], protocol.mu_neg[None, :], part=part,
+                           negatives=protocol.n_neg)
+        meta = {"statistic": "norm_map", "loss": loss.name, "params": dict(loss.params), "part": part,
+                "negatives": protocol.n_neg, "protocol": protocol.to_dict(), "method": "autodiff",
+                "reference": "Nie et al. 2023 Sec. 3 (autodiff in cosine space)", **runtime_meta()}
+        return Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg},
+                      mean=np.asarray(values), meta=meta)
     reg_name = loss if isinstance(loss, str) else getattr(loss, "name", None)
     given = {} if isinstance(loss, str) else dict(loss.params)
     to_norm = {reg: name for name, reg in REGISTRY_NAMES.items()}
@@ -507,7 +629,7 @@ def norm_on_mu_grid(loss, protocol, *, part: str = "pos"):
     values = norm_map(name, protocol.mu_pos[:, None], protocol.mu_neg[None, :], part=part,
                       negatives=protocol.n_neg, **params)
     meta = {"statistic": "norm_map", "loss": reg_name, "params": {**DEFAULTS[name], **params}, "part": part,
-            "negatives": protocol.n_neg, "protocol": protocol.to_dict(),
+            "negatives": protocol.n_neg, "protocol": protocol.to_dict(), "method": "closed form",
             "reference": "Nie et al. 2023 Eqs. 7-9, 11, 16-22", **runtime_meta()}
     return Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg},
                   mean=np.asarray(values), meta=meta)

@@ -418,3 +418,58 @@ def test_train_config_takes_a_loss_object():
     comp = gradlab.compose(gd="fraction", weight="softmax", ratio="arccon", tau=0.1)
     d = TrainConfig(loss=comp, loss_params={"u": 0.2}, steps=1).to_dict()
     assert d["loss"] == "fraction-softmax-arccon" and d["loss_params"] == {"tau": 0.1, "u": 0.2}
+
+
+# --- 5. Nie et al. 2023's gradient norms of any loss of cosines ---------------------------------
+NORM_TWINS = {"infonce": "infonce", "dcl": "dcl", "dcl+": "dcl+", "mpt": "mpt", "met": "met", "mat": "mat"}
+MAX_BASED = {"mpt", "met", "mat"}  # the hardest negative by max: autodiff shares it among K tied negatives
+
+
+@pytest.mark.parametrize("reg", sorted(NORM_TWINS))
+@pytest.mark.parametrize("k", [1, 64])
+def test_autodiff_norms_equal_the_closed_forms(reg, k):
+    """Autodiff of the registered value in cosine space against Nie et al. 2023's closed forms (float64)."""
+    from gradlab import norms
+
+    rng = np.random.default_rng(11)
+    tp, tn = rng.uniform(0.05, math.pi - 0.05, 400), rng.uniform(0.05, math.pi - 0.05, 400)
+    name = NORM_TWINS[reg]
+    for part in ("pos", "neg"):
+        closed = np.asarray(norms.norm_map(name, tp, tn, part=part, negatives=k))
+        auto = np.asarray(norms.loss_norm(get_loss(reg), tp, tn, part=part, negatives=k))
+        if part == "neg" and reg in MAX_BASED:
+            closed = closed / k
+        # absolute floor: autodiff of InfoNCE forms 1 − p_pos by cancellation where the positive dominates
+        np.testing.assert_allclose(auto, closed, rtol=1e-9, atol=1e-12 * np.abs(closed).max(), err_msg=part)
+
+
+def test_user_loss_norms_everywhere(loss_file, tmp_path):
+    """A user loss gets the maps from autodiff: its γ = 0 focal twin is InfoNCE's closed form."""
+    from gradlab import norms
+    from gradlab.simulate import Protocol
+    from tests._cli import one_line_error, run
+
+    focal = load_loss(f"{loss_file}:focal", params={"gamma": 0.0})
+    r = norms.norm_result(focal, part="neg", negatives=16, grid=12)
+    twin = norms.norm_result("infonce", part="neg", negatives=16, grid=12, tau=0.05)
+    assert r.meta["method"] == "autodiff" and twin.meta["method"] == "closed form"
+    np.testing.assert_allclose(r.mean, twin.mean, rtol=1e-5, atol=1e-6 * np.abs(twin.mean).max())
+    proto = Protocol(grid=5, batch_size=9)
+    on_mu = norms.norm_on_mu_grid(focal, proto)
+    np.testing.assert_allclose(on_mu.mean, norms.norm_on_mu_grid("infonce", proto).mean, rtol=1e-5, atol=1e-5)
+    panels = norms.norm_panels([focal, "dcl"], parts=["pos"], negatives=[4, 8], grid=3)
+    assert [(p.meta["loss"], p.meta["negatives"]) for p in panels] == [("focal", 4), ("focal", 8), ("dcl", 4)]
+    with pytest.raises(ValueError, match="kind 'cosine'"):
+        norms.norm_on_mu_grid(get_loss("vicreg"), proto)
+
+    out = tmp_path / "out"
+    res = run("norms", "--loss", f"{loss_file}:focal", "--loss", "compose:gd=sigmoid,weight=hardest,ratio=mat",
+              "--param", "gamma=1", "--grid", 6, "-K", 8, "--part", "pos", "--no-plot", "--out", out)
+    assert res.exit_code == 0, res.output
+    with np.load(out / "norms_pos_gamma1.npz") as data:
+        assert data["mean"].shape == (2, 6, 6) and np.all(np.isfinite(data["mean"]))
+    res = run("heatmap", "--loss", f"{loss_file}:focal", "--component", "norm", "--grid", 4, "-N", 6,
+              "--no-plot", "--out", out)
+    assert res.exit_code == 0, res.output
+    one_line_error(run("norms", "--loss", f"{loss_file}:absent", "--no-plot", "--out", tmp_path / "bad"))
+    assert not (tmp_path / "bad").exists()

@@ -25,7 +25,9 @@ from gradlab.experiments import (
     execute,
     plan,
     read_record,
+    resolve_loss,
     run_status,
+    run_study,
     study_runs,
 )
 from gradlab.experiments._build import BUILDERS, Context
@@ -57,7 +59,7 @@ def test_same_config_same_id_changed_parameter_new_id():
 def test_bad_loss_dicts_are_one_line_errors():
     with pytest.raises(ValueError, match="unknown parameter"):
         canonical_loss({"loss": "baseline", "params": {"beta": 1.0}})
-    with pytest.raises(ValueError, match="'loss' or 'compose'"):
+    with pytest.raises(ValueError, match="'loss', 'compose' or 'user'"):
         canonical_loss({"loss": "infonce", "compose": {"gd": "one"}})
     with pytest.raises(ValueError, match="finite"):
         canonical_loss({"loss": "infonce", "params": {"tau": float("nan")}})
@@ -313,6 +315,10 @@ def test_report_on_map_rejects_a_directory_without_a_run(tmp_path):
     (["experiment", "fig6", "--steps", "0"], "steps"),
     (["experiment", "fig6", "--encoder", "bert"], "unknown encoder"),
     (["experiment", "fig6", "--format", "gif"], "--format"),
+    (["experiment", "fig6", "--loss", "infonce"], "--loss chooses the losses of trajectory"),
+    (["experiment", "trajectory", "--param", "tau=0.1"], "give --loss too"),
+    (["experiment", "trajectory", "--loss", "no_such.py:f"], "loss file not found"),
+    (["experiment", "trajectory", "--loss", "infonce", "--param", "beta=1"], "unknown parameter"),
 ])
 def test_cli_misuse_is_one_line_exit_2_and_writes_nothing(tmp_path, args, words):
     out = tmp_path / "exp"
@@ -389,3 +395,60 @@ def test_quick_study_end_to_end_and_rerun_reuses_everything(tmp_path):
     again = run("experiment", "fig9", "--quick", "--out", out, "--jobs", "1")
     assert again.exit_code == 0 and "0 executed, 1 reused" in again.stderr
     assert Result.load(out / "fig9" / "fig9") == res
+
+
+# --------------------------------------------------------------------------- a user's loss
+USER_LOSS = """
+import jax
+import jax.numpy as jnp
+
+
+def focal(c_pos, c_neg, *, tau=0.05, gamma=2.0):
+    logits = jnp.concatenate([c_pos[..., None], c_neg], axis=-1) / tau
+    log_p = c_pos / tau - jax.nn.logsumexp(logits, axis=-1)
+    return -((1 - jnp.exp(log_p)) ** gamma) * log_p
+"""
+
+
+def test_user_loss_runs_are_named_by_file_content(tmp_path):
+    from gradlab.design import load_loss
+
+    path = tmp_path / "my_losses.py"
+    path.write_text(USER_LOSS)
+    loss = canonical_loss({"user": f"{path}:focal", "params": {"gamma": 1}})
+    assert loss["params"] == {"gamma": 1.0, "tau": 0.05} and loss["user"] == f"{path.resolve()}:focal"
+    assert resolve_loss(loss) == load_loss(f"{path}:focal", params={"gamma": 1.0})
+    spec = RunSpec(loss={"user": f"{path}:focal"}, **TINY)
+    assert RunSpec.from_dict(spec.to_dict()).id == spec.id
+    assert spec.id != RunSpec(loss={"user": f"{path}:focal", "params": {"gamma": 1}}, **TINY).id
+    runs = study_runs("trajectory", Scale.make(quick=True), losses=[loss, "arccon"])
+    assert [r.loss.get("user", r.loss.get("loss")) for r in runs] == [loss["user"], "arccon"]
+    path.write_text(USER_LOSS + "\n# edited\n")  # same function, new file: a new run
+    assert RunSpec(loss={"user": f"{path}:focal"}, **TINY).id != spec.id
+    with pytest.raises(ValueError, match="the file changed"):
+        resolve_loss(spec.loss)  # the recorded run's hash no longer matches: never train another loss
+    with pytest.raises(ValueError, match="trajectory"):
+        run_study("fig6", tmp_path / "exp", losses=[loss])
+
+
+def test_trajectory_trains_a_user_loss_from_the_cli(tmp_path, fake_train, monkeypatch):
+    """The CLI resolves --loss FILE:FUNCTION into a run; the study draws it on its own simulated maps."""
+    from gradlab.experiments import _build
+
+    path = tmp_path / "my_losses.py"
+    path.write_text(USER_LOSS)
+    drawn = []
+
+    def fake_trajectory(loss, run_path, **kw):
+        drawn.append(loss)
+        raise RuntimeError("stop after resolving the loss")  # the simulation itself is tested above
+
+    monkeypatch.setattr("gradlab.experiments._trajectory.trajectory", fake_trajectory)
+    monkeypatch.setattr(_build, "TRAJECTORY_LOSSES", ("arccon",))
+    out = tmp_path / "exp"
+    res = run("experiment", "trajectory", "--quick", "--jobs", "1", "--loss", f"{path}:focal", "--param", "gamma=1",
+              "--out", out)
+    assert drawn and drawn[0].name == "focal" and dict(drawn[0].params) == {"tau": 0.05, "gamma": 1.0}
+    assert res.exit_code == 1 and "stop after resolving the loss" in res.output  # the stand-in's own error
+    (config,) = [load_json(p) for p in (out / "runs").glob("*/config.json")]  # --loss replaced the default losses
+    assert config["loss"]["user"] == f"{path.resolve()}:focal" and config["loss"]["params"] == {"gamma": 1.0, "tau": 0.05}

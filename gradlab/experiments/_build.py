@@ -38,9 +38,10 @@ class Context:
     """What a builder needs: the records, the scale, where to write, and provenance."""
 
     def __init__(self, study: str, records: Mapping[str, dict], scale: Scale, out: Path, *, command: str,
-                 wall_s: float, executed: int, fmt: str = "png"):
+                 wall_s: float, executed: int, fmt: str = "png", losses: Sequence[Any] | None = None):
         self.study, self.records, self.scale, self.out = study, records, scale, Path(out) / study
         self.command, self.wall_s, self.executed, self.fmt = command, wall_s, executed, fmt
+        self.losses = losses  # trajectory: the chosen losses (None: TRAJECTORY_LOSSES)
         self.files: list[Path] = []
         self.out.mkdir(parents=True, exist_ok=True)
 
@@ -472,6 +473,16 @@ def build_fig1(ctx: Context) -> None:
                  "InfoNCE.", _row_table(["pair", "original", "modified", "modified − original", "status"], rows))
 
 
+def _trajectory_name(loss: Any) -> str:
+    """A file-name stem for a trajectory run: the name, ``baseline``, or the loss's own label."""
+    if isinstance(loss, str):
+        return loss
+    if loss.get("loss") == "baseline" and loss.get("params") == baseline()["params"]:
+        return "baseline"
+    label = loss_label(loss)
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in label).strip("_")
+
+
 def build_trajectory(ctx: Context) -> None:
     from gradlab import plot
     from gradlab.experiments._spec import resolve_loss
@@ -479,8 +490,9 @@ def build_trajectory(ctx: Context) -> None:
 
     grid, batches = (30, 100) if ctx.scale.quick else (60, 300)
     rows = []
-    for name in TRAJECTORY_LOSSES:
-        loss = baseline() if name == "baseline" else name
+    chosen = ctx.losses or [baseline() if n == "baseline" else n for n in TRAJECTORY_LOSSES]
+    for loss in chosen:
+        name = _trajectory_name(loss)
         (run,) = ctx.runs(loss, seeds=[0])
         if run.get("status") != "done":
             rows.append([_title(loss), "", "", "", f"failed: {run.get('error')}"])
@@ -489,7 +501,7 @@ def build_trajectory(ctx: Context) -> None:
         res = trajectory(resolve_loss(run["spec"]["loss"]), path, batch_size=ctx.scale.batch_size, grid=grid,
                          batches=batches)
         meta = res["path"].meta
-        t = TITLES.get(name, name)
+        t = TITLES.get(name, name) if isinstance(loss, str) or name == "baseline" else _title(loss)
         ctx.figure(f"trajectory_{name}", plot.trajectory_on_maps(
             [res["gd"], res["ratio"]], path["mu_pos"], path["mu_neg"], titles=["simulated GD", "simulated ratio R"],
             quantities=["gd", "ratio"], ranges=[(0.0, 1.0), (0.0, 3.0)],

@@ -8,6 +8,12 @@ or a GD / W / R composition resolved through ``gradlab.compose`` (issue 12)::
 
     {"compose": {"gd": "indicator", "weight": "softmax", "ratio": "constant"}, "params": {...}}
 
+or a user's loss, read by ``gradlab.design.load_loss`` (``FILE.py:FUNCTION`` or
+``module:FUNCTION``), its file named by path and content hash, so an edited file is a new
+run, and a run never executes a different loss than the one its id names::
+
+    {"user": "/abs/path/my_losses.py:focal", "sha256": "...", "params": {"tau": 0.05, "gamma": 2.0}}
+
 A registered loss's parameters are completed with the registry defaults and written as
 floats, so ``{"loss": "baseline"}`` and the same loss with its defaults spelled out are
 one run (one id), run once however many studies ask for it.
@@ -48,11 +54,13 @@ def canonical_loss(loss: Any) -> dict[str, Any]:
     """The normalized loss dict (registry defaults filled in, floats, sorted keys).
 
     Args:
-      loss: a registered name (``"infonce"``), ``{"loss": name, "params": {...}}`` or
-        ``{"compose": {"gd": ..., "weight": ..., "ratio": ...}, "params": {...}}``.
+      loss: a registered name (``"infonce"``), ``{"loss": name, "params": {...}}``,
+        ``{"compose": {"gd": ..., "weight": ..., "ratio": ...}, "params": {...}}`` or
+        ``{"user": "FILE.py:FUNCTION", "params": {...}}`` (the module doc).
 
     Returns:
-      ``{"loss": name, "params": {...}}`` or ``{"compose": {...}, "params": {...}}``.
+      ``{"loss": name, "params": {...}}``, ``{"compose": {...}, "params": {...}}`` or
+      ``{"user": ..., "sha256": ..., "params": {...}}`` (the loss's defaults filled in).
 
     Examples:
       >>> canonical_loss("baseline") == canonical_loss({"loss": "baseline", "params": {"r": 1}})
@@ -63,8 +71,11 @@ def canonical_loss(loss: Any) -> dict[str, Any]:
     if not isinstance(loss, Mapping):
         raise TypeError(f"a loss is a name or a dict with 'loss' or 'compose'; got {type(loss).__name__}")
     keys = set(loss)
+    if "user" in loss:
+        return _canonical_user(loss)
     if keys - {"loss", "compose", "params"} or len(keys & {"loss", "compose"}) != 1:
-        raise ValueError(f"a loss dict has 'loss' or 'compose' (one of them) and optional 'params'; got keys {sorted(keys)}")
+        raise ValueError(f"a loss dict has 'loss', 'compose' or 'user' (one of them) and optional 'params'; "
+                         f"got keys {sorted(keys)}")
     if "loss" in loss:
         from gradlab.losses import get_spec
 
@@ -88,6 +99,38 @@ def canonical_loss(loss: Any) -> dict[str, Any]:
             "params": dict(sorted(_params(loss.get("params"), "compose").items()))}
 
 
+def _source_hash(text: str) -> tuple[str, str | None]:
+    """``FILE.py:FUNCTION`` with an absolute path and the file's SHA-256; ``module:FUNCTION`` as is."""
+    source, _, attr = text.rpartition(":")
+    if not source.endswith(".py"):
+        return text, None
+    from pathlib import Path
+
+    path = Path(source).expanduser().resolve()
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ValueError(f"loss file not found or unreadable: {source!r} ({exc.strerror})") from None
+    return f"{path}:{attr}", digest
+
+
+def _canonical_user(loss: Mapping[str, Any]) -> dict[str, Any]:
+    keys = set(loss)
+    if keys - {"user", "sha256", "params"}:
+        raise ValueError(f"a user loss dict has 'user', optional 'sha256' and 'params'; got keys {sorted(keys)}")
+    text = loss["user"]
+    if not isinstance(text, str) or ":" not in text:
+        raise ValueError(f"'user' must be FILE.py:FUNCTION or module:FUNCTION; got {text!r}")
+    text, digest = _source_hash(text)
+    if loss.get("sha256") not in (None, digest):
+        raise ValueError(f"{text}: the file changed since this run was named (sha256 {digest[:12]}…, expected "
+                         f"{str(loss['sha256'])[:12]}…)")
+    from gradlab.design import load_loss
+
+    resolved = load_loss(text, params=_params(loss.get("params"), text))  # one-line ValueError if unusable
+    return {"user": text, "sha256": digest, "params": {k: float(v) for k, v in sorted(resolved.params.items())}}
+
+
 def resolve_loss(loss: Mapping[str, Any]):
     """A ``gradlab.Loss`` for a (canonical) loss dict; compositions go through ``gradlab.compose``.
 
@@ -95,6 +138,10 @@ def resolve_loss(loss: Mapping[str, Any]):
       ValueError: an unknown loss, block or parameter (from ``get_loss`` / ``compose``).
     """
     loss = canonical_loss(loss)
+    if "user" in loss:
+        from gradlab.design import load_loss
+
+        return load_loss(loss["user"], params=loss["params"])
     if "loss" in loss:
         from gradlab.losses import get_loss
 
@@ -111,7 +158,12 @@ def _fmt(v: float) -> str:
 def loss_label(loss: Mapping[str, Any]) -> str:
     """A short human label: ``baseline(m=0.3, tau=0.05, r=1)``."""
     loss = canonical_loss(loss)
-    head = loss["loss"] if "loss" in loss else "compose(" + ", ".join(f"{k}={v}" for k, v in loss["compose"].items()) + ")"
+    if "user" in loss:
+        head = loss["user"].rpartition(":")[2]
+    elif "loss" in loss:
+        head = loss["loss"]
+    else:
+        head = "compose(" + ", ".join(f"{k}={v}" for k, v in loss["compose"].items()) + ")"
     params = ", ".join(f"{k}={_fmt(v)}" for k, v in loss["params"].items())
     return f"{head}({params})" if params else head
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from collections.abc import Sequence
 from typing import Any
 
 from gradlab.experiments._spec import RunSpec
@@ -163,8 +164,11 @@ STUDIES = {
 }
 
 
-def study_runs(study: str, scale: Scale) -> list[RunSpec]:
+def study_runs(study: str, scale: Scale, *, losses: Sequence[Any] | None = None) -> list[RunSpec]:
     """The runs of a study at a scale (``trajectory`` uses seed 0 only).
+
+    ``losses`` replaces ``trajectory``'s losses (``TRAJECTORY_LOSSES``) with any loss dicts
+    or names (``RunSpec.loss``), e.g. ``{"user": "my_losses.py:focal"}``.
 
     Examples:
       >>> runs = study_runs("fig5", Scale.make(quick=True))
@@ -172,7 +176,8 @@ def study_runs(study: str, scale: Scale) -> list[RunSpec]:
       [0.3, 4.0]
     """
     if study == "all":
-        specs = [s for name in STUDIES if name != "all" for s in study_runs(name, scale)]
+        specs = [s for name in STUDIES if name != "all" for s in study_runs(name, scale, losses=losses)]
         return list({s.id: s for s in specs}.values())
     seeds = [0] if study == "trajectory" else range(scale.seeds)
-    return [scale.spec(loss, seed) for loss in _losses(study, scale) for seed in seeds]
+    chosen = losses if study == "trajectory" and losses else _losses(study, scale)
+    return [scale.spec(loss, seed) for loss in chosen for seed in seeds]

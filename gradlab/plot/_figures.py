@@ -195,7 +195,7 @@ def norm_title(result) -> str:
     else:
         head = rf"$\|\nabla^{{{'pos' if part == 'pos' else 'neg_j'}}}_{{{sym}}}\|$"
     bits = [_params_str(m)]
-    if name in ("infonce", "uniform", "dcl+") or (name == "dcl" and part == "neg"):
+    if name in ("infonce", "uniform", "dcl+") or (name == "dcl" and part == "neg") or m.get("method") == "autodiff":
         bits.append(f"K = {m.get('negatives')}")
     return f"{head}  ({', '.join(b for b in bits if b)})"
 
