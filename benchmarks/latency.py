@@ -10,8 +10,9 @@ load hits every row alike):
   import ...       seconds to import gradlab, gradlab.simulate, gradlab_cli.app in a fresh process
 Columns: seconds, × the bare start, target.
 
-gradlab's modules are byte-compiled first (``compileall``), as ``pip install`` does for JAX
-and every other installed package: with ``PYTHONDONTWRITEBYTECODE`` set (some containers set
+gradlab's modules are byte-compiled first (``compileall``; the ``__pycache__`` directories it
+creates are removed at the end), as ``pip install`` does for JAX and every other installed
+package: with ``PYTHONDONTWRITEBYTECODE`` set (some containers set
 it) an editable checkout would otherwise recompile its sources in every process, which the
 bare start, reading JAX's installed bytecode, does not pay.
 
@@ -127,14 +128,18 @@ def main(argv=None) -> None:
     work = Path(tempfile.mkdtemp(prefix="gradlab-latency-"))
     import compileall
 
-    for package in ("gradlab", "cli"):
-        compileall.compile_dir(ROOT / package, quiet=1)
+    packages = [ROOT / "gradlab", ROOT / "cli"]
+    existing = {d for pkg in packages for d in pkg.rglob("__pycache__")}
+    for pkg in packages:
+        compileall.compile_dir(pkg, quiet=1)
     try:
         before = os.getloadavg()[0]
         rows = measure(args.repeat, not args.skip_figures, work)
         print(table(rows, (before, os.getloadavg()[0])))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        for d in {d for pkg in packages for d in pkg.rglob("__pycache__")} - existing:  # leave the checkout as found
+            shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ Angle-form conventions follow ``Loss.components_from_angles``: ``theta_pos`` (..
 the anchor–positive angle, ``theta_neg`` (..., M) the anchor–negative angles (every entry
 a negative; the positive is not repeated among them).
 
-Typos / readings of Rho et al. 2023 (see also docs/formulas.md §7):
+Typos / readings of Rho et al. 2023 (see also §7 of the Formulas page of the documentation):
 
 * Lemma 4.2's statement writes q_il in its last expression; the proof (Eqs. 18–26) and
   the algebra need the margin-free q̃_il: (e^{δ̃_il}/q̃_il)/(e^{δ_il} + e^{δ̃_il}(1/q̃_il − 1)).

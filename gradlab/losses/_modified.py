@@ -4,7 +4,7 @@ All four modified losses share the gate of Li et al. 2024 Sec. 4,
 
     d_i = 1[h_i·h_i' − max_{k≠i} h_i·h_k' < m],
 
-a stop-gradient on the anchors that fail the condition (docs/formulas.md §4), and use
+a stop-gradient on the anchors that fail the condition (§4 of the Formulas page of the documentation), and use
 same-view negatives h_j (Eq. 12). Their per-anchor values L_i are written as in the
 paper (Eqs. 6, 13-15; the "no gradient" factors under ``stop_gradient``) and
 ``components`` gives ∂L_i/∂h_i with every other embedding fixed (Eqs. 16-19):

@@ -1,6 +1,6 @@
 """The per-batch statistics of the monitor, computed in one jitted pass.
 
-Notation (docs/formulas.md): a batch of N pairs, anchors h_i and positives h_i' (unit
+Notation (the Formulas page of the documentation): a batch of N pairs, anchors h_i and positives h_i' (unit
 rows after normalization), negatives h_j' (j ≠ i); C_ij = h_i·h_j', c_p = C_ii,
 θ = arccos C. The hardest negative of anchor i is j*(i) = argmax_{j≠i} C_ij (the
 nearest one; first index on ties).
