@@ -495,14 +495,13 @@ def norm_result(loss, *, part: str = "pos", negatives: int = DEFAULT_NEGATIVES, 
     from gradlab.losses import Loss
 
     theta_pos, theta_neg = norm_grid(grid, lo=float(theta_range[0]), hi=float(theta_range[1]), dtype=dtype)
-    user = isinstance(loss, Loss) and _closed_form(loss) is None
-    if isinstance(loss, Loss) and not user:
-        params, loss = {**loss.params, **params}, _closed_form(loss)
-    if user:
+    if isinstance(loss, Loss) and _closed_form(loss) is None:  # a user or composed loss: autodiff
         loss = loss.replace(**params) if params else loss
         values = loss_norm(loss, theta_pos[:, None], theta_neg[None, :], part=part, negatives=negatives)
         name, used, method = loss.name, {k: float(v) for k, v in loss.params.items()}, "autodiff"
     else:
+        if isinstance(loss, Loss):  # a registered loss: its closed form, with its parameters
+            params, loss = {**loss.params, **params}, _closed_form(loss)
         name = _canonical(loss, part)
         values = norm_map(name, theta_pos[:, None], theta_neg[None, :], part=part, negatives=negatives, **params)
         used, method = {**DEFAULTS[name], **{k: float(v) for k, v in params.items()}}, "closed form"
@@ -598,38 +597,28 @@ def norm_on_mu_grid(loss, protocol, *, part: str = "pos"):
     """
     import numpy as np
 
+    from gradlab._memory import check_map
     from gradlab.io import Result, runtime_meta
     from gradlab.losses import Loss
 
-    if isinstance(loss, Loss) and _closed_form(loss) is None:
-        if loss.spec.kind != "cosine":
-            raise ValueError(f"no {part!r} gradient-norm map for loss {loss.name!r}: the norms need a function of "
-                             f"cosines (kind 'cosine'); {loss.name} is of kind {loss.spec.kind!r}")
-        from gradlab._memory import check_map
-
-        check_map("a gradient-norm map", *protocol.grid_shape, 8)
-        values = loss_norm(loss, protocol.mu_pos[:, None], protocol.mu_neg[None, :], part=part,
-                           negatives=protocol.n_neg)
-        meta = {"statistic": "norm_map", "loss": loss.name, "params": dict(loss.params), "part": part,
-                "negatives": protocol.n_neg, "protocol": protocol.to_dict(), "method": "autodiff",
-                "reference": "Nie et al. 2023 Sec. 3 (autodiff in cosine space)", **runtime_meta()}
-        return Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg},
-                      mean=np.asarray(values), meta=meta)
-    reg_name = loss if isinstance(loss, str) else getattr(loss, "name", None)
-    given = {} if isinstance(loss, str) else dict(loss.params)
-    to_norm = {reg: name for name, reg in REGISTRY_NAMES.items()}
-    name = to_norm.get(reg_name, reg_name)
-    if name not in DEFAULTS or (name, part) not in _FUNCS:
-        have = ", ".join(f"{reg} ({'/'.join(p for p in PARTS if (n, p) in _FUNCS)})" for n, reg in REGISTRY_NAMES.items())
-        raise ValueError(f"no {part!r} gradient-norm map for loss {reg_name!r}; maps exist for {have}")
-    params = {k: float(v) for k, v in given.items() if k in DEFAULTS[name]}
-    from gradlab._memory import check_map
-
     check_map("a gradient-norm map", *protocol.grid_shape, 8)
-    values = norm_map(name, protocol.mu_pos[:, None], protocol.mu_neg[None, :], part=part,
-                      negatives=protocol.n_neg, **params)
-    meta = {"statistic": "norm_map", "loss": reg_name, "params": {**DEFAULTS[name], **params}, "part": part,
-            "negatives": protocol.n_neg, "protocol": protocol.to_dict(), "method": "closed form",
+    mu_pos, mu_neg = protocol.mu_pos[:, None], protocol.mu_neg[None, :]
+    if isinstance(loss, Loss) and _closed_form(loss) is None:  # a user or composed loss: autodiff
+        values = loss_norm(loss, mu_pos, mu_neg, part=part, negatives=protocol.n_neg)
+        reg_name, used, method = loss.name, dict(loss.params), "autodiff"
+    else:
+        reg_name = loss if isinstance(loss, str) else getattr(loss, "name", None)
+        given = {} if isinstance(loss, str) else dict(loss.params)
+        to_norm = {reg: name for name, reg in REGISTRY_NAMES.items()}
+        name = to_norm.get(reg_name, reg_name)
+        if name not in DEFAULTS or (name, part) not in _FUNCS:
+            have = ", ".join(f"{reg} ({'/'.join(p for p in PARTS if (n, p) in _FUNCS)})" for n, reg in REGISTRY_NAMES.items())
+            raise ValueError(f"no {part!r} gradient-norm map for loss {reg_name!r}; maps exist for {have}")
+        params = {k: float(v) for k, v in given.items() if k in DEFAULTS[name]}
+        values = norm_map(name, mu_pos, mu_neg, part=part, negatives=protocol.n_neg, **params)
+        used, method = {**DEFAULTS[name], **params}, "closed form"
+    meta = {"statistic": "norm_map", "loss": reg_name, "params": used, "part": part,
+            "negatives": protocol.n_neg, "protocol": protocol.to_dict(), "method": method,
             "reference": "Nie et al. 2023 Eqs. 7-9, 11, 16-22", **runtime_meta()}
     return Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": protocol.mu_pos, "mu_neg": protocol.mu_neg},
                   mean=np.asarray(values), meta=meta)

@@ -137,8 +137,9 @@ def _common_bits(seed: int, batches: int, n: int, dtype) -> tuple[np.ndarray, np
     """
     wide = jnp.dtype(dtype).itemsize == 8
     root = threefry2x32(np.uint32(seed >> 32), np.uint32(seed & 0xFFFFFFFF), 0, COMMON_TAG)
-    kb = threefry2x32(*root, 0, np.arange(batches, dtype=np.uint32))
-    k_angle, (a0, a1) = threefry2x32(*kb, 0, 0), threefry2x32(*threefry2x32(*kb, 0, 1), 0, 0)
+    kb = threefry2x32(*root, 0, np.arange(batches, dtype=np.uint32))  # fold_in(root, b)
+    k_angle, k_alpha = threefry2x32(*kb, 0, 0), threefry2x32(*kb, 0, 1)  # split(kb)
+    a0, a1 = threefry2x32(*k_alpha, 0, 0)  # the uniform's block
     words = n * (2 if wide else 1)
     m = (words + 1) // 2
     i = np.arange(m, dtype=np.uint32)
