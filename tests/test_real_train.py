@@ -125,10 +125,10 @@ def test_tiny_training_run_decreases_loss_and_writes_log(base, sentences, tmp_pa
     dev = STSPairs(dev.sentence1[:100], dev.sentence2[:100], dev.score[:100], dev.genre[:100])
     params = train_mod.unflatten_params(ckpt, enc.params)
     assert stsb_spearman(lambda s: enc.encode(s, params=params), pairs=dev) == pytest.approx(res.best_dev, abs=1e-9)
-    # the monitor (when its module is importable) logged every 4th step
+    # the monitor measured the states 0 (before any update), 1, every 4th and the last
     if res.monitor == "attached":
         mon = [json.loads(line) for line in (tmp_path / "paradigm_monitor.jsonl").read_text().splitlines()]
-        assert [r["step"] for r in mon] == [4, 8, 12]
+        assert [r["step"] for r in mon] == [0, 1, 4, 8, 12]
         assert all(r["valid"] for r in mon)
         assert summary["files"]["monitor"] == "paradigm_monitor.jsonl"
 
@@ -170,4 +170,4 @@ def test_a_second_run_in_the_same_folder_owns_its_logs(base, sentences, tmp_path
     assert steps == [1, 2, 3, 4]
     if res.monitor == "attached":
         mon = [json.loads(x)["step"] for x in (tmp_path / "paradigm_monitor.jsonl").read_text().splitlines()]
-        assert mon == [2, 4]
+        assert mon == [0, 1, 2, 4]

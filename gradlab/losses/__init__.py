@@ -21,6 +21,7 @@ from gradlab.losses._functional import functional_api as _functional_api
 from gradlab.losses._loss import Loss as Loss
 from gradlab.losses._loss import get_loss as get_loss
 from gradlab.losses._ops import log_mean_gaussian as log_mean_gaussian
+from gradlab.losses._ops import offdiag_kernel as offdiag_kernel
 from gradlab.losses._registry import FAMILIES as FAMILIES
 from gradlab.losses._registry import KINDS as KINDS
 from gradlab.losses._registry import LossSpec as LossSpec
@@ -49,6 +50,7 @@ __all__ = [
     "autodiff_kernel",
     "compose",
     "loss_from_cosines",
+    "offdiag_kernel",
     "undefined_mask",
     "margin_logits",
     "transform_loss_from_logits",

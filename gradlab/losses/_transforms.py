@@ -265,6 +265,36 @@ class GradientTransform:
         """Per-anchor surrogate losses (...,) from cosines (..., K), targets p and mask."""
         return _loss_jit(self, *self._prepare(c, p, valid, theta))
 
+    def as_loss(self):
+        """The surrogate as a cosine-family ``gradlab.Loss``: the GD / W / R of the gradient it trains with.
+
+        The surrogate's value is InfoNCE's (the margin loss's for ``margins``) and its gradient
+        in cosine space is the transformed one, so ``gradlab.loss_from_cosines`` (autodiff in
+        cosine space) gives the paradigm's components of what the transform actually trains:
+        ``as_loss().components(h, h_prime)`` (one direction; ``symmetric`` is dropped). The
+        parameters are fixed in the returned loss (it has none of its own).
+
+        Examples:
+          >>> import jax.numpy as jnp
+          >>> t = apply_transform("none", tau=0.25)
+          >>> from gradlab.losses import get_loss
+          >>> c_pos, c_neg = jnp.array([0.8]), jnp.array([[0.1, 0.5]])
+          >>> gd = t.as_loss().spec.kernel(c_pos, c_neg, jnp.ones((1, 2), bool))[0]
+          >>> ref = get_loss("infonce", tau=0.25).spec.kernel(c_pos, c_neg, jnp.ones((1, 2), bool), tau=0.25)[0]
+          >>> bool(jnp.allclose(gd, ref))
+          True
+        """
+        from gradlab.losses._user import loss_from_cosines
+
+        one_way = dataclasses.replace(self, symmetric=False)
+
+        def surrogate(c_pos, c_neg):
+            c = jnp.concatenate([c_pos[..., None], c_neg], axis=-1)
+            p = jnp.zeros(c.shape, c.dtype).at[..., 0].set(1.0)
+            return one_way.loss_from_cosines(c, p)
+
+        return loss_from_cosines(surrogate, name=f"transform:{self.name}", params={}, check=False)
+
     def from_angles(self, theta_pos: ArrayLike, theta_neg: ArrayLike) -> Array:
         """Per-anchor surrogate losses (...,) from θ_il (...,) and θ_ih (..., M); differentiable in θ."""
         theta_pos, theta_neg = check_angles(theta_pos, theta_neg)

@@ -35,7 +35,7 @@ DEFAULT_LAMBDAS = defaults.MONITOR_LAMS
 
 #: The statistics of a record, in the papers' names (nested ones are keyed by loss / τ / λ).
 STATISTICS = (
-    "mu_pos", "sigma_pos", "mu_neg", "sigma_neg", "cos_pos_mean", "cos_neg_mean",
+    "mu_pos", "sigma_pos", "mu_neg", "sigma_neg", "cos_pos_mean", "cos_neg_mean", "distance_gap",
     "gd_mean", "gd_off_fraction", "ratio", "ratio_pass_fraction", "hardest_share", "weight_share",
     "lemma1_min_ratio", "lemma1_feasible_fraction", "lemma1_satisfied_fraction",
     "align", "uniform", "m_o", "m_r", "embedding_std", "rankme", "alpha_req", "rankme_rows", "rankme_step",
@@ -47,8 +47,7 @@ class MonitorInputError(ValueError):
 
 
 def _loss_entries(losses) -> tuple[LossEntry, ...]:
-    from gradlab.losses import Loss, get_loss
-    from gradlab.losses._ops import offdiag_kernel
+    from gradlab.losses import Loss, get_loss, offdiag_kernel
 
     if isinstance(losses, (str, Loss)):
         losses = (losses,)
@@ -70,8 +69,49 @@ def _loss_entries(losses) -> tuple[LossEntry, ...]:
         seen.add(spec.name)
         # any cosine-kind loss (registered, gradlab.loss_from_cosines, gradlab.compose): its kernel
         # sees the N − 1 off-diagonal negatives, W comes back (N, N) with a zero diagonal
-        entries.append(LossEntry(spec.name, offdiag_kernel(spec.kernel), tuple(loss.params.items())))
+        entries.append(LossEntry(spec.name, offdiag_kernel(spec.kernel), tuple(loss.params.items()), loss))
     return tuple(entries)
+
+
+def _trained_entry(loss) -> LossEntry | None:
+    """The loss being trained as the monitor's ``"trained"`` entry (any kind; a transform by its surrogate)."""
+    if loss is None:
+        return None
+    from gradlab.design import resolve_loss
+    from gradlab.losses import GradientTransform, offdiag_kernel
+
+    about = None
+    if isinstance(loss, GradientTransform):
+        numbers = {k: float(v) for k, v in loss.params.items() if isinstance(v, (int, float))}
+        about = (f"transform:{loss.name}", (("tau", float(loss.tau)), ("beta", float(loss.beta)), *numbers.items()))
+        loss = loss.as_loss()
+    else:
+        loss = resolve_loss(loss)
+    spec = loss.spec
+    kernel = offdiag_kernel(spec.kernel) if spec.kind == "cosine" and spec.negatives == "h_prime" else None
+    return LossEntry("trained", kernel, tuple(loss.params.items()), loss, about)
+
+
+def _describe(entry: LossEntry) -> dict:
+    name, params = entry.about or (entry.loss.name if entry.loss is not None else entry.key, entry.params)
+    return {"loss": name, "params": {k: float(v) for k, v in params}}
+
+
+def monitored_losses(cfg: StatsConfig) -> dict:
+    """Which loss, with which parameters, stands behind each key of a record's per-loss statistics.
+
+    ``"trained"`` is the loss being trained (with the run's parameters); the comparison
+    losses keep their documented defaults under their own names; ``"baseline"`` is the GD
+    gate 1[c_p − max_{j≠i} c_ij < m] of Li et al. 2024 Eq. 5 with the monitor's ``margin``.
+    """
+    table = {}
+    if cfg.trained is not None:
+        table["trained"] = _describe(cfg.trained)
+    for e in (*cfg.losses, *cfg.ratio_losses):
+        table.setdefault(e.key, _describe(e))
+    if cfg.margin is not None:
+        table["baseline"] = {"loss": "baseline GD gate (Li et al. 2024 Eq. 5)", "params": {"m": cfg.margin}}
+    return table
 
 
 def _positive_tuple(values, name: str) -> tuple[float, ...]:
@@ -102,6 +142,7 @@ def make_config(
     histograms: bool = False,
     hist_bins: int = 50,
     block: int = 256,
+    trained=None,
 ) -> StatsConfig:
     """Validate the user-facing options into a hashable ``StatsConfig``."""
     if margin is not None and not (isinstance(margin, (int, float)) and math.isfinite(margin) and margin >= 0):
@@ -117,6 +158,7 @@ def make_config(
     return StatsConfig(
         losses=_loss_entries(losses),
         ratio_losses=_loss_entries(ratio_losses),
+        trained=_trained_entry(trained),
         taus=_positive_tuple(taus, "taus"),
         lambdas=_positive_tuple(lambdas, "lambdas"),
         margin=None if margin is None else float(margin),
@@ -211,11 +253,23 @@ class ParadigmMonitor:
     negative for the anchors passing the GD gate) per ratio loss, the Lemma-1 minimum
     ratio with the hardest negative (``lemma1_min_ratio``: mean and quantiles;
     ``lemma1_feasible_fraction``; ``lemma1_satisfied_fraction`` for r = static_ratio)
-    per λ, ``cos_pos_mean``, ``align``, ``uniform`` (Wang & Isola, α = t = 2),
+    per λ, ``cos_pos_mean``, ``distance_gap`` (Nie et al. 2023 Fig. 3: the mean over anchors
+    of the mean Euclidean distance to the negatives minus the distance to the positive), ``align``, ``uniform`` (Wang & Isola, α = t = 2),
     ``m_o`` and ``m_r`` (Zhang et al. 2022, mean of the two views), ``embedding_std``
     (mean over dimensions of the std, ddof = 1, of the l2-normalized rows; mean of the
     two views; ≈ 1/√D healthy, 0 collapsed), and optionally histograms of cos θ_ii',
     cos θ_ij' and the minimum ratio.
+
+    The loss being trained (``trained=``: a ``gradlab.Loss`` of any kind, any text
+    ``gradlab.design.resolve_loss`` reads, or a Rho et al. 2023 ``GradientTransform``,
+    measured through its surrogate) is measured with its own parameters under the key
+    ``"trained"``: ``gd_mean``, ``gd_off_fraction``, ``weight_share`` (W_ij* / Σ_j W_ij
+    at the hardest negative, over the anchors with GD > 0, where W is defined),
+    ``ratio`` and ``ratio_pass_fraction`` (R at the hardest negative over the anchors
+    passing the GD gate). The comparison losses keep their documented defaults under
+    their own names. Every record carries ``losses``: for each key, the loss and the
+    parameters behind it (``"trained"``, the comparison losses, and ``"baseline"``, the
+    Eq. 5 gate with ``margin``), so a comparison entry is never mistaken for the trained loss.
 
     Dimensional collapse over a window of rows: ``rankme`` (Garrido et al. 2023: exp of
     the entropy of p_k = σ_k / Σσ + ε, ε = 1e-7, σ_k the singular values of the anchors
@@ -241,7 +295,9 @@ class ParadigmMonitor:
       losses: cosine-family loss names or ``gradlab.get_loss(...)`` objects for GD.
       taus: temperatures τ of the weight share.
       lambdas: Lemma-1 step sizes λ.
-      margin: the baseline GD margin m (``None`` to skip the ``"baseline"`` entry).
+      margin: the m of the ``"baseline"`` comparison entry, the GD gate of Li et al. 2024
+        Eq. 5 (``None`` to skip it). It is a comparison at a fixed m: a trained baseline
+        with another m is measured under ``"trained"``.
       every: compute on steps divisible by ``every`` (other calls return ``None``).
       sink: ``None`` (the default: records are only returned, no file is written), a
         path (``.csv`` -> CSV, else JSON Lines), ``"tb:LOGDIR"`` (TensorBoard), a callable
@@ -256,6 +312,7 @@ class ParadigmMonitor:
         ``jax_enable_x64``).
       rankme_window: rows W of the RankMe / α-ReQ window (``None``: not computed).
       block: anchors per row block (memory O(N D + block · N); one block when N <= block).
+      trained: the loss being trained (see above; ``None``: no ``"trained"`` entry).
 
     Examples:
       >>> import numpy as np
@@ -289,14 +346,16 @@ class ParadigmMonitor:
         dtype=np.float32,
         rankme_window: int | None = DEFAULT_WINDOW,
         block: int = 256,
+        trained=None,
     ):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be an integer >= 1; got {every!r}")
         self.config = make_config(
             losses=losses, ratio_losses=ratio_losses, taus=taus, lambdas=lambdas, margin=margin,
             gd_threshold=gd_threshold, static_ratio=static_ratio, histograms=histograms, hist_bins=hist_bins,
-            block=block,
+            block=block, trained=trained,
         )
+        self.losses = monitored_losses(self.config)
         self.window = None if rankme_window is None else CollapseWindow(rankme_window, background=True)
         self.every = every
         self.strict = bool(strict)
@@ -341,6 +400,7 @@ class ParadigmMonitor:
         rec = {"step": step, "time": time.time(), "valid": False, "reason": reason,
                "n": None if shape is None else shape[0], "d": None if shape is None else shape[-1]}
         rec.update(_nulls(self._structure()))
+        rec["losses"] = self.losses
         return rec
 
     def _structure(self):
@@ -393,6 +453,7 @@ class ParadigmMonitor:
         rec.update(_to_python(self._public(out)))
         rec.update(_to_python(self.window.add(h, step)) if self.window is not None
                    else dict.fromkeys(WINDOW_KEYS))
+        rec["losses"] = self.losses
         return rec
 
     def _emit(self, record):
@@ -465,6 +526,7 @@ def analyze(
     dtype=np.float32,
     rankme_window: int | None = DEFAULT_WINDOW,
     block: int = 256,
+    trained=None,
 ) -> dict:
     """The monitor's statistics on saved embeddings, per batch of ``batch_size`` (Li et al. 2024 App. A.2).
 
@@ -500,7 +562,7 @@ def analyze(
 
     cfg = make_config(losses=losses, ratio_losses=ratio_losses, taus=taus, lambdas=lambdas, margin=margin,
                       gd_threshold=gd_threshold, static_ratio=static_ratio, histograms=histograms,
-                      hist_bins=hist_bins, block=block)
+                      hist_bins=hist_bins, block=block, trained=trained)
     window = None if rankme_window is None else CollapseWindow(rankme_window)
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 2:
         raise ValueError(f"batch_size must be an integer >= 2; got {batch_size!r}")
@@ -535,6 +597,7 @@ def analyze(
         res["histograms"]["edges_cos"] = np.linspace(-1, 1, cfg.hist_bins + 1)
         lo, hi = cfg.lemma1_hist_range
         res["histograms"]["edges_lemma1"] = np.linspace(lo, hi, cfg.lemma1_hist_bins + 1)
+    res["losses"] = monitored_losses(cfg)
     res["n_batches"] = n_batches
     res["batch_size"] = int(batch_size)
     res["dropped"] = m - n_batches * batch_size
@@ -559,11 +622,12 @@ def analysis_records(res: dict):
       ...  for r in analysis_records(res)]
       [(0, 32, True), (1, 32, True)]
     """
-    skip = ("n_batches", "batch_size", "dropped", "lemma1_min_ratio_per_anchor", "histograms")
+    skip = ("n_batches", "batch_size", "dropped", "lemma1_min_ratio_per_anchor", "histograms", "losses")
     hists = res.get("histograms")
     for b in range(int(res["n_batches"])):
         rec = {"step": b, "valid": True, "reason": None, "n": int(res["batch_size"])}
         rec.update({k: _pick(v, b) for k, v in res.items() if k not in skip})
+        rec["losses"] = res["losses"]
         for key in ("rankme_rows", "rankme_step"):
             if rec.get(key) == -1:
                 rec[key] = None

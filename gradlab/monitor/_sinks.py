@@ -211,7 +211,7 @@ class CSVSink:
 
 
 #: Record keys that are not curves: the x axis, the clock, the batch shape, the window's bookkeeping.
-_NOT_SCALARS = ("step", "time", "valid", "reason", "n", "d", "rankme_rows", "rankme_step", "histograms")
+_NOT_SCALARS = ("step", "time", "valid", "reason", "n", "d", "rankme_rows", "rankme_step", "histograms", "losses")
 _WINDOW_SCALARS = ("rankme", "alpha_req")
 
 

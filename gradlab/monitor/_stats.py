@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -50,11 +51,20 @@ lam_key = tau_key
 
 @dataclasses.dataclass(frozen=True)
 class LossEntry:
-    """One cosine-family loss the monitor evaluates: its key, kernel and parameters."""
+    """One loss the monitor evaluates: its key, kernel and parameters.
+
+    ``kernel`` is the embedding-form cosine kernel ``(c_pos, C, valid, **params) -> (gd, W, R)``
+    of a cosine-family loss (evaluated in row blocks). The trained loss may be of any kind:
+    then ``kernel`` is ``None`` and ``loss`` (a ``gradlab.Loss``) gives its exact
+    ``components`` on the whole batch. ``about`` (name, params) describes the entry when
+    ``loss`` stands for something else (a gradient transform's surrogate).
+    """
 
     key: str
-    kernel: Callable
+    kernel: Callable | None
     params: tuple[tuple[str, float], ...]
+    loss: Any = None
+    about: tuple | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +75,11 @@ class StatsConfig:
       losses: loss entries whose GD is summarized (``gd_mean``, ``gd_off_fraction``).
       ratio_losses: loss entries whose dynamic ratio at the hardest negative is
         averaged over the anchors passing their own GD gate (``ratio``).
+      trained: the loss being trained, with its own parameters (``None``: none). Its
+        statistics appear under the key ``"trained"``: ``gd_mean``, ``gd_off_fraction``,
+        ``weight_share`` (the hardest negative's share W_ij* / Σ_j W_ij, over the anchors
+        where W is defined, GD > 0), ``ratio`` and ``ratio_pass_fraction`` (R at the
+        hardest negative over the anchors passing the GD gate; NaN for a matrix ratio).
       taus: temperatures of the exponential weight (``hardest_share``, ``weight_share``).
       lambdas: Lemma-1 step sizes λ (``lemma1_*``).
       margin: margin m of the baseline's GD gate 1[c_p − max_k c_k < m] (Li et al. 2024
@@ -81,6 +96,7 @@ class StatsConfig:
 
     losses: tuple[LossEntry, ...] = ()
     ratio_losses: tuple[LossEntry, ...] = ()
+    trained: LossEntry | None = None
     taus: tuple[float, ...] = ()
     lambdas: tuple[float, ...] = ()
     margin: float | None = 0.3
@@ -137,6 +153,8 @@ def _row_block(h_rows, hp_rows, h, hp, start, size: int, cfg: StatsConfig):
         "theta_mean": row_mean,
         "theta_m2": jnp.sum(jnp.where(valid, (theta - row_mean[:, None]) ** 2, 0.0), axis=-1),
         "cos_sum": jnp.sum(jnp.where(valid, C, 0.0), axis=-1),
+        # ‖h_i − h_j'‖ = √(2 − 2 C_ij) on the sphere (clipped at 0 against rounding)
+        "dist_neg_mean": jnp.sum(jnp.where(valid, jnp.sqrt(jnp.clip(2.0 - 2.0 * C, 0.0)), 0.0), axis=-1) / (n - 1),
     }
 
     kernels = {}
@@ -147,6 +165,13 @@ def _row_block(h_rows, hp_rows, h, hp, start, size: int, cfg: StatsConfig):
         return kernels[e]
 
     out["gd"] = {e.key: kernel(e)[0] for e in cfg.losses}
+    out["hard"] = hard
+    t = cfg.trained
+    if t is not None and t.kernel is not None:
+        gd, w, r = kernel(t)
+        out["t_gd"] = gd
+        out["t_share"] = w[local, hard] / jnp.sum(w, axis=-1)
+        out["t_r_hard"] = jnp.broadcast_to(r, C.shape)[local, hard]
     out["r_hard"], out["r_gd"] = {}, {}
     for e in cfg.ratio_losses:
         gd, _, r = kernel(e)
@@ -220,6 +245,39 @@ def _per_anchor(h, hp, cfg: StatsConfig):
     return out
 
 
+def _trained_components(h, hp, hard, entry: LossEntry):
+    """(gd, share, r_hard) per anchor of a trained loss of any kind, from its exact components on the batch."""
+    comps = entry.loss.components(h, hp)
+    local = jnp.arange(h.shape[0])
+    w = comps.weight
+    share = w[local, hard] / jnp.sum(w, axis=-1)
+    if comps.ratio_diagonal:  # Barlow Twins: R is a matrix, no scalar at the hardest negative
+        r_hard = jnp.full(comps.gd.shape, jnp.nan, comps.gd.dtype)
+    else:
+        r_hard = jnp.broadcast_to(comps.ratio, w.shape)[local, hard]
+    return comps.gd, share, r_hard
+
+
+def _trained_statistics(a, h, hp, cfg: StatsConfig) -> dict:
+    """The ``"trained"`` entry of each statistic: GD, its off fraction, the hardest negative's share of W, R at it."""
+    dtype = h.dtype
+    e = cfg.trained
+    if e.kernel is not None:
+        gd, share, r_hard = a["t_gd"], a["t_share"], a["t_r_hard"]
+    else:
+        gd, share, r_hard = _trained_components(h, hp, a["hard"], e)
+    gd = gd.astype(dtype)
+    defined = gd > 0  # W (and R) are undefined where GD = 0
+    gate = gd >= cfg.gd_threshold
+    return {
+        "gd_mean": jnp.mean(gd),
+        "gd_off_fraction": jnp.mean((gd < cfg.gd_threshold).astype(dtype)),
+        "weight_share": _nan_if_empty(jnp.sum(jnp.where(defined, share, 0.0)), jnp.sum(defined)),
+        "ratio": _nan_if_empty(jnp.sum(jnp.where(gate, r_hard, 0.0)), jnp.sum(gate)),
+        "ratio_pass_fraction": jnp.mean(gate.astype(dtype)),
+    }
+
+
 def _statistics(h, hp, cfg: StatsConfig):
     n = h.shape[0]
     dtype = h.dtype
@@ -256,6 +314,8 @@ def _statistics(h, hp, cfg: StatsConfig):
         "sigma_neg": sigma_neg,
         "cos_pos_mean": jnp.mean(c_pos),
         "cos_neg_mean": jnp.sum(a["cos_sum"]) / n_neg,
+        # Nie et al. 2023 Fig. 3: mean over anchors of (mean distance to the negatives − distance to the positive)
+        "distance_gap": jnp.mean(a["dist_neg_mean"] - chord),
     }
 
     # --- gradient dissipation ---------------------------------------------------------
@@ -268,6 +328,10 @@ def _statistics(h, hp, cfg: StatsConfig):
         gd = (c_pos - c_hard < cfg.margin).astype(dtype)
         gd_mean["baseline"] = jnp.mean(gd)
         gd_off["baseline"] = jnp.mean((gd < cfg.gd_threshold).astype(dtype))
+    trained = {} if cfg.trained is None else _trained_statistics(a, h, hp, cfg)
+    if trained:
+        gd_mean["trained"] = trained["gd_mean"]
+        gd_off["trained"] = trained["gd_off_fraction"]
     out["gd_mean"] = gd_mean
     out["gd_off_fraction"] = gd_off
 
@@ -277,12 +341,17 @@ def _statistics(h, hp, cfg: StatsConfig):
         gate = a["r_gd"][e.key] >= cfg.gd_threshold
         ratio[e.key] = _nan_if_empty(jnp.sum(jnp.where(gate, a["r_hard"][e.key], 0.0)), jnp.sum(gate))
         ratio_pass[e.key] = jnp.mean(gate.astype(dtype))
+    if trained:
+        ratio["trained"] = trained["ratio"]
+        ratio_pass["trained"] = trained["ratio_pass_fraction"]
     out["ratio"] = ratio
     out["ratio_pass_fraction"] = ratio_pass
 
     # --- hardest negative's share of the exponential weight, per τ --------------------
     out["hardest_share"] = {k: jnp.nanmean(v) for k, v in a["share"].items()}
     out["weight_share"] = {k: jnp.mean(v) for k, v in a["w_hard"].items()}
+    if trained:
+        out["weight_share"]["trained"] = trained["weight_share"]
 
     # --- Lemma 1 with the hardest negative, α measured from the embeddings -------------
     s = sin_from_cos(c_pos)

@@ -96,7 +96,8 @@ class TrainConfig:
       dev_pairs: evaluate on the first this-many dev pairs (None = all 1,500).
       eval_test: also score STS-B test before training and with the best checkpoint.
       monitor: attach a ParadigmMonitor if ``gradlab.monitor`` is importable.
-      monitor_every: monitor every this many steps.
+      monitor_every: the monitor measures the states 0, 1, every this many steps and the last
+        (``monitor_steps``; state s is the model after s updates).
       transform: a Rho et al. 2023 gradient-scaling transform (``gradlab.losses.TRANSFORMS``:
         emphasize, curvature, ratio, attenuate_i, attenuate_ii, margins, none). The trained
         objective is then ``gradlab.losses.apply_transform(transform, **loss_params)``, the
@@ -238,6 +239,19 @@ def unflatten_params(flat: Mapping[str, np.ndarray], like: Any) -> Any:
 # --------------------------------------------------------------------------- the step
 
 
+def _views_fn(encoder, *, packed: bool) -> Callable:
+    """``(params, frozen, batch, key) -> (h, h_prime)``: two dropout views of a batch (Gao et al. 2021)."""
+
+    def views(params, frozen, batch, key):
+        k1, k2 = jax.random.split(key)
+        if packed:
+            return encoder.forward_packed(params, frozen, batch, k1), encoder.forward_packed(params, frozen, batch, k2)
+        ids, mask = batch
+        return encoder.forward(params, frozen, ids, mask, k1), encoder.forward(params, frozen, ids, mask, k2)
+
+    return views
+
+
 def make_train_step(encoder, loss: Callable, optimizer, *, packed: bool = False, mesh=None) -> Callable:
     """A jitted SimCSE step: ``(params, opt_state, frozen, batch, key) -> (params, opt_state, aux)``.
 
@@ -251,13 +265,7 @@ def make_train_step(encoder, loss: Callable, optimizer, *, packed: bool = False,
     loss is computed on the gathered global batch (negatives from every device).
     """
     optax = require("optax", purpose="training")
-
-    def views(params, frozen, batch, key):
-        k1, k2 = jax.random.split(key)
-        if packed:
-            return encoder.forward_packed(params, frozen, batch, k1), encoder.forward_packed(params, frozen, batch, k2)
-        ids, mask = batch
-        return encoder.forward(params, frozen, ids, mask, k1), encoder.forward(params, frozen, ids, mask, k2)
+    views = _views_fn(encoder, packed=packed)
 
     def objective(params, frozen, batch, key):
         h, h_prime = views(params, frozen, batch, key)
@@ -339,34 +347,36 @@ class _Batches:
         return ids, mask
 
 
-def _attach_monitor(loss, out_dir: Path | None, every: int):
-    """A ParadigmMonitor (or None) and a status string. Never raises."""
+def _attach_monitor(trained, out_dir: Path | None):
+    """A ParadigmMonitor watching the trained loss (or None) and a status string. Never raises.
+
+    The trainer decides when to measure (``monitor_steps``), so the monitor measures every
+    call. The comparison losses keep the monitor's documented defaults.
+    """
     try:
         from gradlab.monitor import ParadigmMonitor
     except Exception as exc:  # noqa: BLE001 - the monitor is optional
         return None, f"unavailable ({type(exc).__name__}: {exc})"
     sink = str(out_dir / "paradigm_monitor.jsonl") if out_dir is not None else None
-    losses: list[Any] = []
     try:
-        from gradlab.monitor import DEFAULT_LOSSES
+        return ParadigmMonitor(trained=trained, every=1, sink=sink), "attached"
+    except Exception as exc:  # noqa: BLE001
+        return None, f"failed to start ({type(exc).__name__}: {exc})"
 
-        losses = list(DEFAULT_LOSSES)
-    except Exception:  # noqa: BLE001
-        losses = ["infonce"]
-    spec = loss.spec
-    if spec.kernel is not None and spec.negatives == "h_prime" and spec.name not in losses:
-        losses.append(loss)
-    elif spec.name in losses:
-        losses[losses.index(spec.name)] = loss  # watch it with the training parameters
-    for attempt in (losses, None):
-        try:
-            kwargs = {"every": every, "sink": sink}
-            if attempt is not None:
-                kwargs["losses"] = attempt
-            return ParadigmMonitor(**kwargs), "attached"
-        except Exception as exc:  # noqa: BLE001
-            err = f"{type(exc).__name__}: {exc}"
-    return None, f"failed to start ({err})"
+
+def monitor_steps(steps: int, every: int) -> list[int]:
+    """The states the monitor measures: 0 (before the first update), 1, every ``every``-th, and the last.
+
+    State s is the model after s updates, measured on the two views the next update
+    computes its gradient from (the last state on two fresh views of the last batch).
+
+    Examples:
+      >>> monitor_steps(20, 5)
+      [0, 1, 5, 10, 15, 20]
+      >>> monitor_steps(3, 10)
+      [0, 1, 3]
+    """
+    return sorted({0, 1, steps, *range(every, steps + 1, every)})
 
 
 def _batch_order(n: int, steps: int, batch_size: int, rng: np.random.Generator) -> np.ndarray:
@@ -407,18 +417,16 @@ def train(
     """
     optax = require("optax", purpose="training")
     from gradlab.design import resolve_loss
-    from gradlab.losses import get_loss
     from gradlab.real.data import load_news_sentences, load_stsb, sample_sentences
     from gradlab.real.stsb import stsb_spearman
 
     t_start = time.perf_counter()
     if config.transform is None:
-        loss = watched = resolve_loss(config.loss, params=config.loss_params, symmetric=config.symmetric)
+        loss = resolve_loss(config.loss, params=config.loss_params, symmetric=config.symmetric)
     else:
         from gradlab.losses import apply_transform
 
         loss = apply_transform(config.transform, symmetric=config.symmetric, **dict(config.loss_params))
-        watched = get_loss("infonce", tau=float(dict(config.loss_params).get("tau", 0.25)))
     if encoder is None:
         encoder = load_encoder(config.encoder, seed=config.seed)
     if sentences is None:
@@ -460,7 +468,7 @@ def train(
 
     monitor, monitor_status = (None, "off")
     if config.monitor:
-        monitor, monitor_status = _attach_monitor(watched, out, config.monitor_every)
+        monitor, monitor_status = _attach_monitor(loss, out)
         if monitor is None:
             warnings.warn(f"training without the ParadigmMonitor: {monitor_status}", RuntimeWarning, stacklevel=2)
 
@@ -506,12 +514,25 @@ def train(
     def put(batch):
         return _shard(batch, mesh, P("batch")) if mesh is not None else batch
 
+    due = set(monitor_steps(config.steps, config.monitor_every)) if monitor is not None else set()
+
+    def watch(state: int, h, h_prime) -> None:
+        nonlocal monitor, monitor_status
+        try:
+            monitor.update(state, h, h_prime)
+        except Exception as exc:  # noqa: BLE001 - the monitor never stops training
+            monitor_status = f"stopped at step {state} ({type(exc).__name__}: {exc})"
+            monitor.close()
+            monitor = None
+
     losses = np.zeros(config.steps, dtype=np.float64)
     try:
         batch = put(batches(1))
         for step in range(1, config.steps + 1):
             t0 = time.perf_counter()
             params, opt_state, aux = step_fn(params, opt_state, frozen, batch, jax.random.fold_in(root, step))
+            if monitor is not None and step - 1 in due:  # the views of this update: the state after step − 1
+                watch(step - 1, aux["h"], aux["h_prime"])
             if step < config.steps:  # build the next batch while this step runs
                 batch = put(batches(step + 1))
             value = float(aux["loss"])
@@ -522,17 +543,6 @@ def train(
                 emit({**rec, "event": "abort", "reason": "non-finite loss"})
                 losses = losses[:step]
                 break
-            if monitor is not None:
-                try:
-                    mrec = monitor.update(step, aux["h"], aux["h_prime"])
-                except Exception as exc:  # noqa: BLE001 - the monitor never stops training
-                    mrec = None
-                    monitor_status = f"stopped at step {step} ({type(exc).__name__}: {exc})"
-                    monitor = None
-                if mrec is not None and mrec.get("valid"):
-                    for key in ("mu_pos", "mu_neg", "cos_pos_mean", "align", "uniform"):
-                        if key in mrec:
-                            rec[key] = mrec[key]
             emit(rec)
             last = step == config.steps
             if (config.eval_every and step % config.eval_every == 0) or (last and config.eval_every == 0) or (
@@ -543,10 +553,14 @@ def train(
                 emit({"step": step, "event": "eval", "dev_spearman": d})
                 if d > best_dev:
                     best_params, best_step, best_dev = jax.tree_util.tree_map(jnp.copy, params), step, d
+        else:  # the state after the last update, on fresh views of the last batch
+            if monitor is not None and config.steps in due:
+                views = jax.jit(_views_fn(encoder, packed=batches.packed))
+                watch(config.steps, *views(params, frozen, batch, jax.random.fold_in(root, config.steps + 1)))
     finally:
         if log is not None:
             log.close()
-        if monitor is not None and hasattr(monitor, "close"):
+        if monitor is not None:
             monitor.close()
 
     test_after = (
