@@ -24,7 +24,7 @@ from gradlab_cli._common import (
 )
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-_STUDY_NAMES = ("fig6", "fig5", "fig7", "fig8", "fig9", "table3", "fig1", "trajectory", "all")
+_STUDY_NAMES = ("fig6", "fig5", "fig7", "fig8", "fig9", "table3", "fig1", "nie2023", "trajectory", "all")
 
 
 def _loss_dicts(texts: list[str] | None, params: dict) -> list[dict] | None:

@@ -143,7 +143,7 @@ def train(
     max_sentences: Annotated[int | None, typer.Option("--max-sentences", help="Use a seeded sample of this many corpus sentences.")] = None,
     dev_pairs: Annotated[int | None, typer.Option("--dev-pairs", help="Evaluate on the first this-many dev pairs (default: all 1,500).")] = None,
     no_test: Annotated[bool, typer.Option("--no-test", help="Skip the STS-B test scores before / after.")] = False,
-    monitor_every: Annotated[int, typer.Option("--monitor-every", help="ParadigmMonitor every this many steps.")] = 10,
+    monitor_every: Annotated[int, typer.Option("--monitor-every", help="The ParadigmMonitor measures the states 0 (before the first update), 1, every this many steps, and the last.")] = 10,
     no_monitor: Annotated[bool, typer.Option("--no-monitor", help="Do not attach the ParadigmMonitor.")] = False,
     dim: Dim = 384,
     dropout: Annotated[float, typer.Option("--dropout", help="light only: token-embedding dropout of the views.")] = 0.1,

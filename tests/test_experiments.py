@@ -99,7 +99,7 @@ def test_studies_share_runs_and_all_dedupes():
         assert base_id in {s.id for s in study_runs(study, sc)}, study
     every = study_runs("all", sc)
     assert len({s.id for s in every}) == len(every)
-    parts = {s.id for name in ("fig6", "fig5", "fig7", "fig8", "fig9", "table3", "fig1", "trajectory")
+    parts = {s.id for name in ("fig6", "fig5", "fig7", "fig8", "fig9", "table3", "fig1", "nie2023", "trajectory")
              for s in study_runs(name, sc)}
     assert parts == {s.id for s in every}
     assert [s.loss["params"]["m"] for s in study_runs("fig5", sc)] == [0.3, GD_ONE_M]

@@ -14,6 +14,7 @@ Public names:
   run_study, execute, plan, default_jobs                                    (running)
   run_status, read_record, run_dir                                          (the store)
   run_path, trajectory, write_trajectory                                    (paths on the maps)
+  render_writeup, load_numbers, claims_table                                (the write-up from the numbers)
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ _LAZY = {
     "run_path": "gradlab.experiments._trajectory",
     "trajectory": "gradlab.experiments._trajectory",
     "write_trajectory": "gradlab.experiments._trajectory",
+    "render_writeup": "gradlab.experiments._writeup",
+    "load_numbers": "gradlab.experiments._writeup",
+    "claims_table": "gradlab.experiments._writeup",
 }
 
 __all__ = sorted(_LAZY)

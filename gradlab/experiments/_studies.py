@@ -15,7 +15,8 @@ from typing import Any
 from gradlab.experiments._spec import RunSpec
 
 __all__ = ["Scale", "STUDIES", "study_runs", "baseline", "BASELINE", "SWEEPS", "QUICK_SWEEPS", "GD_ONE_M",
-           "TABLE3_PAIRS", "RATIO_SWEEP", "TRAJECTORY_LOSSES"]
+           "TABLE3_PAIRS", "TABLE3_CLAIMS", "NU_GRID", "NIE2023_LOSSES", "NIE2023_MPT_MARGINS", "RATIO_SWEEP",
+           "TRAJECTORY_LOSSES", "table3_losses", "nu_losses"]
 
 #: Li et al. 2024 Eq. 5 with its defaults (Sec. 3.2): GD = 1[c_p − max c_k < m], W = softmax(c/τ), R = r.
 BASELINE = {"m": 0.3, "tau": 0.05, "r": 1.0}
@@ -31,6 +32,18 @@ RATIO_SWEEP = (0.5, 1.0, 1.5, 2.0)
 #: Table 3 / Fig. 1: (original, modified); InfoNCE is the reference.
 TABLE3_PAIRS = (("barlow_twins", "mb"), ("vicreg", "mv"), ("align_mhe", "mmhe"), ("align_mhs", "mmhs"))
 TABLE3_REFERENCE = "infonce"
+#: Table 3's other claims, (weaker, stronger): ArcCon beats InfoNCE, MET beats MPT (Li et al. 2024 Table 3).
+TABLE3_CLAIMS = (("infonce", "arccon"), ("mpt", "met"))
+#: Barlow Twins' ν^B and VICReg's (ν^{V,1}, ν^{V,2}) tried for Table 3's originals: *ours*. Li et al. 2024
+#: App. A.4 grid-searches only the modified losses (batch size, lr, m, τ, r); it gives no grid for the
+#: originals' ν, so these bracket the registry defaults (the first entry) by decades.
+NU_GRID = {"barlow_twins": ({"nu": 0.005}, {"nu": 0.05}, {"nu": 0.5}, {"nu": 5.0}),
+           "vicreg": ({"nu1": 0.04, "nu2": 1.0}, {"nu1": 0.4, "nu2": 1.0}, {"nu1": 0.04, "nu2": 10.0},
+                      {"nu1": 0.4, "nu2": 10.0})}
+#: Nie et al. 2023 Figs. 1 and 3: InfoNCE, its decoupled forms (alignment + uniformity, DCL), and MPT at
+#: the margins of Fig. 3c–e (0.10, 0.23 = the best, 0.80).
+NIE2023_LOSSES = ("infonce", "align_uniform", "dcl")
+NIE2023_MPT_MARGINS = (0.1, 0.23, 0.8)
 #: Runs drawn on their own simulated maps by ``trajectory``.
 TRAJECTORY_LOSSES = ("baseline", "arccon")
 
@@ -133,6 +146,18 @@ class Scale:
         return dataclasses.asdict(self)
 
 
+def nu_losses(name: str) -> list[dict[str, Any]]:
+    """The loss dicts of ``NU_GRID[name]`` (the first one is the registry default)."""
+    return [{"loss": name, "params": dict(p)} for p in NU_GRID[name]]
+
+
+def table3_losses() -> list[Any]:
+    """Table 3's runs: the reference, the four (original, modified) pairs, the other claims, the ν grids."""
+    names = [TABLE3_REFERENCE, *(n for pair in (*TABLE3_PAIRS, *TABLE3_CLAIMS) for n in pair)]
+    grid = [loss for name in NU_GRID for loss in nu_losses(name)[1:]]
+    return list(dict.fromkeys(names)) + grid
+
+
 def _losses(study: str, scale: Scale) -> list[Any]:
     if study == "fig6":
         return [baseline(**{k: v}) for k, values in scale.sweeps().items() for v in values]
@@ -142,8 +167,12 @@ def _losses(study: str, scale: Scale) -> list[Any]:
         return [baseline()]
     if study == "fig8":
         return [baseline(), "arccon", "met", *(baseline(r=r) for r in RATIO_SWEEP)]
-    if study in ("table3", "fig1"):
+    if study == "table3":
+        return table3_losses()
+    if study == "fig1":
         return [TABLE3_REFERENCE, *(name for pair in TABLE3_PAIRS for name in pair)]
+    if study == "nie2023":
+        return [*NIE2023_LOSSES, *({"loss": "mpt", "params": {"m": m}} for m in NIE2023_MPT_MARGINS)]
     if study == "trajectory":
         return [baseline() if n == "baseline" else n for n in TRAJECTORY_LOSSES]
     raise ValueError(f"unknown study {study!r}; choose from {', '.join(STUDIES)}")
@@ -157,8 +186,11 @@ STUDIES = {
     "fig8": "(a) Lemma-1 minimum ratios before / after, (b) ArcCon and MET ratios over steps, "
             "(c) anchor–positive cosine over steps per r",
     "fig9": "monitored μ_pos, μ_neg, σ_pos, σ_neg over baseline training",
-    "table3": "original vs modified losses (Table 3), InfoNCE the reference",
+    "table3": "original vs modified losses (Table 3), InfoNCE the reference; ArcCon vs InfoNCE, MET vs MPT; "
+              "Barlow Twins' and VICReg's ν tuned on dev",
     "fig1": "Table 3's numbers as bars, original vs modified",
+    "nie2023": "Nie et al. 2023 Figs. 1 and 3: alignment, uniformity and the distance gap over training for "
+               "InfoNCE, its decoupled forms and MPT at three margins",
     "trajectory": "a run's monitored (μ_pos, μ_neg) path on the simulated GD and ratio maps of its loss",
     "all": "every study",
 }

@@ -21,7 +21,7 @@ HOLDOUT_SEED = 20240611
 HELDOUT_TAUS = (0.3, 0.1, 0.05, 0.03, 0.01, 0.005)  # Li et al. 2024 Figs. 3 and 7
 HELDOUT_LAMBDAS = (0.01, 0.1, 0.5, 1.0)  # Li et al. 2024 Fig. 8a
 _MONITOR_KEYS = ("mu_pos", "mu_neg", "sigma_pos", "sigma_neg", "cos_pos_mean", "cos_neg_mean", "align", "uniform",
-                 "m_o", "m_r")
+                 "m_o", "m_r", "distance_gap")
 
 _CACHE: dict[Any, Any] = {}
 
@@ -144,7 +144,8 @@ def _heldout_stats(encoder, params, token_ids, spec) -> dict[str, Any]:
     return out
 
 
-def _monitor_summary(path: Path, loss_name: str) -> dict[str, Any]:
+def _monitor_summary(path: Path) -> dict[str, Any]:
+    """First (step 0, before any update) and last monitored states, and the trained loss's mean GD over the run."""
     from gradlab.monitor import read_log
 
     if not path.is_file():
@@ -154,11 +155,13 @@ def _monitor_summary(path: Path, loss_name: str) -> dict[str, Any]:
         return {}
 
     def pick(r):
-        return {"step": r.get("step"), **{k: r.get(k) for k in _MONITOR_KEYS}}
+        trained = {f"{k}_trained": (r.get(k) or {}).get("trained") for k in ("gd_mean", "gd_off_fraction")}
+        return {"step": r.get("step"), **{k: r.get(k) for k in _MONITOR_KEYS}, **trained}
 
     sig = {k: [r[k] for r in recs if isinstance(r.get(k), (int, float))] for k in ("sigma_pos", "sigma_neg")}
-    gd = [g for r in recs if isinstance(g := (r.get("gd_mean") or {}).get(loss_name), (int, float))]
-    return {"first": pick(recs[0]), "last": pick(recs[-1]), "records": len(recs),
+    gd = [g for r in recs if isinstance(g := (r.get("gd_mean") or {}).get("trained"), (int, float))]
+    series = [[r.get("step"), (r.get("gd_mean") or {}).get("trained")] for r in recs]
+    return {"first": pick(recs[0]), "last": pick(recs[-1]), "records": len(recs), "gd_trained": series,
             "gd_mean_run": sum(gd) / len(gd) if gd else None,
             "sigma_pos_mean": sum(sig["sigma_pos"]) / len(sig["sigma_pos"]) if sig["sigma_pos"] else None,
             "sigma_neg_mean": sum(sig["sigma_neg"]) / len(sig["sigma_neg"]) if sig["sigma_neg"] else None}
@@ -199,7 +202,7 @@ def _train_in(spec, build: Path) -> dict[str, Any]:
         "test_before": res.test_before, "test_after": res.test_after, "evals": res.evals,
         "loss_first": float(res.losses[0]), "loss_last": float(res.losses[-1]),
         "n_sentences": len(sentences), "n_heldout": int(len(held_ids) // spec.batch_size * spec.batch_size),
-        "monitor_status": res.monitor, "monitor": _monitor_summary(build / "paradigm_monitor.jsonl", loss.spec.name),
+        "monitor_status": res.monitor, "monitor": _monitor_summary(build / "paradigm_monitor.jsonl"),
         "heldout": {phase: {k: float(v) for k, v in d.items() if np.ndim(v) == 0}
                     for phase, d in (("before", before), ("after", after))},
     }
