@@ -196,8 +196,9 @@ def load_senteval(root: str | Path | None, tasks: str | Iterable[str] = STS_TASK
     names = check_tasks(tasks)
     if root is None:
         if names != ("STSBenchmark",):
-            raise ValueError("without a SentEval directory only STSBenchmark (the shipped STS-B test) "
-                             "can be evaluated; give the SentEval data/downstream directory")
+            others = ", ".join(t for t in names if t != "STSBenchmark")
+            raise ValueError(f"{others} need(s) SentEval's data/downstream directory (--senteval on the command "
+                             f"line); without it only STSBenchmark (the shipped STS-B test) can be evaluated")
         return {"STSBenchmark": STSTask("STSBenchmark", {"test": load_stsb("test")}, {"test": 0}, ())}
     root = Path(root)
     if not root.is_dir():
@@ -205,10 +206,11 @@ def load_senteval(root: str | Path | None, tasks: str | Iterable[str] = STS_TASK
     missing = [f for t in names for f in _task_files(t) if not (root / f).is_file()]
     if missing:
         more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
-        lacking = sorted({t for t in names for f in _task_files(t) if f in missing})
+        lacking = [t for t in names if any(f in missing for f in _task_files(t))]
         raise FileNotFoundError(
             f"missing in {root}: {', '.join(missing[:3])}{more}; fetch them with SentEval's "
-            f"data/downstream/get_transfer_data.bash, or leave out {', '.join(lacking)} with --tasks")
+            f"data/downstream/get_transfer_data.bash, or leave out {', '.join(lacking)} "
+            f"(tasks=..., --tasks on the command line)")
     return {t: _load_task(root, t) for t in names}
 
 
