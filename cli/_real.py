@@ -192,13 +192,13 @@ def sts(
         raise fail(f"--batch-size must be >= 1; got {batch_size}")
     out = check_out_dir(out)
     data = load_senteval(senteval, names)  # missing files / bad lines: one line, before the model loads
-    if senteval is None:
-        typer.echo("note: no --senteval: evaluating the shipped STS-B test only; point --senteval at "
-                   "SentEval's data/downstream for the seven tasks", err=True)
     from gradlab.real.sts import evaluate_sts
 
     t0 = time.perf_counter()
     enc = _sts_encoder(encoder, seed, dim, pooling, checkpoint)
+    if senteval is None:  # after every check, so that an error stays the only stderr line
+        typer.echo("note: no --senteval: evaluating the shipped STS-B test only; point --senteval at "
+                   "SentEval's data/downstream for the seven tasks", err=True)
     with progress_bar("encoding STS sentences") as cb:
         res = evaluate_sts(enc.encode, senteval, tasks=names, batch_size=batch_size, progress=cb, data=data)
     seconds = time.perf_counter() - t0
