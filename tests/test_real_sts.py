@@ -273,13 +273,37 @@ def test_cli_without_senteval_uses_shipped_stsb(tmp_path):
     (False, ["--tasks", "STS12,STSBenchmark"], ["STS12", "--senteval"]),
     (True, ["--pooling", "cls"], ["--pooling needs a checkpoint encoder"]),
     (True, ["--batch-size", "0"], ["--batch-size"]),
+    (True, ["--encoder", "no/such/checkpoint"], ["no/such/checkpoint"]),
 ])
 def test_cli_option_errors(senteval, tmp_path, with_dir, args, needles):
     base = ["--senteval", senteval[0]] if with_dir else []
-    with mock.patch("gradlab_cli._real._encoder", return_value=HashEncoder()):
+    if "--encoder" in args:  # the real loader: a name it does not know is its one-line error
         err = one_line_error(run("sts", *base, *args, "--out", tmp_path))
+    else:
+        with mock.patch("gradlab_cli._real._encoder", return_value=HashEncoder()):
+            err = one_line_error(run("sts", *base, *args, "--out", tmp_path))
     for needle in needles:
         assert needle in err
+
+
+def test_cli_pooling_reaches_a_loader_that_takes_it(senteval, tmp_path):
+    """Once load_encoder and the CLI's _encoder accept pooling=, --pooling is passed through."""
+    calls = []
+
+    def loader(name, *, seed=0, path=None, pooling=None, **kwargs):
+        return HashEncoder()
+
+    def encoder(name, seed, dim, dropout=0.1, checkpoint=None, pooling=None):
+        calls.append((name, seed, dim, checkpoint, pooling))
+        return HashEncoder()
+
+    with mock.patch("gradlab.real.train.load_encoder", loader), mock.patch("gradlab_cli._real._encoder", encoder):
+        r = run("sts", "--encoder", "runs/ckpt", "--pooling", "cls", "--senteval", senteval[0], "--tasks", "STS13",
+                "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    assert calls == [("runs/ckpt", 0, 384, None, "cls")]
+    prov = json.loads((tmp_path / "sts.json").read_text())["provenance"]
+    assert prov["encoder"] == "runs/ckpt" and prov["pooling"] == "cls"
 
 
 def _copy(root: Path, dest: Path) -> Path:
@@ -300,7 +324,7 @@ def test_cli_missing_files(senteval, tmp_path):
     assert "STS13, SICKRelatedness" in err and "get_transfer_data.bash" in err
     m_enc.assert_not_called()  # checked before the model loads
     err = one_line_error(run("sts", "--senteval", tmp_path / "nowhere", "--out", tmp_path / "o"))
-    assert "does not exist" in err
+    assert "nowhere" in err and "not found" in err
     with mock.patch("gradlab_cli._real._encoder", return_value=HashEncoder()):
         r = run("sts", "--senteval", root, "--tasks", "STS12,STSBenchmark", "--out", tmp_path / "o")
     assert r.exit_code == 0, r.output

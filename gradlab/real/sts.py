@@ -202,7 +202,7 @@ def load_senteval(root: str | Path | None, tasks: str | Iterable[str] = STS_TASK
         return {"STSBenchmark": STSTask("STSBenchmark", {"test": load_stsb("test")}, {"test": 0}, ())}
     root = Path(root)
     if not root.is_dir():
-        raise FileNotFoundError(f"SentEval directory {str(root)!r} does not exist")
+        raise FileNotFoundError(f"SentEval directory {str(root)!r} not found (expected its data/downstream)")
     missing = [f for t in names for f in _task_files(t) if not (root / f).is_file()]
     if missing:
         more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
