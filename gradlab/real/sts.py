@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gradlab.real.data import STSPairs, load_stsb
+from gradlab.real.data import STSPairs, load_stsb, parse_score
 from gradlab.real.stsb import EncodeFn, encode_unique, pair_cosines, spearman_x100
 
 __all__ = [
@@ -102,25 +102,23 @@ def parse_sts_subset(input_text: str, gold_text: str, *, subset: str = "", sourc
     if len(lines) != len(golds):
         raise ValueError(f"{source} has {len(lines)} lines but {gold_source} has {len(golds)}; "
                          f"they must pair line by line")
-    s1, s2, scores, dropped = [], [], [], 0
+    rows = []
     for lineno, (line, gold) in enumerate(zip(lines, golds, strict=True), 1):
-        if not gold.strip():
-            dropped += 1
-            continue
-        cols = line.split("\t")
-        if len(cols) < 2:
-            raise ValueError(f"{source}:{lineno}: expected sentence1 TAB sentence2, found no tab")
-        try:
-            score = float(gold)
-        except ValueError:
-            raise ValueError(f"{gold_source}:{lineno}: gold score is not a number: {gold!r}") from None
-        s1.append(_words(cols[0]))
-        s2.append(_words(cols[1]))
-        scores.append(score)
-    if not scores:
-        raise ValueError(f"{gold_source}: no scored pairs")
-    pairs = STSPairs(tuple(s1), tuple(s2), np.asarray(scores, dtype=np.float64), (subset,) * len(s1))
-    return pairs, dropped
+        if gold.strip():
+            cols = line.split("\t")
+            if len(cols) < 2:
+                raise ValueError(f"{source}:{lineno}: expected sentence1 TAB sentence2, found no tab")
+            rows.append((cols[0], cols[1], parse_score(gold, f"{gold_source}:{lineno}", "gold score")))
+    return _pairs(rows, subset, f"{gold_source}: no scored pairs"), len(lines) - len(rows)
+
+
+def _pairs(rows: list[tuple[str, str, float]], genre: str, empty: str) -> STSPairs:
+    # (sentence1, sentence2, score) rows -> STSPairs, sentences re-spaced as SentEval's tokens
+    if not rows:
+        raise ValueError(empty)
+    s1, s2, scores = zip(*rows, strict=True)
+    return STSPairs(tuple(map(_words, s1)), tuple(map(_words, s2)), np.asarray(scores, dtype=np.float64),
+                    (genre,) * len(rows))
 
 
 def parse_sick(lines: Iterable[str], *, source: str = "<lines>") -> STSPairs:
@@ -135,23 +133,15 @@ def parse_sick(lines: Iterable[str], *, source: str = "<lines>") -> STSPairs:
       >>> parse_sick([head, "1\\tA man  runs\\tA man is running\\t4.5\\tENTAILMENT"]).score.tolist()
       [4.5]
     """
-    s1, s2, scores = [], [], []
+    rows = []
     for lineno, raw in enumerate(lines, 1):
+        cols = raw.strip().split("\t")
         if lineno == 1 or not raw.strip():
             continue
-        cols = raw.strip().split("\t")
         if len(cols) < 4:
             raise ValueError(f"{source}:{lineno}: expected >= 4 tab-separated columns, found {len(cols)}")
-        try:
-            score = float(cols[3])
-        except ValueError:
-            raise ValueError(f"{source}:{lineno}: relatedness score is not a number: {cols[3]!r}") from None
-        s1.append(_words(cols[1]))
-        s2.append(_words(cols[2]))
-        scores.append(score)
-    if not scores:
-        raise ValueError(f"{source}: no pairs")
-    return STSPairs(tuple(s1), tuple(s2), np.asarray(scores, dtype=np.float64), ("test",) * len(s1))
+        rows.append((cols[1], cols[2], parse_score(cols[3], f"{source}:{lineno}", "relatedness score")))
+    return _pairs(rows, "test", f"{source}: no pairs")
 
 
 def _task_files(name: str) -> list[str]:
