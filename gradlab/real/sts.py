@@ -112,6 +112,11 @@ def parse_sts_subset(input_text: str, gold_text: str, *, subset: str = "", sourc
     return _pairs(rows, subset, f"{gold_source}: no scored pairs"), len(lines) - len(rows)
 
 
+def _respaced(pairs: STSPairs) -> STSPairs:
+    return dataclasses.replace(pairs, sentence1=tuple(map(_words, pairs.sentence1)),
+                               sentence2=tuple(map(_words, pairs.sentence2)))
+
+
 def _pairs(rows: list[tuple[str, str, float]], genre: str, empty: str) -> STSPairs:
     # (sentence1, sentence2, score) rows -> STSPairs, sentences re-spaced as SentEval's tokens
     if not rows:
@@ -187,9 +192,9 @@ def load_senteval(root: str | Path | None, tasks: str | Iterable[str] = STS_TASK
     if root is None:
         if names != ("STSBenchmark",):
             others = ", ".join(t for t in names if t != "STSBenchmark")
-            raise ValueError(f"{others} need(s) SentEval's data/downstream directory (--senteval on the command "
-                             f"line); without it only STSBenchmark (the shipped STS-B test) can be evaluated")
-        return {"STSBenchmark": STSTask("STSBenchmark", {"test": load_stsb("test")}, {"test": 0}, ())}
+            raise ValueError(f"{others} cannot be read without SentEval's data/downstream directory (--senteval on "
+                             f"the command line); without it only STSBenchmark (the shipped STS-B test) can be")
+        return {"STSBenchmark": STSTask("STSBenchmark", {"test": _respaced(load_stsb("test"))}, {"test": 0}, ())}
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"SentEval directory {str(root)!r} not found (expected its data/downstream)")
@@ -215,8 +220,7 @@ def _load_task(root: Path, name: str) -> STSTask:
         return STSTask(name, subsets, unscored, tuple(files))
     path = root / files[0]
     if name == "STSBenchmark":
-        raw = load_stsb("test", path)
-        pairs = STSPairs(tuple(map(_words, raw.sentence1)), tuple(map(_words, raw.sentence2)), raw.score, raw.genre)
+        pairs = _respaced(load_stsb("test", path))
     else:
         with open(path, encoding="utf-8") as f:
             pairs = parse_sick(f, source=str(path))
