@@ -24,6 +24,7 @@ from gradlab_cli._common import (
     command_line,
     fail,
     parse_params,
+    primary_process,
     progress_bar,
     resolve_loss,
 )
@@ -208,9 +209,9 @@ def sts(
         "dim": dim if encoder.strip().lower() == "light" else None, "batch_size": batch_size,
         "seconds": round(seconds, 2), **res["provenance"],
     }
-    path = save_json_atomic(out / "sts.json", res)
     typer.echo(_sts_table(res))
-    typer.echo(str(path))
+    if primary_process():  # under jax.distributed every process holds the result; one writes it
+        typer.echo(str(save_json_atomic(out / "sts.json", res)))
 
 
 def train(
