@@ -1,4 +1,4 @@
-"""CLI plug-in for gradlab.real: ``gradlab stsb`` and ``gradlab train`` (real sentences, real encoders).
+"""CLI plug-in for gradlab.real: ``gradlab stsb``, ``gradlab sts`` and ``gradlab train`` (real sentences, real encoders).
 
 Registered by ``cli/app.py`` through ``register(app)``. Top-level imports stay light; the
 library (JAX, tokenizers, optax) loads inside the commands. A missing ``real`` extra is the
@@ -20,8 +20,11 @@ from gradlab_cli._common import (
     Out,
     Params,
     Writer,
+    check_out_dir,
+    command_line,
     fail,
     parse_params,
+    primary_process,
     progress_bar,
     resolve_loss,
 )
@@ -125,6 +128,90 @@ def stsb(
     typer.echo(f"STS-B {split} ({res['n_pairs']} pairs), {encoder}: "
                f"Spearman {res['spearman']:.2f}, Pearson {res['pearson']:.2f} ({seconds:.1f} s)")
     writer.report()
+
+
+def _sts_encoder(encoder: str, seed: int, dim: int, pooling: str | None, checkpoint: Path | None):
+    # --encoder minilm | light | PATH: a name is normalized, anything else goes to the loader as is.
+    name = encoder.strip().lower() if encoder.strip().lower() in ENCODERS else encoder
+    if pooling is None:
+        return _encoder(name, seed, dim, checkpoint=checkpoint)
+    import inspect
+
+    from gradlab.real.train import load_encoder
+
+    if not all("pooling" in inspect.signature(f).parameters for f in (load_encoder, _encoder)):
+        raise fail("--pooling needs a checkpoint encoder")
+    return _encoder(name, seed, dim, checkpoint=checkpoint, pooling=pooling)
+
+
+def _sts_table(res: dict) -> str:
+    rows = [f"{'task':<16} {'spearman':>8} {'mean':>7} {'wmean':>7} {'pairs':>6}"]
+    for task, d in res["detail"].items():
+        spread = f"{d['mean']:>7.2f} {d['wmean']:>7.2f}" if len(d["subsets"]) > 1 else f"{'':>7} {'':>7}"
+        rows.append(f"{task:<16} {d['all']:>8.2f} {spread} {d['n']:>6}")
+    k = len(res["detail"])
+    rows.append(f"{f'avg ({k} task' + ('s)' if k > 1 else ')'):<16} {res['spearman']['avg']:>8.2f}")
+    return "\n".join(rows)
+
+
+def sts(
+    encoder: Annotated[str, typer.Option("--encoder", "-e", help="minilm, light, or a checkpoint PATH the encoder loader reads.")] = "minilm",
+    senteval: Annotated[Path | None, typer.Option("--senteval", help="SentEval's data/downstream directory (STS/, SICK/). Default: the shipped STS-B test only.")] = None,
+    tasks: Annotated[str | None, typer.Option("--tasks", help="Comma-separated subset of STS12,STS13,STS14,STS15,STS16,STSBenchmark,SICKRelatedness (default: all seven).")] = None,
+    pooling: Annotated[str | None, typer.Option("--pooling", help="Pooling of a checkpoint encoder (passed to the encoder loader).")] = None,
+    checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="best_params.npz written by 'gradlab train' (same --encoder).")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Distinct sentences per encoder call (the scores do not depend on it).")] = 256,
+    seed: Seed = 0,
+    dim: Dim = 384,
+    out: Out = Path("."),
+    debug: Debug = False,
+):
+    """SentEval STS suite: Spearman x 100 of cosine similarity on STS12-16, STS-B and SICK-R (SimCSE's table).
+
+    STS12-16 use SimCSE's "all" setting (one correlation over a year's subsets pooled); SentEval's
+    "mean" and "wmean" over the subsets are printed and saved too; STS-B and SICK-R use their test
+    splits; "avg" is the mean of the tasks' numbers (Gao et al. 2021; Conneau & Kiela 2018).
+    Writes sts.json (keys spearman, detail, provenance).
+
+    Examples:
+
+      gradlab sts --encoder minilm --senteval SentEval/data/downstream --out runs/sts
+
+      gradlab sts --senteval SentEval/data/downstream --tasks STS12,STSBenchmark
+
+      gradlab sts --encoder light --checkpoint run/best_params.npz --senteval SentEval/data/downstream
+
+      gradlab sts --encoder minilm                  # no --senteval: the shipped STS-B test only
+    """
+    import time
+
+    from gradlab.io import save_json_atomic
+    from gradlab.real.sts import STS_TASKS, check_tasks, load_senteval
+
+    names = check_tasks(tasks if tasks is not None else (STS_TASKS if senteval is not None else ("STSBenchmark",)))
+    if batch_size < 1:
+        raise fail(f"--batch-size must be >= 1; got {batch_size}")
+    out = check_out_dir(out)
+    data = load_senteval(senteval, names)  # missing files / bad lines: one line, before the model loads
+    from gradlab.real.sts import evaluate_sts
+
+    t0 = time.perf_counter()
+    enc = _sts_encoder(encoder, seed, dim, pooling, checkpoint)
+    if senteval is None:  # after every check, so that an error stays the only stderr line
+        typer.echo("note: no --senteval: evaluating the shipped STS-B test only; point --senteval at "
+                   "SentEval's data/downstream for the seven tasks", err=True)
+    with progress_bar("encoding STS sentences") as cb:
+        res = evaluate_sts(enc.encode, senteval, tasks=names, batch_size=batch_size, progress=cb, data=data)
+    seconds = time.perf_counter() - t0
+    res["provenance"] = {
+        "command_line": command_line(), "encoder": encoder, "pooling": pooling,
+        "checkpoint": str(checkpoint) if checkpoint else None, "seed": seed,
+        "dim": dim if encoder.strip().lower() == "light" else None, "batch_size": batch_size,
+        "seconds": round(seconds, 2), **res["provenance"],
+    }
+    typer.echo(_sts_table(res))
+    if primary_process():  # under jax.distributed every process holds the result; one writes it
+        typer.echo(str(save_json_atomic(out / "sts.json", res)))
 
 
 def train(
@@ -246,10 +333,11 @@ def train(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``stsb`` and ``train`` to the gradlab app."""
+    """Add ``stsb``, ``sts`` and ``train`` to the gradlab app."""
     try:
         from gradlab_cli.app import CONTEXT
     except ImportError:  # pragma: no cover - app.py mid-import under an unusual name
         CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
     app.command("stsb", context_settings=CONTEXT)(stsb)
+    app.command("sts", context_settings=CONTEXT)(sts)
     app.command("train", context_settings=CONTEXT)(train)

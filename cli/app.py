@@ -12,7 +12,7 @@ objects from the options and let their ``ValueError`` / ``TypeError`` through. O
 stderr with exit code 2; ``--debug`` or ``GRADLAB_DEBUG=1`` shows the traceback instead.
 
 Plug-ins: the commands of ``cli/_monitor.py`` (``track``, ``report``), ``cli/_real.py``
-(``stsb``, ``train``) and ``cli/_experiments.py`` (``experiment``) are registered explicitly through
+(``stsb``, ``sts``, ``train``) and ``cli/_experiments.py`` (``experiment``) are registered explicitly through
 their ``register(app)``, so they always
 appear in ``gradlab --help``. Their modules import only typer and the stdlib at the top; the
 library loads inside the command, and a missing extra is the one-line error that names it.

@@ -295,11 +295,12 @@ def test_plugins_register_through_their_register_function():
 def test_plugin_commands_always_appear_in_the_help():
     r = run("--help")
     assert r.exit_code == 0
-    for cmd in ("track", "report", "stsb", "train"):
+    for cmd in ("track", "report", "stsb", "sts", "train"):
         assert f"  {cmd} " in r.stdout, (cmd, r.stdout)
 
 
-@pytest.mark.parametrize("args", [("stsb", "--encoder", "minilm"), ("train", "--loss", "infonce", "--steps", "1")])
+@pytest.mark.parametrize("args", [("stsb", "--encoder", "minilm"), ("sts", "--encoder", "minilm"),
+                                  ("train", "--loss", "infonce", "--steps", "1")])
 def test_a_missing_extra_names_the_extra_to_install(args, tmp_path, monkeypatch):
     """The real-data extra's packages made unimportable in-process: the command is still listed,
     its help works, and running it is one line naming the extra (exit 2), writing nothing."""

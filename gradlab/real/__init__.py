@@ -11,7 +11,8 @@ Public names:
   read_text_sentences                                               (data)
   load_minilm, MiniLM, bert_forward, pool                           (the MiniLM encoder)
   load_light, LightEncoder                                          (the light encoder)
-  stsb_spearman, stsb_scores                                        (evaluation)
+  stsb_spearman, stsb_scores, pair_cosines, spearman_x100          (STS-B evaluation)
+  evaluate_sts, load_senteval, STS_TASKS, STSTask                   (the SentEval STS suite)
   TrainConfig, train                                                (training)
   load_encoder                                                      (by name: "minilm" | "light")
 """
@@ -40,6 +41,18 @@ _LAZY = {
     "load_light": "gradlab.real.light",
     "stsb_spearman": "gradlab.real.stsb",
     "stsb_scores": "gradlab.real.stsb",
+    "pair_cosines": "gradlab.real.stsb",
+    "spearman_x100": "gradlab.real.stsb",
+    "encode_unique": "gradlab.real.stsb",
+    "STS_TASKS": "gradlab.real.sts",
+    "STS_YEARS": "gradlab.real.sts",
+    "STSTask": "gradlab.real.sts",
+    "check_tasks": "gradlab.real.sts",
+    "load_senteval": "gradlab.real.sts",
+    "parse_sts_subset": "gradlab.real.sts",
+    "parse_sick": "gradlab.real.sts",
+    "task_spearman": "gradlab.real.sts",
+    "evaluate_sts": "gradlab.real.sts",
     "TrainConfig": "gradlab.real.train",
     "TrainResult": "gradlab.real.train",
     "train": "gradlab.real.train",

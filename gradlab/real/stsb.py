@@ -14,7 +14,7 @@ from scipy import stats
 
 from gradlab.real.data import STSPairs, load_stsb
 
-__all__ = ["stsb_spearman", "stsb_scores", "pair_cosines"]
+__all__ = ["stsb_spearman", "stsb_scores", "pair_cosines", "spearman_x100", "encode_unique"]
 
 EncodeFn = Callable[[Sequence[str]], np.ndarray]
 
@@ -31,16 +31,66 @@ def pair_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(den > 0, np.sum(a * b, axis=1) / np.where(den > 0, den, 1.0), 0.0)
 
 
+def spearman_x100(pred: np.ndarray, gold: np.ndarray) -> float:
+    """Spearman's rank correlation × 100 (ties get average ranks); NaN if either side is constant.
+
+    Examples:
+      >>> spearman_x100([0.1, 0.4, 0.3], [1.0, 5.0, 2.0])
+      100.0
+    """
+    pred = np.asarray(pred, dtype=np.float64)
+    gold = np.asarray(gold, dtype=np.float64)
+    if pred.ndim != 1 or pred.shape != gold.shape:
+        raise ValueError(f"expected two 1-D arrays of the same length, got {pred.shape} and {gold.shape}")
+    if len(pred) < 2 or np.ptp(pred) == 0 or np.ptp(gold) == 0:
+        return float("nan")
+    return float(100.0 * stats.spearmanr(pred, gold).statistic)
+
+
+def encode_unique(
+    encode_fn: EncodeFn,
+    sentences: Sequence[str],
+    *,
+    batch_size: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> np.ndarray:
+    """Embeddings (len(sentences), D) of ``sentences``, each distinct sentence encoded once.
+
+    Args:
+      encode_fn: list of N sentences -> (N, D) embeddings.
+      sentences: may repeat (STS files do); rows come back in this order.
+      batch_size: None: one ``encode_fn`` call in first-seen order; else calls of at most this
+        many sentences, shortest first (less padding; each embedding must not depend on its batch).
+      progress: called as ``progress(done, total)`` with distinct sentences encoded so far.
+    """
+    uniq = list(dict.fromkeys(sentences))
+    if batch_size is None:
+        chunks = [uniq]
+    else:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+        uniq.sort(key=len)
+        chunks = [uniq[i : i + batch_size] for i in range(0, len(uniq), batch_size)]
+    parts, done = [], 0
+    if progress is not None:
+        progress(0, len(uniq))
+    for chunk in chunks:
+        emb = np.asarray(encode_fn(chunk))
+        if emb.ndim != 2 or emb.shape[0] != len(chunk):
+            raise ValueError(f"encode_fn returned shape {emb.shape} for {len(chunk)} sentences; expected (N, D)")
+        parts.append(emb)
+        done += len(chunk)
+        if progress is not None:
+            progress(done, len(uniq))
+    emb = np.concatenate(parts) if parts else np.zeros((0, 0))
+    pos = {s: i for i, s in enumerate(uniq)}
+    return emb[np.fromiter((pos[s] for s in sentences), dtype=np.int64, count=len(sentences))]
+
+
 def _encode_pairs(encode_fn: EncodeFn, pairs: STSPairs) -> tuple[np.ndarray, np.ndarray]:
     # Encode every distinct sentence once (STS-B repeats some).
-    uniq = list(dict.fromkeys(pairs.sentence1 + pairs.sentence2))
-    emb = np.asarray(encode_fn(uniq))
-    if emb.ndim != 2 or emb.shape[0] != len(uniq):
-        raise ValueError(f"encode_fn returned shape {emb.shape} for {len(uniq)} sentences; expected (N, D)")
-    pos = {s: i for i, s in enumerate(uniq)}
-    i1 = np.fromiter((pos[s] for s in pairs.sentence1), dtype=np.int64, count=len(pairs))
-    i2 = np.fromiter((pos[s] for s in pairs.sentence2), dtype=np.int64, count=len(pairs))
-    return emb[i1], emb[i2]
+    emb = encode_unique(encode_fn, pairs.sentence1 + pairs.sentence2)
+    return emb[: len(pairs)], emb[len(pairs) :]
 
 
 def stsb_scores(
@@ -69,9 +119,8 @@ def stsb_scores(
         raise ValueError(f"need at least 2 pairs, got {len(pairs)}")
     a, b = _encode_pairs(encode_fn, pairs)
     cos = pair_cosines(a, b)
-    rho = stats.spearmanr(cos, pairs.score).statistic
     r = stats.pearsonr(cos, pairs.score).statistic
-    out = {"spearman": float(100.0 * rho), "pearson": float(100.0 * r), "n_pairs": len(pairs)}
+    out = {"spearman": spearman_x100(cos, pairs.score), "pearson": float(100.0 * r), "n_pairs": len(pairs)}
     if details:
         out["cosine"] = cos
         out["gold"] = np.asarray(pairs.score, dtype=np.float64)
