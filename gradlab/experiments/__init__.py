@@ -14,6 +14,7 @@ Public names:
   RunSpec, canonical_loss, resolve_loss, loss_label, SCHEMA_VERSION        (a run)
   Scale, STUDIES, study_runs, baseline                                     (the studies)
   run_study, study_status, execute, plan, default_jobs, is_environmental   (running)
+  EXECUTORS, make_executor, parse_executor_option                           (where runs execute)
   run_status, run_state, read_record, run_dir, acquire_lease, read_lease    (the store)
   run_path, trajectory, write_trajectory                                    (paths on the maps)
 """
@@ -34,6 +35,9 @@ _LAZY = {
     "baseline": "gradlab.experiments._studies",
     "run_study": "gradlab.experiments._api",
     "study_status": "gradlab.experiments._api",
+    "EXECUTORS": "gradlab.experiments._executors",
+    "make_executor": "gradlab.experiments._executors",
+    "parse_executor_option": "gradlab.experiments._executors",
     "is_environmental": "gradlab.experiments._worker",
     "acquire_lease": "gradlab.experiments._store",
     "read_lease": "gradlab.experiments._store",

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXECUTORS", "make_executor", "parse_option", "LocalExecutor", "SubmititExecutor", "DaskExecutor"]
+__all__ = ["EXECUTORS", "make_executor", "parse_executor_option", "LocalExecutor", "SubmititExecutor", "DaskExecutor"]
 
 EXECUTORS = ("local", "submitit", "dask")
 #: One call: (spec dict, out, probe token, cache directory, threads per worker).
@@ -35,14 +35,14 @@ def _need(module: str):
         raise ValueError(f"this executor needs {module!r}: pip install \"gradlab[cluster]\"") from None
 
 
-def parse_option(text: str) -> tuple[str, Any]:
+def parse_executor_option(text: str) -> tuple[str, Any]:
     """``KEY=VALUE`` -> ``(key, value)``: an int, a float, true/false, ``resources=GPU:1,MEM:4e9``
     (a dict), else the text.
 
     Examples:
-      >>> parse_option("timeout_min=60"), parse_option("slurm_partition=gpu")
+      >>> parse_executor_option("timeout_min=60"), parse_executor_option("slurm_partition=gpu")
       (('timeout_min', 60), ('slurm_partition', 'gpu'))
-      >>> parse_option("resources=GPU:1")
+      >>> parse_executor_option("resources=GPU:1")
       ('resources', {'GPU': 1})
     """
     key, sep, raw = text.partition("=")
@@ -170,6 +170,7 @@ class SubmititExecutor:
         self.window = None if cluster == "slurm" else (default_jobs() if jobs is None else int(jobs))
         self.cluster = cluster
         self.executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster)
+        self.fn = _remote()
         if cluster == "slurm" and jobs is not None:
             options.setdefault("slurm_array_parallelism", int(jobs))
         if cluster != "slurm":
@@ -182,9 +183,8 @@ class SubmititExecutor:
 
     def run(self, calls: Sequence[Call]) -> Iterator[tuple[str, Any]]:
         from gradlab.experiments._spec import RunSpec
-        from gradlab.experiments._worker import RemoteRun
 
-        fn = RemoteRun()
+        fn = self.fn
         queue = [(RunSpec.from_dict(c[0]).id, (*c[:4], self.threads)) for c in calls]
         running: dict[Any, str] = {}
         while queue or running:
@@ -254,6 +254,7 @@ class DaskExecutor:
             self.client = distributed.Client(self._cluster)
             self.threads = self.threads or 1
         self._futures: list[Any] = []
+        self.fn = _remote()
 
     def run(self, calls: Sequence[Call]) -> Iterator[tuple[str, Any]]:
         import uuid
@@ -261,9 +262,8 @@ class DaskExecutor:
         from distributed import as_completed
 
         from gradlab.experiments._spec import RunSpec
-        from gradlab.experiments._worker import RemoteRun
 
-        fn = RemoteRun()
+        fn = self.fn
         ids = {}
         for spec, out, probe, cache, _ in calls:
             rid = RunSpec.from_dict(spec).id
@@ -289,6 +289,13 @@ class DaskExecutor:
             self.client.close()
         if self._cluster is not None:
             self._cluster.close()
+
+
+def _remote():
+    """The callable a cluster worker runs (an attribute ``fn`` of each cluster executor)."""
+    from gradlab.experiments._worker import RemoteRun
+
+    return RemoteRun()
 
 
 def make_executor(executor: Any, out: str | os.PathLike, *, jobs: int | None = None,
