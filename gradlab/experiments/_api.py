@@ -90,7 +90,7 @@ def run_study(
         BUILDERS[name](ctx)
         files.extend(ctx.files)
     failed = sum(1 for r in records.values() if r["status"] == "failed")
-    not_done = {k: (f"failed: {r.get('error')}" if r["status"] == "failed" else r.get("error", "not done"))
+    not_done = {k: (f"failed: {r.get('error')}" if r["status"] == "failed" else str(r.get("error", "?")).removeprefix("not done: "))
                 for k, r in records.items() if r["status"] != "done"}
     return {"records": records, "files": files, "executed": len(todo), "failed": failed, "not_done": not_done,
             "wall_s": time.perf_counter() - t0}
