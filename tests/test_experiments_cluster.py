@@ -223,6 +223,7 @@ def test_stale_foreign_lease_is_reclaimed_fresh_one_respected(tmp_path, monkeypa
     _store.clean_stale(tmp_path)  # the fresh lease's build directory stays, the stale one's goes
     assert (tmp_path / "runs" / f".tmp-{fresh.id}-{'f' * 32}").is_dir()
     assert not (tmp_path / "runs" / f".tmp-{stale.id}-{'f' * 32}").exists()
+    assert read_lease(tmp_path, stale.id) is None and read_lease(tmp_path, fresh.id) is not None
     rec = _worker.run_one(stale.to_dict(), str(tmp_path))
     assert rec["status"] == "done" and rec["best_dev"] == _fake_dev(stale)
     assert read_lease(tmp_path, stale.id) is None  # released after the commit

@@ -252,6 +252,28 @@ class Lease:
             os.unlink(_hb_file(self.out, self.run_id, self.token))
 
 
+def _drop_stale(path: Path, held: dict[str, Any], token: str) -> bool:
+    """Rename the stale lease ``held`` aside and delete it (and its heartbeat); False if the file
+    moved aside was not ``held`` (another worker's fresh lease: it is linked back)."""
+    aside = path.with_name(f"{path.name}.reclaimed-{token}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return True  # someone else removed it: try to create ours
+    moved = _load(aside)
+    if moved is not None and moved.get("token") != held["token"]:
+        with contextlib.suppress(OSError):
+            os.link(aside, path)  # not the stale lease: put it back
+        with contextlib.suppress(OSError):
+            os.unlink(aside)
+        return False
+    with contextlib.suppress(OSError):
+        os.unlink(aside)
+    with contextlib.suppress(OSError):
+        os.unlink(path.with_name(f".hb-{path.name.removeprefix('.lease-')}-{held['token']}"))
+    return True
+
+
 def acquire_lease(out: str | os.PathLike, run_id: str) -> Lease | None:
     """Claim a run: a new :class:`Lease`, or None while another worker holds a live lease.
 
@@ -272,24 +294,8 @@ def acquire_lease(out: str | os.PathLike, run_id: str) -> Lease | None:
         held = read_lease(out, run_id)
         if held is None:
             continue  # released (or being written) meanwhile: try again
-        if not is_stale(held):
+        if not is_stale(held) or not _drop_stale(path, held, token):
             return None
-        aside = path.with_name(f"{path.name}.reclaimed-{token}")
-        try:
-            os.rename(path, aside)
-        except FileNotFoundError:
-            continue
-        moved = _load(aside)
-        if moved is not None and moved.get("token") != held["token"]:
-            with contextlib.suppress(OSError):
-                os.link(aside, path)  # not the stale lease: put it back
-            with contextlib.suppress(OSError):
-                os.unlink(aside)
-            return None
-        with contextlib.suppress(OSError):
-            os.unlink(aside)
-        with contextlib.suppress(OSError):
-            os.unlink(_hb_file(out, run_id, held["token"]))
         info["start"] = time.time()
     return None
 
@@ -313,8 +319,8 @@ def run_state(out: str | os.PathLike, run_id: str) -> dict[str, Any]:
 
 
 def clean_stale(out: str | os.PathLike) -> int:
-    """Remove build / aside directories and heartbeat files whose run has no live lease of their
-    token; returns how many. Never judges a worker by its pid on another host."""
+    """Remove stale leases, and build / aside directories and heartbeat files whose run has no live
+    lease of their token; returns how many. Never judges a worker by its pid on another host."""
     root = Path(out) / RUNS
     if not root.is_dir():
         return 0
@@ -327,6 +333,10 @@ def clean_stale(out: str | os.PathLike) -> int:
             leases[run_id] = lease if lease is not None and not is_stale(lease) else None
         return (leases[run_id] or {}).get("token")
 
+    for p in root.glob(".lease-*"):
+        held = read_lease(out, p.name[len(".lease-"):])
+        if "." not in p.name[1:] and held is not None and is_stale(held) and _drop_stale(p, held, uuid.uuid4().hex):
+            n += 1
     for p in root.glob(".*-*"):
         kind, _, rest = p.name[1:].partition("-")
         run_id, _, token = rest.partition("-")
