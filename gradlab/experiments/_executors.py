@@ -191,8 +191,7 @@ class SubmititExecutor:
             room = len(queue) if self.window is None else self.window - len(running)
             if room > 0 and queue:
                 batch, queue = queue[:room], queue[room:]
-                with self.executor.batch():
-                    jobs = [self.executor.submit(fn, *args) for _, args in batch]
+                jobs = self.executor.map_array(fn, *zip(*(args for _, args in batch), strict=True))
                 for job, (rid, _) in zip(jobs, batch, strict=True):
                     running[job] = rid
                 self._jobs.extend(jobs)
