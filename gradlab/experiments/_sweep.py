@@ -111,7 +111,8 @@ def execute(
         runner = make_executor(executor, out, jobs=jobs, options=executor_options)
         probe = write_probe(out)
         try:
-            reasons = _rounds(runner, todo, str(out), probe, _cache_setting(), progress, total, retries, backoff_s)
+            # workers get the absolute path: a Dask worker's working directory is not the launcher's
+            reasons = _rounds(runner, todo, os.path.abspath(out), probe, _cache_setting(), progress, total, retries, backoff_s)
         except BaseException:
             runner.cancel()
             raise

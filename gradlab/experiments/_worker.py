@@ -15,7 +15,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_one", "RemoteRun", "is_environmental", "check_probe", "limit_threads", "holdout_split", "HOLDOUT_SEED", "HELDOUT_TAUS", "HELDOUT_LAMBDAS"]
+__all__ = ["run_one", "RemoteRun", "is_environmental", "check_probe", "limit_threads", "holdout_split",
+           "HOLDOUT_SEED", "HELDOUT_TAUS", "HELDOUT_LAMBDAS"]
 
 #: The held-out split is the same for every run (it depends on the corpus only).
 HOLDOUT_SEED = 20240611
@@ -294,7 +295,7 @@ def run_one(spec_dict: dict[str, Any], out: str, probe: str | None = None, cache
     except Exception as exc:  # noqa: BLE001 - the store itself failed: not this run's result
         return {"status": "retry", "id": run_id, "reason": one_line(exc),
                 "retryable": not isinstance(exc, StoreNotShared), "spec": spec.to_dict()}
-    if lease is None and record is None:
+    if lease is None and (record is None or record["status"] != "done"):
         holder = read_lease(out, run_id) or {}
         return {"status": "busy", "id": run_id, "holder": holder.get("host"), "spec": spec.to_dict()}
     if lease is not None:
