@@ -2,8 +2,9 @@
 
 Registered by ``cli/app.py`` through ``register(app)``. Top-level imports stay light; the
 library (JAX, tokenizers, optax) loads inside the command. Every bad input is a one-line
-error (exit 2) raised before anything is written; Ctrl-C stops the workers, keeps the
-finished runs and exits 130 (the next invocation resumes).
+error (exit 2) raised before anything is written; Ctrl-C cancels what was submitted, keeps
+the finished runs and exits 130 (the next invocation resumes); exit 1 when a run of the
+study is not done, one line per such run on stderr.
 """
 
 from __future__ import annotations
@@ -78,6 +79,11 @@ def experiment(
     loss: Annotated[list[str] | None, typer.Option("--loss", "-l", help="trajectory: train these losses and draw each on its own simulated maps (repeatable; default: the baseline and ArcCon). " + LOSS_HELP)] = None,
     param: Params = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also redo runs recorded as failed (by default a failed run stays failed: same config, same seed, same error).")] = False,
+    executor: Annotated[str, typer.Option("--executor", help="Where runs execute: local (process pool), submitit (a SLURM job array where sbatch exists, else local processes) or dask (a dask.distributed scheduler). submitit and dask need pip install \"gradlab[cluster]\".")] = "local",
+    scheduler: Annotated[str | None, typer.Option("--scheduler", help="dask: the scheduler's address (tcp://HOST:8786) or a scheduler file (default: a local cluster of --jobs processes).")] = None,
+    executor_opt: Annotated[list[str] | None, typer.Option("--executor-opt", help="An executor option KEY=VALUE (repeatable): submitit's timeout_min, gpus_per_node, cpus_per_task, mem_gb, slurm_partition, slurm_array_parallelism, ...; dask's resources=GPU:1; threads=N (XLA threads per run).")] = None,
+    retries: Annotated[int, typer.Option("--retries", help="Extra attempts of a run after an environmental fault (full disk, killed worker, out of memory, preemption) before it is left not done.")] = 2,
+    status: Annotated[bool, typer.Option("--status", help="List each run of the study as done, running (host, heartbeat age), failed (why) or missing; runs nothing.")] = False,
     fmt: Formats = None,
     debug: Debug = False,
 ):
@@ -97,6 +103,14 @@ def experiment(
       gradlab experiment table3 --encoder minilm --steps 1000 --batch-size 64 --seeds 3
 
       gradlab experiment trajectory --loss my_losses.py:focal --param gamma=1 --quick
+
+      gradlab experiment all --out /shared/exp --executor submitit --executor-opt gpus_per_node=1 --executor-opt timeout_min=120
+
+      gradlab experiment fig6 --out /shared/exp --executor dask --scheduler tcp://head:8786
+
+      gradlab experiment all --out /shared/exp --status
+
+    Exit status 1 when any run of the study is not done (one line per run on stderr says why).
     """
     from gradlab_cli._common import check_formats, check_out_dir, command_line
 
@@ -111,6 +125,7 @@ def experiment(
         raise fail(f"--loss chooses the losses of trajectory (and all); not of {name!r}")
     losses = _loss_dicts(loss, parse_params(param))
     formats = check_formats(fmt)
+    options = _executor_options(executor, scheduler, executor_opt, retries)
     from gradlab.experiments import Scale, run_study
 
     scale = Scale.make(quick=quick, encoder=encoder, steps=steps, batch_size=batch_size, seeds=seeds,
@@ -119,6 +134,9 @@ def experiment(
         from gradlab.experiments import canonical_loss
 
         losses = [canonical_loss(d) for d in losses]  # a bad loss: one line, before anything is written
+    if status:
+        _print_status(name, out, scale, losses)
+        return
     check_out_dir(out)
     try:
         with progress_bar(f"{name}: runs") as bar:
@@ -127,7 +145,8 @@ def experiment(
                     bar(done, total)
 
             res = run_study(name, out, scale=scale, jobs=jobs, retry_failed=retry_failed, progress=progress,
-                            command=command_line(), fmt=formats[0], losses=losses)
+                            command=command_line(), fmt=formats[0], losses=losses, executor=executor,
+                            executor_options=options, retries=retries)
     except KeyboardInterrupt:
         typer.echo(f"interrupted: finished runs are kept in {str(out / 'runs')!r}; rerun the same command to "
                    "resume", err=True)
@@ -137,6 +156,61 @@ def experiment(
     n = len(res["records"])
     typer.echo(f"{n} runs: {res['executed']} executed, {n - res['executed']} reused, {res['failed']} failed; "
                f"{res['wall_s']:.0f} s", err=True)
+    for run_id, reason in res["not_done"].items():
+        typer.echo(f"not done: {run_id} {_label(res['records'][run_id])}: {reason}", err=True)
+    if res["not_done"]:
+        raise typer.Exit(1)
+
+
+def _label(record: dict) -> str:
+    from gradlab.experiments import RunSpec
+
+    return RunSpec.from_dict(record["spec"]).label
+
+
+def _executor_options(executor: str, scheduler: str | None, items: list[str] | None, retries: int) -> dict:
+    """Check --executor / --scheduler / --executor-opt / --retries (one-line errors) into executor options."""
+    import importlib.util
+
+    from gradlab.experiments import EXECUTORS, parse_executor_option
+
+    if executor not in EXECUTORS:
+        raise fail(f"unknown executor {executor!r}; choose from {', '.join(EXECUTORS)}")
+    if retries < 0:
+        raise fail(f"--retries must be >= 0; got {retries}")
+    need = {"submitit": "submitit", "dask": "distributed"}.get(executor)
+    if need and importlib.util.find_spec(need) is None:
+        raise fail(f"--executor {executor} needs {need!r}: pip install \"gradlab[cluster]\"")
+    if scheduler is not None and executor != "dask":
+        raise fail("--scheduler is the dask scheduler's address; give --executor dask too")
+    try:
+        options = dict(parse_executor_option(item) for item in items or ())
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if executor == "local" and options:
+        raise fail(f"the local executor takes no --executor-opt; got {', '.join(sorted(options))}")
+    if scheduler is not None:
+        is_file = scheduler.endswith(".json") or Path(scheduler).is_file()
+        options["scheduler_file" if is_file else "address"] = scheduler
+    return options
+
+
+def _print_status(name: str, out: Path, scale, losses) -> None:
+    """``--status``: one line per run of the study; runs nothing and writes nothing."""
+    from gradlab.experiments import study_status
+
+    rows = study_status(name, out, scale=scale, losses=losses)
+    for row in rows:
+        state = row["state"]
+        if state == "running":
+            state = f"running (host {row['host']}, pid {row['pid']}, heartbeat {row['heartbeat_age']:.0f} s ago)"
+        elif state == "failed":
+            state = f"failed ({row.get('error')})"
+        elif row.get("stale_lease"):
+            state = f"missing (stale lease of host {row['stale_lease']})"
+        typer.echo(f"{row['id']}  {state:<9}  {row['label']}")
+    counts = {k: sum(1 for r in rows if r["state"] == k) for k in ("done", "running", "failed", "missing")}
+    typer.echo(f"{len(rows)} runs: " + ", ".join(f"{v} {k}" for k, v in counts.items()), err=True)
 
 
 def register(app: typer.Typer) -> None:

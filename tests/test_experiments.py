@@ -452,3 +452,102 @@ def test_trajectory_trains_a_user_loss_from_the_cli(tmp_path, fake_train, monkey
     assert res.exit_code == 1 and "stop after resolving the loss" in res.output  # the stand-in's own error
     (config,) = [load_json(p) for p in (out / "runs").glob("*/config.json")]  # --loss replaced the default losses
     assert config["loss"]["user"] == f"{path.resolve()}:focal" and config["loss"]["params"] == {"gamma": 1.0, "tau": 0.05}
+
+
+# --------------------------------------------------------------------------- faults never become results
+def _raising(monkeypatch, exc):
+    calls = []
+
+    def train_in(spec, build):
+        calls.append(spec.id)
+        (build / "train_log.jsonl").write_text("{}\n")  # half a run on disk when the fault comes
+        raise exc
+
+    monkeypatch.setattr(_worker, "_train_in", train_in)
+    monkeypatch.setattr(_worker, "use_compile_cache", lambda directory=None: None)
+    return calls
+
+
+@pytest.mark.parametrize("exc", [OSError(28, "No space left on device"), OSError(5, "Input/output error"),
+                                 MemoryError("out of host memory"),
+                                 RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8 GiB")])
+def test_environmental_fault_is_retried_never_recorded_and_redone_next_launch(tmp_path, monkeypatch, exc):
+    spec = RunSpec(loss="baseline", **TINY)
+    calls = _raising(monkeypatch, exc)
+    recs = execute([spec], tmp_path, jobs=1, retries=2, backoff_s=0)
+    assert len(calls) == 3  # one attempt and two retries
+    assert recs[spec.id]["status"] == "missing" and type(exc).__name__ in recs[spec.id]["error"]
+    assert run_status(tmp_path, spec.id) == "missing"
+    assert list((tmp_path / "runs").iterdir()) == []  # no marker, no build directory, no lease
+    # the next launch (the machine healthy again) redoes it without --retry-failed
+    monkeypatch.setattr(_worker, "_train_in", lambda s, build: {"best_dev": _fake_dev(s)})
+    assert execute([spec], tmp_path, jobs=1)[spec.id]["best_dev"] == _fake_dev(spec)
+
+
+@pytest.mark.parametrize("exc", [ValueError("bad tau"), TypeError("not a number"), RuntimeError("the loss raised"),
+                                 FloatingPointError("non-finite training loss at step 2")])
+def test_deterministic_error_is_recorded_failed_and_not_retried(tmp_path, monkeypatch, exc):
+    spec = RunSpec(loss="baseline", **TINY)
+    calls = _raising(monkeypatch, exc)
+    recs = execute([spec], tmp_path, jobs=1, retries=2, backoff_s=0)
+    assert len(calls) == 1 and recs[spec.id]["status"] == "failed"
+    assert recs[spec.id]["error"] == f"{type(exc).__name__}: {exc}"
+
+
+def test_cli_exit_1_with_one_line_per_run_not_done_and_status(tmp_path, monkeypatch):
+    calls = _raising(monkeypatch, OSError(28, "No space left on device"))
+    out = tmp_path / "exp"
+    r = run("experiment", "fig9", "--quick", "--jobs", "1", "--retries", "0", "--out", out)
+    (spec,) = study_runs("fig9", Scale.make(quick=True))
+    assert r.exit_code == 1 and len(calls) == 1
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("not done:")]
+    assert lines == [f"not done: {spec.id} {spec.label}: OSError: [Errno 28] No space left on device"]
+    st = run("experiment", "fig9", "--quick", "--status", "--out", out)
+    assert st.exit_code == 0 and st.stdout.split() [:2] == [spec.id, "missing"]
+    monkeypatch.setattr(_worker, "_train_in", lambda s, build: (_ for _ in ()).throw(ValueError("bad")))
+    assert run("experiment", "fig9", "--quick", "--jobs", "1", "--out", out).exit_code == 1  # failed: not done
+    st = run("experiment", "fig9", "--quick", "--status", "--out", out)
+    assert st.stdout.split()[:3] == [spec.id, "failed", "(ValueError:"]
+
+
+def test_commit_keeps_the_old_run_when_the_disk_is_full_and_never_replaces_a_done_run(tmp_path, monkeypatch):
+    from gradlab.experiments._store import commit_run
+
+    def built(name, value):
+        d = tmp_path / "runs" / name
+        d.mkdir(parents=True)
+        (d / "result.json").write_text(json.dumps({"best_dev": value}))
+        return d
+
+    rid = "0123456789abcdef"
+    commit_run(tmp_path, rid, built(".tmp-a", 1.0), {"status": "failed", "error": "E"})
+    real_rename = os.rename
+
+    def full(src, dst):
+        if str(src).endswith(".tmp-b"):
+            raise OSError(28, "No space left on device")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", full)
+    with pytest.raises(OSError):
+        commit_run(tmp_path, rid, built(".tmp-b", 2.0), {"status": "done"})
+    monkeypatch.setattr(os, "rename", real_rename)
+    assert read_record(tmp_path, rid)["error"] == "E"  # the old directory is back, intact
+    commit_run(tmp_path, rid, built(".tmp-c", 3.0), {"status": "done"})  # a retried failure is replaced
+    assert read_record(tmp_path, rid)["best_dev"] == 3.0
+    commit_run(tmp_path, rid, built(".tmp-d", 4.0), {"status": "done"})  # a done run never is
+    assert read_record(tmp_path, rid)["best_dev"] == 3.0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [".tmp-b", rid]  # .tmp-b: the failed commit's
+
+
+def test_a_moved_loss_file_keeps_the_run_id(tmp_path):
+    for sub in ("mnt-a", "mnt-b"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "my_losses.py").write_text(USER_LOSS)
+    a = RunSpec(loss={"user": f"{tmp_path / 'mnt-a' / 'my_losses.py'}:focal"}, **TINY)
+    b = RunSpec(loss={"user": f"{tmp_path / 'mnt-b' / 'my_losses.py'}:focal"}, **TINY)
+    assert a.loss["user"] != b.loss["user"] and a.id == b.id  # the path is metadata; the content is the id
+    assert "mnt-a" not in a.canonical_json() and a.loss["sha256"] in a.canonical_json()
+    from gradlab import __version__
+
+    assert f'"gradlab":"{__version__}"' in a.canonical_json()

@@ -6,13 +6,16 @@ steps, batch size, data); its id is the hash of its canonical JSON, and it lives
 best-dev result and test score, committed atomically (``COMPLETE.json`` is written last,
 in a temporary directory renamed into place). A *study* is a list of runs and the
 figures / Result bundles / ``results.md`` built from them (``STUDIES``). ``run_study``
-executes only the missing runs (in ``jobs`` processes) and rebuilds the outputs.
+executes only the missing runs (in local processes, or on SLURM through submitit, or on
+Dask) and rebuilds the outputs. Workers claim runs with leases renewed by a heartbeat, so
+several launchers and hosts can share one store on a shared filesystem.
 
 Public names:
   RunSpec, canonical_loss, resolve_loss, loss_label, SCHEMA_VERSION        (a run)
   Scale, STUDIES, study_runs, baseline                                     (the studies)
-  run_study, execute, plan, default_jobs                                    (running)
-  run_status, read_record, run_dir                                          (the store)
+  run_study, study_status, execute, plan, default_jobs, is_environmental   (running)
+  EXECUTORS, make_executor, parse_executor_option                           (where runs execute)
+  run_status, run_state, read_record, run_dir, acquire_lease, read_lease    (the store)
   run_path, trajectory, write_trajectory                                    (paths on the maps)
   render_writeup, load_numbers, claims_table                                (the write-up from the numbers)
 """
@@ -32,6 +35,14 @@ _LAZY = {
     "study_runs": "gradlab.experiments._studies",
     "baseline": "gradlab.experiments._studies",
     "run_study": "gradlab.experiments._api",
+    "study_status": "gradlab.experiments._api",
+    "EXECUTORS": "gradlab.experiments._executors",
+    "make_executor": "gradlab.experiments._executors",
+    "parse_executor_option": "gradlab.experiments._executors",
+    "is_environmental": "gradlab.experiments._worker",
+    "acquire_lease": "gradlab.experiments._store",
+    "read_lease": "gradlab.experiments._store",
+    "run_state": "gradlab.experiments._store",
     "execute": "gradlab.experiments._sweep",
     "plan": "gradlab.experiments._sweep",
     "default_jobs": "gradlab.experiments._sweep",

@@ -32,7 +32,9 @@ from typing import Any
 __all__ = ["RunSpec", "SCHEMA_VERSION", "canonical_loss", "resolve_loss", "loss_label"]
 
 #: Bumped whenever the meaning of a field (or what a run computes) changes: every id changes with it.
-SCHEMA_VERSION = 2  # 2: the monitor measures the trained loss itself, from state 0
+#: 2: the id hashes the gradlab version and a user loss by function name and file content, not path; the
+#: monitor measures the trained loss itself, from state 0 (before the first update).
+SCHEMA_VERSION = 2
 ENCODERS = ("light", "minilm")
 
 
@@ -129,6 +131,19 @@ def _canonical_user(loss: Mapping[str, Any]) -> dict[str, Any]:
 
     resolved = load_loss(text, params=_params(loss.get("params"), text))  # one-line ValueError if unusable
     return {"user": text, "sha256": digest, "params": {k: float(v) for k, v in sorted(resolved.params.items())}}
+
+
+def _loss_identity(loss: dict[str, Any]) -> dict[str, Any]:
+    """The loss dict as hashed: a ``FILE.py:FUNCTION`` user loss becomes ``:FUNCTION`` (its file is
+    named by ``sha256``), so the id does not depend on where the file lies.
+
+    Examples:
+      >>> _loss_identity({"user": "/mnt/a/l.py:focal", "sha256": "ab", "params": {}})["user"]
+      ':focal'
+    """
+    if "user" not in loss or loss.get("sha256") is None:
+        return loss
+    return {**loss, "user": ":" + loss["user"].rpartition(":")[2]}
 
 
 def resolve_loss(loss: Mapping[str, Any]):
@@ -257,8 +272,16 @@ class RunSpec:
         return cls(**dict(d))
 
     def canonical_json(self) -> str:
-        """Sorted keys, no spaces, with the schema version: the text the id hashes."""
-        return json.dumps({"schema": SCHEMA_VERSION, **self.to_dict()}, sort_keys=True, separators=(",", ":"))
+        """Sorted keys, no spaces, with the schema and gradlab versions: the text the id hashes.
+
+        A user loss file enters by its function name and content hash, not by its path.
+        """
+        from gradlab._version import __version__
+
+        d = self.to_dict()
+        d["loss"] = _loss_identity(d["loss"])
+        return json.dumps({"schema": SCHEMA_VERSION, "gradlab": __version__, **d}, sort_keys=True,
+                          separators=(",", ":"))
 
     @property
     def id(self) -> str:

@@ -7,6 +7,7 @@ This module imports no JAX at import time, so a spawned worker can limit XLA's t
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import time
@@ -14,7 +15,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_one", "limit_threads", "holdout_split", "HOLDOUT_SEED", "HELDOUT_TAUS", "HELDOUT_LAMBDAS"]
+__all__ = ["run_one", "RemoteRun", "is_environmental", "check_probe", "limit_threads", "holdout_split",
+           "HOLDOUT_SEED", "HELDOUT_TAUS", "HELDOUT_LAMBDAS"]
 
 #: The held-out split is the same for every run (it depends on the corpus only).
 HOLDOUT_SEED = 20240611
@@ -38,17 +40,21 @@ def limit_threads(threads: int) -> None:
         os.environ[var] = "1"
 
 
-def use_compile_cache(out: str | os.PathLike) -> None:
-    """Keep XLA compilations in ``out/.jax_cache``: the seeds of one configuration (and a rerun)
-    compile the same training step and monitor once. Best effort: JAX may refuse once it compiled."""
-    if _CACHE.get("compile_cache"):
-        return
-    _CACHE["compile_cache"] = True
-    try:
-        import jax
+def use_compile_cache(directory: str | None = None) -> None:
+    """Switch on gradlab's persistent compilation cache (``gradlab.enable_cache``) in this worker.
 
-        jax.config.update("jax_compilation_cache_dir", str(Path(out) / ".jax_cache"))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    ``directory`` is the launcher's cache location (so every worker of a study, on any host,
+    uses the one configured for the CLI and the library); None = ``GRADLAB_CACHE_DIR`` or
+    the user cache directory; ``"off"`` leaves it off. Best effort: a cache is an optimization,
+    an unusable directory only costs compilations.
+    """
+    if _CACHE.get("compile_cache") == (directory,):
+        return
+    _CACHE["compile_cache"] = (directory,)
+    try:
+        from gradlab._cache import enable_cache
+
+        enable_cache(directory)
     except Exception:  # noqa: BLE001 - a cache is an optimization only
         pass
 
@@ -208,37 +214,171 @@ def _train_in(spec, build: Path) -> dict[str, Any]:
     }
 
 
-def run_one(spec_dict: dict[str, Any], out: str) -> dict[str, Any]:
-    """Train one run and commit ``out/runs/<id>``; returns its record.
+#: ``errno`` values of an ``OSError`` that say the machine, not the run, failed.
+ENVIRONMENTAL_ERRNO = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.ESTALE, errno.ENOMEM})
 
-    An exception from the run is recorded (status ``failed``, its one-line error); a
-    KeyboardInterrupt removes the build directory and propagates (nothing is committed).
+
+def is_environmental(exc: BaseException) -> bool:
+    """Whether an exception is a fault of the machine (retried, never recorded as a result).
+
+    Environmental: ``OSError`` ENOSPC / EIO / EDQUOT / ESTALE / ENOMEM, ``MemoryError``, and XLA's
+    ``RESOURCE_EXHAUSTED`` (out of device memory). Anything else raised by a run (its loss
+    raising, a non-finite loss, a ``ValueError`` / ``TypeError``) is deterministic.
+
+    Examples:
+      >>> is_environmental(OSError(errno.ENOSPC, "No space left on device"))
+      True
+      >>> is_environmental(RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 4 GiB"))
+      True
+      >>> is_environmental(FloatingPointError("non-finite training loss at step 3"))
+      False
+    """
+    if isinstance(exc, MemoryError):
+        return True
+    if isinstance(exc, OSError) and exc.errno in ENVIRONMENTAL_ERRNO:
+        return True
+    return "RESOURCE_EXHAUSTED" in str(exc)
+
+
+def one_line(exc: BaseException) -> str:
+    """``"Type: message"`` on one line."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+class StoreNotShared(RuntimeError):
+    """The worker cannot read the launcher's probe file: it does not see the same OUT."""
+
+
+PROBE = ".probe-"
+
+
+def check_probe(out: str, probe: str) -> None:
+    """Raise :class:`StoreNotShared` unless ``out/.probe-<probe>`` holds ``probe``."""
+    import socket
+
+    path = Path(out) / f"{PROBE}{probe}"
+    try:
+        seen = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        seen = None
+    if seen != probe:
+        raise StoreNotShared(f"the experiment directory {str(out)!r} is not the launcher's on host "
+                             f"{socket.gethostname()!r} (cannot read {path.name}): workers must see the same "
+                             "directory (a shared filesystem)")
+
+
+_HELD: dict[str, Any] = {}
+
+
+def run_one(spec_dict: dict[str, Any], out: str, probe: str | None = None, cache: str | None = None) -> dict[str, Any]:
+    """Claim, train and commit one run ``out/runs/<id>``; returns its record.
+
+    ``record["status"]``: ``done`` or ``failed`` (committed: a deterministic error of the run,
+    its one-line error recorded); ``retry`` (an environmental fault, see ``is_environmental``:
+    nothing committed, ``reason`` says why); ``busy`` (another live worker holds the run's
+    lease; ``holder`` names its host). A KeyboardInterrupt removes the build directory,
+    releases the lease and propagates.
+
+    Args:
+      spec_dict: ``RunSpec.to_dict()`` (all that travels to a worker, with ``out``).
+      out: the experiment directory, as the worker sees it.
+      probe: the launcher's probe token (checks that the worker sees the launcher's ``out``).
+      cache: the compilation cache directory (``use_compile_cache``).
     """
     from gradlab.experiments._spec import RunSpec
-    from gradlab.experiments._store import commit_run, read_record, tmp_dir
-    from gradlab.io import save_json_atomic
+    from gradlab.experiments._store import acquire_lease, read_lease, read_record
 
     spec = RunSpec.from_dict(spec_dict)
     run_id = spec.id
-    use_compile_cache(out)
-    build = tmp_dir(out, run_id)
+    try:
+        if probe is not None:
+            check_probe(out, probe)
+        record = read_record(out, run_id)
+        lease = None if record is not None and record["status"] == "done" else acquire_lease(out, run_id)
+    except Exception as exc:  # noqa: BLE001 - the store itself failed: not this run's result
+        return {"status": "retry", "id": run_id, "reason": one_line(exc),
+                "retryable": not isinstance(exc, StoreNotShared), "spec": spec.to_dict()}
+    if lease is None and (record is None or record["status"] != "done"):
+        holder = read_lease(out, run_id) or {}
+        return {"status": "busy", "id": run_id, "holder": holder.get("host"), "spec": spec.to_dict()}
+    if lease is not None:
+        _HELD[run_id] = lease
+        try:
+            record = _run_leased(spec, out, lease, cache)
+        finally:
+            _HELD.pop(run_id, None)
+            lease.release()
+    record["spec"] = spec.to_dict()
+    return record
+
+
+def release_held() -> None:
+    """Release every lease this process holds (a preempted job, before it is requeued)."""
+    for lease in list(_HELD.values()):
+        lease.release()
+
+
+def _run_leased(spec, out: str, lease, cache: str | None) -> dict[str, Any]:
+    import shutil
+
+    from gradlab.experiments._store import commit_run, read_record, tmp_dir
+    from gradlab.io import save_json_atomic
+
+    run_id = spec.id
+    record = read_record(out, run_id)
+    if record is not None and record["status"] == "done":  # committed before we claimed it
+        return record
+    build = None
     t0 = time.perf_counter()
     try:
+        use_compile_cache(cache)
+        build = tmp_dir(out, run_id, lease.token)
         save_json_atomic(build / "config.json", {"id": run_id, "schema_json": spec.canonical_json(), **spec.to_dict()})
         try:
             result = _train_in(spec, build)
             marker = {"status": "done", "id": run_id, "seconds": time.perf_counter() - t0}
             save_json_atomic(build / "result.json", {"id": run_id, "label": spec.label, **result})
         except Exception as exc:  # noqa: BLE001 - a failing run is recorded, the sweep goes on
-            error = " ".join(f"{type(exc).__name__}: {exc}".split())
+            if is_environmental(exc):
+                raise
             (build / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
-            marker = {"status": "failed", "id": run_id, "error": error, "seconds": time.perf_counter() - t0}
-        commit_run(out, run_id, build, marker)
+            marker = {"status": "failed", "id": run_id, "error": one_line(exc), "seconds": time.perf_counter() - t0}
+        if not lease.held():
+            shutil.rmtree(build, ignore_errors=True)
+            return {"status": "busy", "id": run_id, "holder": None, "reason": "lease lost (reclaimed as stale)"}
+        commit_run(out, run_id, build, marker, token=lease.token)
+    except Exception as exc:  # noqa: BLE001 - the machine failed (disk, memory): nothing is committed
+        if build is not None:
+            shutil.rmtree(build, ignore_errors=True)
+        return {"status": "retry", "id": run_id, "reason": one_line(exc), "retryable": True}
     except BaseException:
-        import shutil
-
-        shutil.rmtree(build, ignore_errors=True)
+        if build is not None:
+            shutil.rmtree(build, ignore_errors=True)
         raise
     record = read_record(out, run_id)
-    record["spec"] = spec.to_dict()
+    if record is None:  # pragma: no cover - committed above
+        return {"status": "retry", "id": run_id, "reason": "the committed run could not be read back",
+                "retryable": True}
     return record
+
+
+class RemoteRun:
+    """The callable sent to a cluster worker: ``RemoteRun()(spec_dict, out, probe, cache, threads)``.
+
+    Only the spec dict and a few strings travel (never a jitted function). ``checkpoint`` is
+    submitit's preemption / timeout hook: it releases the run's lease and resubmits the same
+    call, which restarts the run from scratch (the trainer keeps no resumable state; a run is
+    short, and its id makes the restart compute the same numbers).
+    """
+
+    def __call__(self, spec_dict: dict[str, Any], out: str, probe: str | None = None, cache: str | None = None,
+                 threads: int | None = None) -> dict[str, Any]:
+        if threads:
+            limit_threads(int(threads))
+        return run_one(spec_dict, out, probe=probe, cache=cache)
+
+    def checkpoint(self, *args: Any, **kwargs: Any):
+        from submitit.helpers import DelayedSubmission
+
+        release_held()
+        return DelayedSubmission(self, *args, **kwargs)
