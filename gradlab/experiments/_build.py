@@ -329,8 +329,11 @@ def build_fig8(ctx: Context) -> None:
         panels = {f"λ = {lam:g}": {"before": sum(h[f"before/lemma1_hist/{lam:g}"] for h in held),
                                    "after": sum(h[f"after/lemma1_hist/{lam:g}"] for h in held)}
                   for lam in HELDOUT_LAMBDAS}
-        ctx.figure("fig8a", plot.min_ratio_histograms(edges, panels, suptitle="Lemma-1 minimum ratio, held-out "
-                                                                             "(baseline training)"))
+        feas = {lam: {p: _vals(runs, lambda r, p=p, lam=lam: r["heldout"][p][f"lemma1_feasible/{lam:g}"])
+                      for p in ("before", "after")} for lam in HELDOUT_LAMBDAS}
+        feasible = {f"λ = {lam:g}": {p: _mean_sd(v)[0] for p, v in feas[lam].items()} for lam in HELDOUT_LAMBDAS}
+        ctx.figure("fig8a", plot.min_ratio_histograms(edges, panels, feasible=feasible,
+                                                      suptitle="Lemma-1 minimum ratio, held-out (baseline training)"))
         hist = np.array([[panels[f"λ = {lam:g}"][p] for p in ("before", "after")] for lam in HELDOUT_LAMBDAS])
         centers = (edges[1:] + edges[:-1]) / 2
         with np.errstate(all="ignore"):
@@ -340,10 +343,8 @@ def build_fig8(ctx: Context) -> None:
                                    extra_dims={"histogram": ("lam", "phase", "bin")},
                                    meta={"statistic": "mean Lemma-1 minimum ratio (feasible anchors), after"}))
         for i, lam in enumerate(HELDOUT_LAMBDAS):
-            feas = [_fmt(_vals(runs, lambda r, p=p, lam=lam: r["heldout"][p][f"lemma1_feasible/{lam:g}"]), 3)
-                    for p in ("before", "after")]
             rows_a.append([f"{lam:g}", *(f"{x:.3f}" if np.isfinite(x) else "n/a (never feasible)"
-                                         for x in means[i]), *feas])
+                                         for x in means[i]), *(_fmt(v, 3) for v in feas[lam].values())])
     # (b) dynamic ratios of ArcCon and MET over their own training
     lines_b, named_b, rows_b = {}, {}, []
     for name in ("arccon", "met"):
@@ -366,7 +367,8 @@ def build_fig8(ctx: Context) -> None:
         rows_c.append([f"{r:g}", _fmt(_vals(r_runs, "best_dev")), f"{mean[-1]:.3f}" if mean.size else "n/a",
                        _failures(r_runs) or "ok"])
     ctx.figure("fig8bc", plot.step_series({"(b) dynamic ratio R": lines_b, "(c) mean cos(anchor, positive)": lines_c},
-                                          suptitle="over training steps (monitored batches)"))
+                                          suptitle="over training steps (monitored batches)",
+                                          gaps={"(b) dynamic ratio R": "no anchor's GD above the threshold"}))
     if lines_b[TITLES["arccon"]][0].size:
         ctx.result("fig8b", _series_result(lines_b[TITLES["arccon"]][0], named_b, "monitored dynamic ratio (own loss)"))
     if lines_c and next(iter(lines_c.values()))[0].size:
@@ -395,8 +397,13 @@ def build_fig9(ctx: Context) -> None:
         steps, mean, sd, _ = _stacked(runs, key)
         panels[lab] = {lab: (steps, mean, sd)}
         named[key] = mean
-    ctx.figure("fig9", plot.step_series(panels, ncols=4, suptitle="Eq. 5 baseline: monitored angle statistics "
-                                                                  "(radians)"))
+    from gradlab.simulate import Protocol
+
+    sim = Protocol()  # the σ's Li et al. 2024 Sec. 3.1 assumes, which Fig. 9 checks
+    refs = {"σ_pos": [(sim.sigma_pos, f"simulation's σ_pos = {sim.sigma_pos:.2f}")],
+            "σ_neg": [(sim.sigma_neg, f"simulation's σ_neg = {sim.sigma_neg:.2f}")]}
+    ctx.figure("fig9", plot.step_series(panels, ncols=4, references=refs,
+                                        suptitle="Eq. 5 baseline: monitored angle statistics (radians)"))
     if steps.size:
         ctx.result("fig9", _series_result(steps, named, "monitored angle statistics over training (mean over seeds)"))
         for i in sorted({0, steps.size // 2, steps.size - 1}):
