@@ -107,7 +107,7 @@ def heatmap(data, *, x=None, y=None, mask=None, quantity: str = "gd", ax=None, t
             from matplotlib import patheffects
 
             for text in ax.clabel(cs, fmt=contour_fmt, fontsize=contour_fontsize):
-                text.set_path_effects([patheffects.withStroke(linewidth=2.2, foreground="0.1")])
+                text.set_path_effects([patheffects.withStroke(linewidth=0.15 * contour_fontsize, foreground="0.1")])
     shade_mask(ax, x, y, mask)
     for which, name, axis in (("x", x_name, x), ("y", y_name, y)):
         if name and is_angle_axis(name) and axis.size:
@@ -129,7 +129,8 @@ def heatmap(data, *, x=None, y=None, mask=None, quantity: str = "gd", ax=None, t
         from matplotlib.colors import TwoSlopeNorm
 
         if isinstance(norm, TwoSlopeNorm):
-            cbar.set_ticks(two_slope_ticks(norm.vmin, norm.vcenter, norm.vmax))
+            ticks = two_slope_ticks(norm.vmin, norm.vcenter, norm.vmax)
+            cbar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
     return fig
 
 
@@ -159,20 +160,23 @@ def two_slope_ticks(vmin: float, vcenter: float, vmax: float, n_low: int = 3, n_
       >>> two_slope_ticks(0.0, 1.0, 40.0).tolist()
       [0.0, 0.5, 1.0, 10.0, 20.0, 30.0, 40.0]
       >>> two_slope_ticks(-9.0, 1.0, 4.0).tolist()
-      [-5.0, 0.0, 1.0, 2.0, 3.0, 4.0]
+      [-8.0, -6.0, -4.0, -2.0, 1.0, 2.0, 3.0, 4.0]
     """
     from matplotlib.ticker import MaxNLocator
 
     def side(a, b, n):
-        t = MaxNLocator(nbins=n, steps=[1, 2, 2.5, 5, 10]).tick_values(a, b)
-        t = t[(t >= a - 1e-9 * (b - a)) & (t <= b + 1e-9 * (b - a))]
-        return t if t.size >= 2 else np.array([a, b])
+        """Round ticks in [a, b], none within 15 % of the side's length of the centre (each side
+        fills half the bar); two at least when a finer step finds them."""
+        for bins in (n, n + 2, n + 4):
+            t = MaxNLocator(nbins=bins, steps=[1, 2, 2.5, 5, 10]).tick_values(a, b)
+            t = t[(t >= a - 1e-9 * (b - a)) & (t <= b + 1e-9 * (b - a))]
+            t = t[np.abs(t - vcenter) >= 0.15 * (b - a)]
+            if t.size >= 2:
+                break
+        return t
 
     low, high = side(vmin, vcenter, n_low), side(vcenter, vmax, n_high)
-    ticks = np.unique(np.round(np.concatenate([low, [vcenter], high]), 12))
-    # keep the centre apart from its neighbours: drop ticks closer to it than a fifth of a side's step
-    gap = 0.2 * min(np.diff(low).min(initial=np.inf), np.diff(high).min(initial=np.inf))
-    return ticks[(np.abs(ticks - vcenter) >= gap) | (ticks == vcenter)]
+    return np.unique(np.round(np.concatenate([low, [vcenter], high]), 12))
 
 
 @styled
