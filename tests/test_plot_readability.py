@@ -90,7 +90,8 @@ def test_rho2023_multiplier_bars_are_labelled_below_one(recipe):
     for ax in images:
         cb = _cbar(ax)
         ticks = np.asarray(cb.get_ticks())
-        assert (ticks < 1).any() and (ticks > 1).any(), ticks
+        ticks = ticks[(ticks >= cb.vmin) & (ticks <= cb.vmax)]  # the ones the bar shows
+        assert (ticks < 1).sum() >= 2 and (ticks > 1).sum() >= 2, ticks
         assert all(lab.get_text() for lab in cb.ax.get_yticklabels())
 
 
