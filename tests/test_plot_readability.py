@@ -236,11 +236,3 @@ def test_trajectory_constant_ratio_is_said_not_coloured():
         assert x0 < path_neg.min() and path_neg.max() < x1 and y0 < path_pos.min() and path_pos.max() < y1
         assert (x1 - x0) < 0.5 * np.ptp(ax.get_xlim())
 
-
-def test_constant_value_ignores_masked_and_missing_cells():
-    from gradlab.plot._experiments import constant_value
-
-    v = np.array([[2.0, 2.0], [np.nan, 7.0]])
-    assert constant_value(v) is None
-    assert constant_value(v, mask=np.array([[False, False], [False, True]])) == 2.0
-    assert constant_value(np.array([[1.0, 1.0 + 1e-3]])) is None
