@@ -236,3 +236,14 @@ def test_trajectory_constant_ratio_is_said_not_coloured():
         assert x0 < path_neg.min() and path_neg.max() < x1 and y0 < path_pos.min() and path_pos.max() < y1
         assert (x1 - x0) < 0.5 * np.ptp(ax.get_xlim())
 
+
+
+def test_trajectory_inset_only_when_the_path_is_small():
+    gd = _map(np.linspace(0, 1, 64).reshape(8, 8))
+    long_pos, long_neg = np.array([0.3, 0.9, 1.4]), np.array([0.5, 1.8, 2.9])  # most of the map
+    fig = plot.trajectory_on_maps([gd], long_pos, long_neg)
+    assert fig.axes[0].child_axes == []
+    fig = plot.trajectory_on_maps([gd], long_pos, long_neg, inset=False)
+    assert fig.axes[0].child_axes == []
+    fig = plot.trajectory_on_maps([gd], long_pos[:1], long_neg[:1])  # one record: still zoomed in
+    assert len(fig.axes[0].child_axes) == 1

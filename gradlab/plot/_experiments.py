@@ -339,7 +339,8 @@ def trajectory_on_maps(maps: Sequence, mu_pos, mu_neg, *, titles: Sequence[str] 
     y is μ_pos, as in every map of Li et al. 2024. A map that is one constant where it is not
     masked (the ratio map of a static-ratio loss: R = r everywhere) is drawn without a colour
     scale and labelled with its value. With ``inset`` (default), each panel gets a zoomed inset
-    of the path's neighbourhood, its region outlined on the map.
+    of the path's neighbourhood, its region outlined on the map (not when the path already
+    spans a third of the map).
 
     Args:
       maps: ``Result`` maps with dims ``("mu_pos", "mu_neg")`` (e.g. ``gd_map``, ``ratio_map``).
@@ -362,10 +363,10 @@ def trajectory_on_maps(maps: Sequence, mu_pos, mu_neg, *, titles: Sequence[str] 
               else {"vmin": vmin, "vmax": vmax})
         heatmap(r, ax=ax, quantity=q, title=(titles or [None] * len(maps))[k], **kw)
         _draw_path(ax, mu_neg, mu_pos)
-        inset_left = _path_inset(ax, r, mu_neg, mu_pos, q, kw) if inset and mu_pos.size else 0.55
+        inset_left = _path_inset(ax, r, mu_neg, mu_pos, q, kw) if inset and mu_pos.size else None
         if const is not None:  # the note goes to the side the inset leaves free
             name = {"ratio": "R", "gd": "GD"}.get(q, q)
-            x_note, ha = (0.03, "left") if inset_left > 0.5 else (0.97, "right")
+            x_note, ha = (0.03, "left") if inset_left is not None and inset_left > 0.5 else (0.97, "right")
             ax.text(x_note, 0.96, f"{name} = {const:.4g}, constant", transform=ax.transAxes, ha=ha, va="top",
                     fontsize=11, bbox={"boxstyle": "round", "fc": "white", "ec": "0.5"}, zorder=8)
     if suptitle:
@@ -398,14 +399,16 @@ def _draw_path(ax, x, y, scale: float = 1.0):
         ax.plot(x[-1:], y[-1:], "*", color="white", mec="black", ms=12 * scale, zorder=7)
 
 
-def _path_inset(ax, r, x, y, quantity, kw) -> float:
+def _path_inset(ax, r, x, y, quantity, kw) -> float | None:
     """A zoomed inset of the map around the path, in the panel corner farthest from it; returns
-    the inset's left edge (axes fraction)."""
+    the inset's left edge (axes fraction), or None when the path is already large (zoom < 3)."""
     xs, ys = np.asarray(r.coords["mu_neg"], float), np.asarray(r.coords["mu_pos"], float)
     cell = max(np.abs(np.diff(xs)).min(initial=0.0), np.abs(np.diff(ys)).min(initial=0.0), 1e-3)
     half = max(0.6 * max(np.ptp(x), np.ptp(y)), 4 * cell)
     cx, cy = (x.min() + x.max()) / 2, (y.min() + y.max()) / 2
     (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    if (x1 - x0) / (2 * half) < 3:
+        return None
     # the corner farthest from the path's centre, in axes fractions
     fx, fy = (cx - x0) / (x1 - x0), (cy - y0) / (y1 - y0)
     left, bottom = (0.55 if fx < 0.5 else 0.03), (0.53 if fy < 0.5 else 0.03)
