@@ -90,7 +90,7 @@ def _lemma1(fid, writer, quick, seed):
     writer.result(fid, r, plot.lemma1_maps(r) if writer.plot else None)
 
 
-def _norms(part, names, ks_infonce=defaults.NORM_INFONCE_NEGATIVES, ncols=4):
+def _norms(part, names, ks_infonce=defaults.NORM_INFONCE_NEGATIVES, ncols=4, panel=(4.3, 3.5)):
     def build(fid, writer, quick, seed):
         from gradlab_cli.app import _write_panels
 
@@ -101,7 +101,7 @@ def _norms(part, names, ks_infonce=defaults.NORM_INFONCE_NEGATIVES, ncols=4):
         for name in names:
             for k in (ks_infonce if name == "infonce" else (norms.DEFAULT_NEGATIVES,)):
                 results.append(norms.norm_result(name, part=part, negatives=k, grid=grid))
-        fig = plot.norm_maps(results, ncols=ncols) if writer.plot else None
+        fig = plot.norm_maps(results, ncols=ncols, panel=panel) if writer.plot else None
         _write_panels(writer, fid, results, fig)
 
     return build
@@ -171,7 +171,8 @@ FIGURES: dict[str, Figure] = {
     "nie2023_fig2b": Figure("Nie et al. 2023 Fig. 2(b)", "alignment-part norms of DCL+, MPT, MET, MAT",
                          _norms("pos", ("dcl+", "mpt", "met", "mat"), ncols=4)),
     "nie2023_fig4": Figure("Nie et al. 2023 Fig. 4", "uniformity-part norms (one negative): InfoNCE ×4 K, uniformity, DCL, DCL+, MPT, MET, MAT",
-                        _norms("neg", ("infonce", "uniform", "dcl", "dcl+", "mpt", "met", "mat"), ncols=5)),
+                        _norms("neg", ("infonce", "uniform", "dcl", "dcl+", "mpt", "met", "mat"), ncols=2,
+                               panel=(3.4, 2.7))),
     "rho2023_fig1": Figure("Rho et al. 2023 Fig. 1", "gradient magnitudes without margins (β = 1, τ = 0.25)", _rho2023_fig1),
     "rho2023_fig2": Figure("Rho et al. 2023 Fig. 2", "angular-margin multipliers (β = 1, τ = 0.25, m1 = 0.4)", _rho2023_fig2),
     "rho2023_fig8": Figure("Rho et al. 2023 Fig. 8", "(p − βq)/(p − βq̃) for several m1 and τ", _rho2023_fig8),

@@ -485,8 +485,11 @@ def build_fig8(ctx: Context) -> None:
         panels = {f"λ = {lam:g}": {"before": sum(h[f"before/lemma1_hist/{lam:g}"] for h in held),
                                    "after": sum(h[f"after/lemma1_hist/{lam:g}"] for h in held)}
                   for lam in HELDOUT_LAMBDAS}
-        ctx.figure("fig8a", plot.min_ratio_histograms(edges, panels, suptitle="Lemma-1 minimum ratio, held-out "
-                                                                             "(baseline training)"))
+        feas = {lam: {p: _vals(runs, lambda r, p=p, lam=lam: r["heldout"][p][f"lemma1_feasible/{lam:g}"])
+                      for p in ("before", "after")} for lam in HELDOUT_LAMBDAS}
+        feasible = {f"λ = {lam:g}": {p: _mean_sd(v)[0] for p, v in feas[lam].items()} for lam in HELDOUT_LAMBDAS}
+        ctx.figure("fig8a", plot.min_ratio_histograms(edges, panels, feasible=feasible,
+                                                      suptitle="Lemma-1 minimum ratio, held-out (baseline training)"))
         hist = np.array([[panels[f"λ = {lam:g}"][p] for p in ("before", "after")] for lam in HELDOUT_LAMBDAS])
         centers = (edges[1:] + edges[:-1]) / 2
         with np.errstate(all="ignore"):
@@ -497,15 +500,13 @@ def build_fig8(ctx: Context) -> None:
                                    meta={"statistic": "mean Lemma-1 minimum ratio (feasible anchors), after"}))
         holds = []
         for i, lam in enumerate(HELDOUT_LAMBDAS):
-            feas_v = {p: _vals(runs, lambda r, p=p, lam=lam: r["heldout"][p][f"lemma1_feasible/{lam:g}"])
-                      for p in ("before", "after")}
-            feas = [_fmt(feas_v[p], 3) for p in ("before", "after")]
+            feas_v = feas[lam]
             for j, phase in enumerate(("before", "after")):
                 ctx.number(f"a.{lam:g}.r_low_{phase}", means[i, j])
                 ctx.number(f"a.{lam:g}.feasible_{phase}.mean", _mean_sd(feas_v[phase])[0])
             holds.append(bool(np.isfinite(means[i, 1]) and means[i, 1] < 1.0 and _mean_sd(feas_v["after"])[0] >= 0.5))
             rows_a.append([f"{lam:g}", *(f"{x:.3f}" if np.isfinite(x) else "n/a (never feasible)"
-                                         for x in means[i]), *feas])
+                                         for x in means[i]), *(_fmt(v, 3) for v in feas_v.values())])
         held_lams = [f"{lam:g}" for lam, ok in zip(HELDOUT_LAMBDAS, holds, strict=True) if ok]
         ctx.number("a.holds_for", held_lams)
         ctx.claim("li2024-fig8a", paper="Li et al. 2024, Fig. 8a",
@@ -559,7 +560,8 @@ def build_fig8(ctx: Context) -> None:
               finding=f"cos(anchor, positive) at the last state: {d:+.4f} from r = {lo:g} to {hi:g} (p = {p:.2g})",
               test=f"Welch's t over seeds, α = {ALPHA}")
     ctx.figure("fig8bc", plot.step_series({"(b) dynamic ratio R": lines_b, "(c) mean cos(anchor, positive)": lines_c},
-                                          suptitle="over training steps (monitored batches)"))
+                                          suptitle="over training steps (monitored batches)",
+                                          gaps={"(b) dynamic ratio R": "no anchor's GD above the threshold"}))
     if lines_b[TITLES["arccon"]][0].size:
         ctx.result("fig8b", _series_result(lines_b[TITLES["arccon"]][0], named_b, "monitored dynamic ratio (own loss)"))
     if lines_c and next(iter(lines_c.values()))[0].size:
@@ -588,8 +590,13 @@ def build_fig9(ctx: Context) -> None:
         steps, mean, sd, _ = _stacked(runs, key)
         panels[lab] = {lab: (steps, mean, sd)}
         named[key] = mean
-    ctx.figure("fig9", plot.step_series(panels, ncols=4, suptitle="Eq. 5 baseline: monitored angle statistics "
-                                                                  "(radians)"))
+    from gradlab.simulate import Protocol
+
+    sim = Protocol()  # the σ's Li et al. 2024 Sec. 3.1 assumes, which Fig. 9 checks
+    refs = {"σ_pos": [(sim.sigma_pos, f"simulation's σ_pos = {sim.sigma_pos:.2f}")],
+            "σ_neg": [(sim.sigma_neg, f"simulation's σ_neg = {sim.sigma_neg:.2f}")]}
+    ctx.figure("fig9", plot.step_series(panels, ncols=4, references=refs,
+                                        suptitle="Eq. 5 baseline: monitored angle statistics (radians)"))
     if steps.size:
         ctx.result("fig9", _series_result(steps, named, "monitored angle statistics over training (mean over seeds)"))
         for i in sorted({0, steps.size // 2, steps.size - 1}):

@@ -22,6 +22,7 @@ __all__ = ["run_one", "RemoteRun", "is_environmental", "check_probe", "limit_thr
 HOLDOUT_SEED = 20240611
 HELDOUT_TAUS = (0.3, 0.1, 0.05, 0.03, 0.01, 0.005)  # Li et al. 2024 Figs. 3 and 7
 HELDOUT_LAMBDAS = (0.01, 0.1, 0.5, 1.0)  # Li et al. 2024 Fig. 8a
+HELDOUT_COS_BINS = 200  # Fig. 5: cosine bins 0.01 wide over [-1, 1], so the narrow positive peak spans several
 _MONITOR_KEYS = ("mu_pos", "mu_neg", "sigma_pos", "sigma_neg", "cos_pos_mean", "cos_neg_mean", "align", "uniform",
                  "m_o", "m_r", "distance_gap")
 
@@ -132,7 +133,7 @@ def _heldout_stats(encoder, params, token_ids, spec) -> dict[str, Any]:
 
     h, hp = _views(encoder, params, token_ids, spec.batch_size, spec.seed)
     res = analyze(h, hp, batch_size=spec.batch_size, losses=("infonce",), ratio_losses=(), taus=HELDOUT_TAUS,
-                  lambdas=HELDOUT_LAMBDAS, margin=None, histograms=True)
+                  lambdas=HELDOUT_LAMBDAS, margin=None, histograms=True, hist_bins=HELDOUT_COS_BINS)
     hist = res["histograms"]
     out = {
         "cos_edges": np.asarray(hist["edges_cos"]),

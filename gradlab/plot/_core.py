@@ -62,8 +62,9 @@ def shade_mask(ax, x, y, mask, *, color="0.55", alpha=0.55, hatch="///"):
 @styled
 def heatmap(data, *, x=None, y=None, mask=None, quantity: str = "gd", ax=None, title: str | None = None,
             label: str | None = None, cmap: str | None = None, vmin=None, vmax=None, norm=None,
-            contours: Sequence[float] | None = None, contour_color: str = "lime",
-            x_name: str | None = None, y_name: str | None = None, colorbar: bool = True):
+            contours: Sequence[float] | None = None, contour_color: str = "lime", contour_fmt: str = "%g",
+            contour_fontsize: float = 8, x_name: str | None = None, y_name: str | None = None,
+            colorbar: bool = True):
     """Heatmap of a 2-D statistic; angle axes get ticks at multiples of π.
 
     Args:
@@ -73,8 +74,13 @@ def heatmap(data, *, x=None, y=None, mask=None, quantity: str = "gd", ax=None, t
       mask: bool (Y, X), True = shaded (default: the Result's mask).
       quantity: key of ``CMAPS`` / ``LABELS`` (colormap and colour-bar label).
       ax: draw into this Axes (else a new Figure).
-      contours: levels to draw as lines (e.g. ``[1.0]``) in ``contour_color``.
+      contours: levels to draw as lines (e.g. ``[1.0]``) in ``contour_color``, labelled with
+        ``contour_fmt`` (e.g. ``"R = %g"``) at ``contour_fontsize`` points.
       x_name, y_name: axis names (``"mu_neg"``, ``"theta_pos"`` ...) for labels and π ticks.
+
+    The colour bar gets extension arrows on the side(s) where values lie outside its range
+    (a clipped scale is never silent), and a ``TwoSlopeNorm`` gets ticks on both sides of
+    its centre.
 
     Returns:
       The matplotlib Figure.
@@ -98,7 +104,10 @@ def heatmap(data, *, x=None, y=None, mask=None, quantity: str = "gd", ax=None, t
         levels = [c for c in contours if finite.min() < c < finite.max()]
         if levels:
             cs = ax.contour(x, y, values, levels=levels, colors=contour_color, linewidths=1.4)
-            ax.clabel(cs, fmt="%g", fontsize=8)
+            from matplotlib import patheffects
+
+            for text in ax.clabel(cs, fmt=contour_fmt, fontsize=contour_fontsize):
+                text.set_path_effects([patheffects.withStroke(linewidth=0.15 * contour_fontsize, foreground="0.1")])
     shade_mask(ax, x, y, mask)
     for which, name, axis in (("x", x_name, x), ("y", y_name, y)):
         if name and is_angle_axis(name) and axis.size:
@@ -114,8 +123,60 @@ def heatmap(data, *, x=None, y=None, mask=None, quantity: str = "gd", ax=None, t
     if title:
         ax.set_title(title)
     if colorbar:
-        fig.colorbar(mesh, ax=ax, label=label or LABELS.get(quantity, quantity), shrink=0.95)
+        lo, hi = (norm.vmin, norm.vmax) if norm is not None else (vmin, vmax)
+        cbar = fig.colorbar(mesh, ax=ax, label=label or LABELS.get(quantity, quantity), shrink=0.95,
+                            extend=colorbar_extend(finite, lo, hi))
+        from matplotlib.colors import TwoSlopeNorm
+
+        if isinstance(norm, TwoSlopeNorm):
+            ticks = two_slope_ticks(norm.vmin, norm.vcenter, norm.vmax)
+            cbar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
     return fig
+
+
+def colorbar_extend(values, lo, hi) -> str:
+    """``extend=`` for a colour bar over [lo, hi]: an arrow on each side that values pass.
+
+    Examples:
+      >>> colorbar_extend([0.0, 0.5, 1.0], 0.0, 1.0), colorbar_extend([-1.0, 4.0], 0.0, 3.0)
+      ('neither', 'both')
+      >>> colorbar_extend([0.2, 7.0], 0.0, 3.0), colorbar_extend([], 0.0, 1.0)
+      ('max', 'neither')
+    """
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    if not v.size or lo is None or hi is None:
+        return "neither"
+    tol = 1e-9 * max(abs(hi - lo), 1e-300)
+    below, above = bool(v.min() < lo - tol), bool(v.max() > hi + tol)
+    return {(False, False): "neither", (True, False): "min", (False, True): "max", (True, True): "both"}[below, above]
+
+
+def two_slope_ticks(vmin: float, vcenter: float, vmax: float, n_low: int = 3, n_high: int = 4) -> np.ndarray:
+    """Colour-bar ticks for a ``TwoSlopeNorm``: round values on each side of the centre, the centre
+    included (matplotlib's default spaces ticks linearly in data, so the shorter side gets none).
+
+    Examples:
+      >>> two_slope_ticks(0.0, 1.0, 40.0).tolist()
+      [0.0, 0.5, 1.0, 10.0, 20.0, 30.0, 40.0]
+      >>> two_slope_ticks(-9.0, 1.0, 4.0).tolist()
+      [-8.0, -6.0, -4.0, -2.0, 1.0, 2.0, 3.0, 4.0]
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    def side(a, b, n):
+        """Round ticks in [a, b], none within 15 % of the side's length of the centre (each side
+        fills half the bar); two at least when a finer step finds them."""
+        for bins in (n, n + 2, n + 4):
+            t = MaxNLocator(nbins=bins, steps=[1, 2, 2.5, 5, 10]).tick_values(a, b)
+            t = t[(t >= a - 1e-9 * (b - a)) & (t <= b + 1e-9 * (b - a))]
+            t = t[np.abs(t - vcenter) >= 0.15 * (b - a)]
+            if t.size >= 2:
+                break
+        return t
+
+    low, high = side(vmin, vcenter, n_low), side(vcenter, vmax, n_high)
+    return np.unique(np.round(np.concatenate([low, [vcenter], high]), 12))
 
 
 @styled

@@ -84,6 +84,7 @@ def weight_share_curves(result, *, title: str | None = None):
                  title=title or default, cmap="viridis")
     ax = fig.axes[0]
     ax.set_ylim(-0.02, 1.02)
+    ax.legend(frameon=False, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: the curves fill the axes
     return fig
 
 
@@ -97,7 +98,7 @@ def ratio_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptit
     the band 1 ≤ R ≤ 2 the paper discusses stays readable.
     """
     return _loss_panels(results, titles, suptitle, ncols, quantity="ratio", vmin=vmin, vmax=vmax,
-                        contours=[1.0, 2.0], contour_color="white")
+                        contours=[1.0, 2.0], contour_color="white", contour_fmt="R = %g", contour_fontsize=12)
 
 
 @styled
@@ -125,14 +126,15 @@ def lemma1_maps(result, *, max_ratios: int = 4):
 
 
 @styled
-def min_ratio_distribution(result, *, ratio: float = 1.0, title: str | None = None, xlim=(-1.0, 4.0)):
+def min_ratio_distribution(result, *, ratio: float = 1.0, title: str | None = None, xlim=None):
     """Li et al. 2024 Fig. 8(a), simulated: density of the minimum ratio r_low per λ, with a
     static ratio ``ratio`` marked.
 
-    The legend gives, per λ, the fraction of feasible batches whose r_low ≤ ``ratio``
-    (a static ratio satisfies the lemma only there; from ``extra["cdf"]`` when the result
-    has that ratio, else from the histogram when ``ratio`` is a bin edge, else left out)
-    and the feasible fraction.
+    The densities are over the feasible batches only. The legend gives, per λ, the fraction
+    of feasible batches whose r_low ≤ ``ratio`` (a static ratio satisfies the lemma only
+    there; from ``extra["cdf"]`` when the result has that ratio, else from the histogram when
+    ``ratio`` is a bin edge, else left out), the feasible fraction, and the fractions of
+    feasible batches beyond the histogram's range. ``xlim`` defaults to that whole range.
     """
     import matplotlib
 
@@ -140,19 +142,24 @@ def min_ratio_distribution(result, *, ratio: float = 1.0, title: str | None = No
     edges = np.asarray(result.extra["bin_edges"], float)
     hist = np.asarray(result.extra["histogram"], float)
     below = np.asarray(result.extra.get("below", np.zeros(lams.size)), float)
+    above = np.asarray(result.extra.get("above", np.zeros(lams.size)), float)
     feas = np.asarray(result.extra.get("feasible", np.ones(lams.size)), float)
     at = _cdf_at(result, ratio, edges, hist, below)
-    fig, axes = new_figure(1, 1, panel=(5.6, 3.8))
+    fig, axes = new_figure(1, 1, panel=(5.6, 4.6))
     ax = axes[0, 0]
     colours = matplotlib.colormaps["plasma"](np.linspace(0.05, 0.85, max(lams.size, 1)))
     for k, (lam, colour) in enumerate(zip(lams, colours, strict=False)):
         share = "" if at is None else f"P($r_{{low}}$ ≤ {ratio:g}) = {at[k]:.2f}, "
-        ax.stairs(hist[k], edges, color=colour, lw=1.8, fill=False, label=f"λ = {lam:g}: {share}feasible {feas[k]:.2f}")
+        beyond = "".join(f", {v:.2f} {side} {e:g}" for v, side, e in ((below[k], "<", edges[0]),
+                                                                      (above[k], ">", edges[-1]))
+                         if np.isfinite(v) and v >= 0.005)
+        ax.stairs(hist[k], edges, color=colour, lw=1.8, fill=False,
+                  label=f"λ = {lam:g}: {share}feasible {feas[k]:.2f}{beyond}")
         ax.stairs(hist[k], edges, color=colour, alpha=0.12, fill=True)
     ax.axvline(ratio, color="k", ls="--", lw=1.2)
-    ax.set_xlim(*xlim)
+    ax.set_xlim(*(xlim or (edges[0], edges[-1])))
     ax.set_xlabel("minimum ratio $r_{low}$ of Lemma 1")
-    ax.set_ylabel("density")
+    ax.set_ylabel("density over feasible batches")
     meta = result.meta
     mp, mn = (_scalar(meta.get(k)) for k in ("mu_pos", "mu_neg"))
     if title is None:
@@ -160,7 +167,7 @@ def min_ratio_distribution(result, *, ratio: float = 1.0, title: str | None = No
         if isinstance(mp, (int, float)) and isinstance(mn, (int, float)):
             title += f"\n$\\mu_{{pos}}$ = {mp / math.pi:.3g}π, $\\mu_{{neg}}$ = {mn / math.pi:.3g}π"
     ax.set_title(title)
-    ax.legend(frameon=False, fontsize=8)
+    ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2))
     ax.grid(alpha=0.3)
     return fig
 
@@ -200,16 +207,48 @@ def norm_title(result) -> str:
     return f"{head}  ({', '.join(b for b in bits if b)})"
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _decade(vmax: float) -> int:
+    """The power of ten to factor out of colour-bar labels: 0 for 0.1 ≤ |vmax| < 1000.
+
+    Examples:
+      >>> _decade(0.3), _decade(0.0006), _decade(0.045), _decade(5e4), _decade(0.0)
+      (0, -4, -2, 4, 0)
+    """
+    if not np.isfinite(vmax) or vmax == 0 or 0.1 <= abs(vmax) < 1000:
+        return 0
+    return int(np.floor(np.log10(abs(vmax))))
+
+
 @styled
 def norm_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitle: str | None = None,
-              ncols: int | None = None):
+              ncols: int | None = None, panel: tuple[float, float] = (4.3, 3.5)):
     """Nie et al. 2023 Figs. 2 and 4: gradient-norm maps over θ_ii' (y) × θ_ij' (x), one panel each,
-    each with its own colour scale (magnitudes differ by orders: 1/τ, 2t/(NK), ...)."""
+    each with its own colour scale (magnitudes differ by orders: 1/τ, 2t/(NK), ...).
+
+    ``panel`` is each panel's size in inches: a smaller panel keeps the same font sizes, so
+    the labels stay legible when a many-panel figure is shown narrow (at most four ticks per
+    axis and colour bar, small or large norms with a common ×10ⁿ factor).
+    """
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
     results = list(results)
     nrows, ncols = _grid_shape(len(results), ncols)
-    fig, axes = new_figure(nrows, ncols, panel=(4.3, 3.5))
+    fig, axes = new_figure(nrows, ncols, panel=panel)
     for i, (ax, r) in enumerate(zip(axes.ravel(), results, strict=False)):
         heatmap(r, quantity="norm", ax=ax, title=titles[i] if titles else norm_title(r), vmin=0.0)
+        for which in ("x", "y"):
+            lim = ax.get_xlim() if which == "x" else ax.get_ylim()
+            set_pi_axis(ax, which, max(lim[0], 0.0), lim[1], max_ticks=4)
+        cbar = ax.collections[0].colorbar
+        e = _decade(cbar.vmax)
+        cbar.locator = MaxNLocator(nbins=4)
+        cbar.formatter = FuncFormatter(lambda v, _pos, e=e: f"{v / 10.0 ** e:g}")
+        cbar.update_ticks()
+        if e:
+            cbar.set_label(f"gradient norm (×10{str(e).translate(_SUPERSCRIPT)})")
     _hide_unused(axes, len(results))
     if suptitle:
         fig.suptitle(suptitle)
