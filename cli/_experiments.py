@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 from gradlab_cli._common import (
+    CONTEXT,
     LOSS_HELP,
     Debug,
     Formats,
@@ -23,7 +24,6 @@ from gradlab_cli._common import (
     progress_bar,
 )
 
-_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _STUDY_NAMES = ("fig6", "fig5", "fig7", "fig8", "fig9", "table3", "fig1", "trajectory", "all")
 
 
@@ -141,4 +141,4 @@ def experiment(
 
 def register(app: typer.Typer) -> None:
     """Add ``experiment`` to the gradlab CLI."""
-    app.command("experiment", context_settings=_CONTEXT)(experiment)
+    app.command("experiment", context_settings=CONTEXT)(experiment)

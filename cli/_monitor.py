@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from gradlab_cli._common import Debug, Formats, NoPlot, Out
-
-_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+from gradlab_cli._common import CONTEXT, Debug, Formats, NoPlot, Out
 
 
 def _flat_arrays(tree, prefix=""):
@@ -55,8 +53,7 @@ def track(
 
       gradlab track views.npz --tensorboard runs/views
     """
-    from gradlab_cli._common import fail, load_views
-    from gradlab_cli.app import _writer
+    from gradlab_cli._common import fail, load_views, make_writer
 
     if batch_size < 2:
         raise fail(f"--batch-size N must be >= 2; got {batch_size}")
@@ -74,7 +71,7 @@ def track(
     h, hp = load_views(embeddings)
     if h.shape[0] < batch_size:
         raise fail(f"{str(embeddings)!r} holds M = {h.shape[0]} pairs, fewer than one batch of N = {batch_size}")
-    writer = _writer(out, fmt, no_plot, "track", embeddings=str(embeddings), batch_size=batch_size,
+    writer = make_writer(out, fmt, no_plot, "track", embeddings=str(embeddings), batch_size=batch_size,
                      taus=taus, lambdas=lams, margin=margin)
     res = analyze(h, hp, batch_size=batch_size, taus=taus, lambdas=lams, margin=margin, histograms=True,
                   rankme_window=rankme_window)
@@ -137,5 +134,5 @@ def report_cmd(
 
 def register(app: typer.Typer) -> None:
     """Add ``track`` and ``report`` to the gradlab CLI."""
-    app.command("track", context_settings=_CONTEXT)(track)
-    app.command("report", context_settings=_CONTEXT)(report_cmd)
+    app.command("track", context_settings=CONTEXT)(track)
+    app.command("report", context_settings=CONTEXT)(report_cmd)

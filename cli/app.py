@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from gradlab_cli import _common
+from gradlab_cli import _common, _experiments, _monitor, _real
 from gradlab_cli._common import (
+    CONTEXT,
     LOSS_HELP,
     Compose,
     Debug,
@@ -36,9 +37,9 @@ from gradlab_cli._common import (
     NoPlot,
     Out,
     Params,
-    Writer,
     angle,
     fail,
+    make_writer,
     number,
     parse_params,
     progress_bar,
@@ -113,8 +114,6 @@ class _Gradlab(TyperGroup):
             sys.exit(code)
         return code
 
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 app = typer.Typer(
     name="gradlab",
@@ -247,10 +246,6 @@ def _param_tag(params: dict) -> str:
     return "".join(f"_{k}{text(v)}" for k, v in sorted(params.items()))
 
 
-def _writer(out, formats, no_plot, command, **parameters) -> Writer:
-    return Writer(out, formats or ["png"], not no_plot, command, parameters)
-
-
 # --- heatmap -------------------------------------------------------------------------------------
 @app.command(context_settings=CONTEXT)
 def heatmap(
@@ -302,7 +297,7 @@ def heatmap(
                         sigma_neg=sigma_neg, mu_pos_range=mu_pos_range, mu_neg_range=mu_neg_range, seed=seed,
                         mode=mode.value)
     the_loss = _loss(loss, params, compose)
-    writer = _writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
+    writer = make_writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
                      params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
                      gd_threshold=gd_threshold, part=part.value)
     from gradlab import simulate
@@ -378,7 +373,7 @@ def weight(
     protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
                         sigma_neg=sigma_neg, mu_neg_range=mu_neg_range, seed=seed, mode=mode.value)
     the_loss = _loss(loss, params)
-    writer = _writer(out, fmt, no_plot, "weight", loss=the_loss.name, taus=taus, mu_pos=mu_pos, gd_gate=gd_gate,
+    writer = make_writer(out, fmt, no_plot, "weight", loss=the_loss.name, taus=taus, mu_pos=mu_pos, gd_gate=gd_gate,
                      params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed)
     from gradlab import simulate
 
@@ -445,7 +440,7 @@ def lemma1(
 
         views = load_views(embeddings)
     mp, mn = dist_mu_pos, dist_mu_neg
-    writer = _writer(out, fmt, no_plot, "lemma1", lams=lams, ratios=ratios, alpha_law=law, protocol=protocol.to_dict(),
+    writer = make_writer(out, fmt, no_plot, "lemma1", lams=lams, ratios=ratios, alpha_law=law, protocol=protocol.to_dict(),
                      seed=seed, embeddings=None if embeddings is None else str(embeddings),
                      dist_mu_pos=mp, dist_mu_neg=mn)
     from gradlab import simulate
@@ -512,7 +507,7 @@ def norms(
     params = parse_params(param)
     parts = [part.value] if part else ["pos", "neg"]
     panels = gn.norm_panels(losses, parts=parts, negatives=ks, grid=grid, **params)
-    writer = _writer(out, fmt, no_plot, "norms", losses=names, parts=parts, negatives=ks, params=params, grid=grid)
+    writer = make_writer(out, fmt, no_plot, "norms", losses=names, parts=parts, negatives=ks, params=params, grid=grid)
     for p in parts:
         rs = [r for r in panels if r.meta["part"] == p]
         if not rs:
@@ -522,20 +517,8 @@ def norms(
             from gradlab import plot
 
             fig = plot.norm_maps(rs, ncols=min(4, len(rs)))
-        _write_panels(writer, f"norms_{p}{_param_tag(params)}", rs, fig)
+        writer.result(f"norms_{p}{_param_tag(params)}", gn.stack_panels(rs), fig)
     writer.report()
-
-
-def _write_panels(writer: Writer, stem: str, results, fig):
-    import numpy as np
-
-    writer.figure(stem, fig)
-    first = results[0]
-    arrays = {name: np.asarray(v) for name, v in first.coords.items()}
-    arrays["mean"] = np.stack([np.asarray(r.mean) for r in results])
-    arrays["panel"] = np.asarray([f"{r.meta['loss']}:{r.meta['part']}:K={r.meta['negatives']}" for r in results])
-    writer.data(stem, arrays, dims={"mean": ["panel", *first.dims]},
-                result_meta={"panels": [r.meta for r in results]})
 
 
 # --- losses --------------------------------------------------------------------------------------
@@ -599,24 +582,20 @@ def figures(
 
       gradlab figures --only li2024_fig2 --only nie2023_fig4
     """
-    from gradlab_cli._figures import FIGURES, build
+    from gradlab import plot
 
-    ids = list(only) if only else list(FIGURES)
-    unknown = [i for i in ids if i not in FIGURES]
-    if unknown:
-        raise fail(f"unknown figure id {unknown[0]!r}; choose from {', '.join(FIGURES)}")
-    writer = _writer(out, fmt, no_plot, "figures", quick=quick, only=ids, seed=seed)
+    ids = plot.figure_ids(only)
+    writer = make_writer(out, fmt, no_plot, "figures", quick=quick, only=ids, seed=seed)
     with progress_bar("figures") as cb:
         for n, fid in enumerate(ids):
-            build(fid, writer, quick=quick, seed=seed)
+            fig, data = plot.paper_figure(fid, quick=quick, seed=seed, plot=writer.plot)
+            writer.result(fid, data, fig)
             if cb:
                 cb(n + 1, len(ids))
     writer.report()
 
 
 # --- plug-ins ------------------------------------------------------------------------------------
-from gradlab_cli import _experiments, _monitor, _real  # noqa: E402 - they import CONTEXT from this module
-
 #: The plug-in modules, each with ``register(app)``; registered explicitly, so their commands
 #: always appear in ``gradlab --help`` (a missing extra is reported when the command runs).
 PLUGINS = (_monitor, _real, _experiments)

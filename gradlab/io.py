@@ -33,7 +33,7 @@ import math
 import os
 import secrets
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -349,6 +349,41 @@ class Result:
         loss = self.meta.get("loss", "")
         what = " ".join(str(s) for s in (stat, loss) if s)
         return f"Result({what + ': ' if what else ''}{axes}{extra})"
+
+    @classmethod
+    def stack(cls, results: Sequence[Result], dim: str, labels: Sequence[str],
+              meta: Mapping[str, Any] | None = None) -> Result:
+        """Same-shaped Results as one, along a new first axis ``dim`` labelled by ``labels``.
+
+        ``mean`` is stacked; ``stderr``, ``mask`` and each extra array when every Result has
+        them. The meta is ``meta`` plus ``panels``: each Result's own meta, in order.
+
+        Examples:
+          >>> import numpy as np
+          >>> a = Result(dims=("x",), coords={"x": np.arange(2.0)}, mean=np.zeros(2), meta={"loss": "a"})
+          >>> b = Result(dims=("x",), coords={"x": np.arange(2.0)}, mean=np.ones(2), meta={"loss": "b"})
+          >>> s = Result.stack([a, b], "loss", ["a", "b"])
+          >>> s.dims, s.mean.tolist(), [p["loss"] for p in s.meta["panels"]]
+          (('loss', 'x'), [[0.0, 0.0], [1.0, 1.0]], ['a', 'b'])
+        """
+        results = list(results)
+        if not results or len(labels) != len(results):
+            raise ValueError(f"stack needs one label per Result; got {len(labels)} labels for {len(results)} Results")
+        first = results[0]
+        if any(r.dims != first.dims or r.shape != first.shape for r in results):
+            raise ValueError(f"stack needs Results of one shape; got {sorted({(r.dims, r.shape) for r in results})}")
+
+        def stacked(get):
+            parts = [get(r) for r in results]
+            return None if any(p is None for p in parts) else np.stack(parts)
+
+        extra = {k: stacked(lambda r, k=k: r.extra.get(k)) for k in first.extra}
+        extra = {k: v for k, v in extra.items() if v is not None}
+        return cls(dims=(dim, *first.dims), coords={dim: np.asarray(labels, dtype=str), **first.coords},
+                   mean=np.stack([r.mean for r in results]), stderr=stacked(lambda r: r.stderr),
+                   mask=stacked(lambda r: r.mask), extra=extra,
+                   extra_dims={k: (dim, *v) for k, v in first.extra_dims.items() if k in extra},
+                   meta={**dict(meta or {}), "panels": [r.meta for r in results]})
 
     # --- files -------------------------------------------------------------------------
     def arrays(self) -> dict[str, np.ndarray]:

@@ -43,7 +43,12 @@ class Context:
         self.command, self.wall_s, self.executed, self.fmt = command, wall_s, executed, fmt
         self.losses = losses  # trajectory: the chosen losses (None: TRAJECTORY_LOSSES)
         self.files: list[Path] = []
-        self.out.mkdir(parents=True, exist_ok=True)
+        import time
+
+        from gradlab.outputs import Writer
+
+        self.writer = Writer(self.out, formats=[fmt], command_line=command, started=time.perf_counter() - wall_s,
+                             meta={"study": study, "scale": scale.to_dict(), "seeds": list(range(scale.seeds))})
 
     # --- lookups -------------------------------------------------------------------------
     def runs(self, loss: Any, seeds: Sequence[int] | None = None) -> list[dict]:
@@ -52,18 +57,13 @@ class Context:
 
     # --- writers -------------------------------------------------------------------------
     def figure(self, stem: str, fig) -> None:
-        from gradlab.plot import save_figure
-
-        self.files.append(save_figure(fig, self.out / f"{stem}.{self.fmt}", self.fmt))
+        self.files.extend(self.writer.figure(stem, fig))
 
     def result(self, stem: str, result) -> None:
-        self.files.extend(result.save(self.out / stem, provenance=self.provenance()))
+        self.files.extend(self.writer.result(stem, result))
 
     def provenance(self) -> dict[str, Any]:
-        from gradlab.io import runtime_meta
-
-        return {"study": self.study, "command_line": self.command, "scale": self.scale.to_dict(),
-                "seeds": list(range(self.scale.seeds)), "wall_time_s": round(self.wall_s, 2), **runtime_meta()}
+        return self.writer.provenance()
 
     def markdown(self, title: str, intro: str, table: list[str], notes: Sequence[str] = ()) -> None:
         from gradlab.io import atomic_write_text
