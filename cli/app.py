@@ -179,12 +179,12 @@ def _start_distributed() -> None:
 
 def _start_cache(no_cache: bool) -> None:
     """The persistent compilation cache, on by default for every command (env only: no JAX import)."""
-    from gradlab import _cache
+    import gradlab
 
     if no_cache:
-        _cache.disable_cache()
+        gradlab.disable_cache()
     else:
-        _cache.enable_cache()
+        gradlab.enable_cache()
 
 
 # --- shared options ------------------------------------------------------------------------------

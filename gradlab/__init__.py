@@ -25,6 +25,7 @@ _LAZY = {
     "reconstruct": "gradlab.paradigm",
     "lemma1_bounds": "gradlab.lemma1",
     "enable_cache": "gradlab._cache",
+    "disable_cache": "gradlab._cache",
 }
 _SUBMODULES = {"defaults", "geometry", "losses", "paradigm", "simulate", "lemma1", "margins", "collapse", "monitor", "plot", "io", "outputs", "real", "experiments", "design"}
 
