@@ -1,10 +1,13 @@
 """The ``gradlab`` command line: thin commands over the library (parse, call gradlab, write files).
 
-Every computing command writes into ``--out`` (default: the working directory) the figure
+Each command parses its options, calls the library's public names and writes through the
+one provenance writer, ``gradlab.outputs.Writer`` (``_common.Writer`` adds the command line
+as typed and the parameters): into ``--out`` (default: the working directory) the figure
 (``--format png|pdf|svg``, repeatable; ``--no-plot`` skips it), the data (``STEM.npz``:
 the result's arrays under the engine's names ``mu_pos``, ``mu_neg``, ``mean``, ``stderr``,
 ``mask``, ...) and the metadata (``STEM.json``: command line, parameters, seed, versions,
-device, wall time), each atomically.
+device, wall time), each atomically. ``gradlab figures`` is a loop over the library's
+registry, ``gradlab.plot.paper_figure``: a notebook gets the same figure and data.
 
 Validation lives in the library (``Protocol``, the loss registry): the commands build library
 objects from the options and let their ``ValueError`` / ``TypeError`` through. ONE handler,
@@ -13,9 +16,11 @@ stderr with exit code 2; ``--debug`` or ``GRADLAB_DEBUG=1`` shows the traceback 
 
 Plug-ins: the commands of ``cli/_monitor.py`` (``track``, ``report``), ``cli/_real.py``
 (``stsb``, ``train``) and ``cli/_experiments.py`` (``experiment``) are registered explicitly through
-their ``register(app)``, so they always
-appear in ``gradlab --help``. Their modules import only typer and the stdlib at the top; the
-library loads inside the command, and a missing extra is the one-line error that names it.
+their ``register(app)``, so they always appear in ``gradlab --help``. Data flows one way: this
+module imports the plug-ins and ``_common.py`` (shared options, parsers, ``fail``,
+``resolve_loss``, ``CONTEXT``, the ``Writer``); the plug-ins import only ``_common.py``, never
+this module. Their heavy imports (JAX, the ``real`` extra) load inside the command, and a missing
+extra is the one-line error that names it.
 """
 
 from __future__ import annotations
