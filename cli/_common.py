@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 
 from gradlab import outputs
@@ -207,33 +206,3 @@ class Writer(outputs.Writer):
 def make_writer(out: Path, formats: Sequence[str] | None, no_plot: bool, command: str, **parameters: Any) -> Writer:
     """The ``Writer`` of a command from its ``--out``, ``--format`` and ``--no-plot`` options."""
     return Writer(out, formats, not no_plot, command, parameters)
-
-
-def load_views(path: Path):
-    """Read ``h`` and ``h_prime`` (N, D) from an .npz; one-line errors for anything unreadable."""
-    path = Path(path)
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise fail(f"embeddings file {str(path)!r} must be an .npz holding arrays 'h' and 'h_prime' "
-                       f"(np.savez); got a single array")
-        with loaded as data:
-            keys = set(data.files)
-            if not {"h", "h_prime"} <= keys:
-                raise fail(f"embeddings file {str(path)!r} must hold arrays 'h' and 'h_prime'; found {sorted(keys)}")
-            raw = {k: np.asarray(data[k]) for k in ("h", "h_prime")}
-            for k, arr in raw.items():
-                if arr.dtype.kind not in "fiu":
-                    raise fail(f"embeddings {k!r} must be a real numeric array; got dtype {arr.dtype}")
-            h, hp = raw["h"].astype(float), raw["h_prime"].astype(float)
-    except OSError as exc:
-        raise fail(f"cannot read embeddings file {str(path)!r}: {exc.strerror or exc}") from None
-    except (ValueError, EOFError) as exc:
-        raise fail(f"cannot read embeddings file {str(path)!r}: not a valid .npz ({exc})") from None
-    if h.ndim != 2 or h.shape != hp.shape:
-        raise fail(f"embeddings 'h' and 'h_prime' must both have shape (N, D); got {h.shape} and {hp.shape}")
-    if h.shape[0] < 2:
-        raise fail(f"embeddings need N >= 2 pairs; got N = {h.shape[0]}")
-    if not (np.all(np.isfinite(h)) and np.all(np.isfinite(hp))):
-        raise fail("embeddings contain non-finite values")
-    return h, hp

@@ -53,7 +53,9 @@ def track(
 
       gradlab track views.npz --tensorboard runs/views
     """
-    from gradlab_cli._common import fail, load_views, make_writer
+    from gradlab_cli._common import fail, make_writer
+
+    from gradlab.io import load_views
 
     if batch_size < 2:
         raise fail(f"--batch-size N must be >= 2; got {batch_size}")

@@ -441,7 +441,7 @@ def lemma1(
                         mode=mode.value)
     views = None
     if embeddings is not None:
-        from gradlab_cli._common import load_views
+        from gradlab.io import load_views
 
         views = load_views(embeddings)
     mp, mn = dist_mu_pos, dist_mu_neg

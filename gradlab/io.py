@@ -47,6 +47,7 @@ __all__ = [
     "save_json_atomic",
     "load_json",
     "runtime_meta",
+    "load_views",
     "FORMAT_VERSION",
 ]
 
@@ -202,6 +203,52 @@ def runtime_meta() -> dict[str, Any]:
         meta["jax_version"] = None
         meta["device"] = f"unavailable ({type(exc).__name__})"
     return meta
+
+
+def load_views(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """Read two views ``h`` and ``h_prime`` (N, D) of N pairs from an ``.npz`` (``np.savez(f, h=..., h_prime=...)``).
+
+    Returns:
+      ``(h, h_prime)`` as float64 arrays.
+
+    Raises:
+      ValueError: one line for anything unreadable: not an ``.npz``, missing arrays, a
+        non-numeric dtype, shapes that differ or are not (N, D) with N >= 2, non-finite values.
+
+    Examples:
+      >>> import numpy as np, tempfile, os
+      >>> path = os.path.join(tempfile.mkdtemp(), "views.npz")
+      >>> np.savez(path, h=np.eye(3), h_prime=np.eye(3))
+      >>> [v.shape for v in load_views(path)]
+      [(3, 3), (3, 3)]
+    """
+    path = Path(path)
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded as data:
+                keys = set(data.files)
+                raw = {k: np.asarray(data[k]) for k in ("h", "h_prime") if k in keys}
+    except OSError as exc:
+        raise ValueError(f"cannot read embeddings file {str(path)!r}: {exc.strerror or exc}") from None
+    except (ValueError, EOFError) as exc:
+        raise ValueError(f"cannot read embeddings file {str(path)!r}: not a valid .npz ({exc})") from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise ValueError(f"embeddings file {str(path)!r} must be an .npz holding arrays 'h' and 'h_prime' "
+                         f"(np.savez); got a single array")
+    if len(raw) < 2:
+        raise ValueError(f"embeddings file {str(path)!r} must hold arrays 'h' and 'h_prime'; found {sorted(keys)}")
+    for k, arr in raw.items():
+        if arr.dtype.kind not in "fiu":
+            raise ValueError(f"embeddings {k!r} must be a real numeric array; got dtype {arr.dtype}")
+    h, hp = raw["h"].astype(float), raw["h_prime"].astype(float)
+    if h.ndim != 2 or h.shape != hp.shape:
+        raise ValueError(f"embeddings 'h' and 'h_prime' must both have shape (N, D); got {h.shape} and {hp.shape}")
+    if h.shape[0] < 2:
+        raise ValueError(f"embeddings need N >= 2 pairs; got N = {h.shape[0]}")
+    if not (np.all(np.isfinite(h)) and np.all(np.isfinite(hp))):
+        raise ValueError("embeddings contain non-finite values")
+    return h, hp
 
 
 # --- the bundle --------------------------------------------------------------------------

@@ -148,3 +148,23 @@ def test_paper_figure_errors_are_one_line():
     with pytest.raises(ValueError, match="li2024_fig2 has no parameter 'grid'"):
         plot.paper_figure("li2024_fig2", grid=3)
     assert "unknown figure id 'fig99'" in one_line_error(run("figures", "--only", "li2024_fig2", "--only", "fig99"))
+
+
+def test_load_views_reads_two_views_and_names_each_problem(tmp_path):
+    from gradlab.io import load_views
+
+    h = np.arange(6.0).reshape(3, 2)
+    np.savez(tmp_path / "v.npz", h=h, h_prime=h.astype(np.int32) + 1)
+    got_h, got_hp = load_views(tmp_path / "v.npz")
+    np.testing.assert_array_equal(got_h, h)
+    np.testing.assert_array_equal(got_hp, h + 1)
+    assert got_hp.dtype == np.float64
+    np.save(tmp_path / "one.npy", h)
+    with pytest.raises(ValueError, match="must be an .npz holding arrays 'h' and 'h_prime'"):
+        load_views(tmp_path / "one.npy")
+    np.savez(tmp_path / "wrong.npz", h=h)
+    with pytest.raises(ValueError, match=r"^embeddings file .* must hold arrays 'h' and 'h_prime'; found \['h'\]$"):
+        load_views(tmp_path / "wrong.npz")
+    np.savez(tmp_path / "nan.npz", h=h * np.nan, h_prime=h)
+    with pytest.raises(ValueError, match="non-finite"):
+        load_views(tmp_path / "nan.npz")
