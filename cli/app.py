@@ -303,35 +303,14 @@ def heatmap(
                         mode=mode.value)
     the_loss = _loss(loss, params, compose)
     writer = make_writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
-                     params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
-                     gd_threshold=gd_threshold, part=part.value)
-    from gradlab import simulate
+                         params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
+                         gd_threshold=gd_threshold, part=part.value)
+    from gradlab import plot
 
     comp = component.value
     with progress_bar(f"{comp} map of {the_loss.name}") as cb:
-        if comp == "gd":
-            result = simulate.gd_map(the_loss, protocol, exact=exact, progress=cb)
-        elif comp == "ratio":
-            result = simulate.ratio_map(the_loss, protocol, gd_threshold=gd_threshold, progress=cb)
-        elif comp == "weight":
-            result = simulate.weight_map(the_loss, protocol, gd_gate=gd_threshold, progress=cb)
-        else:
-            from gradlab import norms
-
-            result = norms.norm_on_mu_grid(the_loss, protocol, part=part.value)
-    fig = None
-    if not no_plot:
-        from gradlab import plot
-
-        if comp == "gd":
-            fig = plot.gd_maps([result])
-        elif comp == "ratio":
-            fig = plot.ratio_maps([result])
-        elif comp == "weight":
-            fig = plot.heatmap(result, quantity="weight", vmin=0, vmax=1,
-                               title=f"{plot.loss_title(the_loss.name)}: hardest negative's share (GD ≥ {gd_threshold:g})")
-        else:
-            fig = plot.heatmap(result, quantity="norm", vmin=0, title=f"{plot.loss_title(the_loss.name)}: ‖∇^{part.value}‖ at the mean angles")
+        fig, result = plot.component_figure(the_loss, protocol, component=comp, exact=exact, gd_threshold=gd_threshold,
+                                            part=part.value, progress=cb, plot=writer.plot)
     variant = ("_neg" if comp == "norm" and part is Part.neg else "") + ("_exact" if exact else "")
     writer.result(f"heatmap_{_safe(the_loss.name)}{_param_tag(params)}_{comp}{variant}", result, fig)
     writer.report()

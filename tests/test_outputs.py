@@ -168,3 +168,28 @@ def test_load_views_reads_two_views_and_names_each_problem(tmp_path):
     np.savez(tmp_path / "nan.npz", h=h * np.nan, h_prime=h)
     with pytest.raises(ValueError, match="non-finite"):
         load_views(tmp_path / "nan.npz")
+
+
+def test_component_figure_calls_the_engine_statistic_of_each_component():
+    from unittest import mock
+
+    from gradlab import plot
+    from gradlab.simulate import Protocol
+
+    proto = Protocol(grid=3, batches=2, batch_size=4)
+    fake = Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": np.array([0.2, 0.4]), "mu_neg": np.array([0.5, 1.0])},
+                  mean=np.full((2, 2), 0.5), meta={"loss": "infonce"})
+    calls = {"gd": ("gradlab.simulate.gd_map", {"exact": True, "progress": None}),
+             "ratio": ("gradlab.simulate.ratio_map", {"gd_threshold": 0.2, "progress": None}),
+             "weight": ("gradlab.simulate.weight_map", {"gd_gate": 0.2, "progress": None}),
+             "norm": ("gradlab.norms.norm_on_mu_grid", {"part": "neg"})}
+    for component, (target, kwargs) in calls.items():
+        with mock.patch(target, return_value=fake) as stat:
+            fig, got = plot.component_figure("infonce", proto, component=component, exact=component == "gd",
+                                             gd_threshold=0.2, part="neg", plot=component != "norm")
+        stat.assert_called_once_with("infonce", proto, **kwargs)
+        assert got is fake and (fig is None) == (component == "norm")
+    with pytest.raises(ValueError, match="unknown component 'w'"):
+        plot.component_figure("infonce", proto, component="w")
+    with pytest.raises(ValueError, match="exact applies to the gd component only"):
+        plot.component_figure("infonce", proto, component="ratio", exact=True)

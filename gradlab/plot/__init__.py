@@ -11,7 +11,8 @@ The training monitor (Li et al. 2024 Sec. 3.2 on real embeddings): ``monitor_cur
 ``lemma1_before_after``, ``cosine_before_after``, ``track_summary``.
 The real pipeline: ``stsb_scatter``, ``train_curves``.
 The paper figures as a registry: ``FIGURES`` (id -> ``PaperFigure``) and
-``paper_figure(id) -> (Figure, Result)``, the figure and data ``gradlab figures --only ID`` writes.
+``paper_figure(id) -> (Figure, Result)``, the figure and data ``gradlab figures --only ID`` writes;
+``component_figure(loss, protocol, component=...)``, the map ``gradlab heatmap`` writes.
 Primitives: ``heatmap``, ``curves``, ``shade_mask``, ``save_figure``; style: ``CMAPS``.
 
 Plotting lives here alone: the monitor report and the CLI call these recipes.
@@ -35,8 +36,10 @@ from gradlab.plot._figures import min_ratio_distribution as min_ratio_distributi
 from gradlab.plot._figures import norm_maps as norm_maps
 from gradlab.plot._figures import ratio_maps as ratio_maps
 from gradlab.plot._figures import weight_share_curves as weight_share_curves
+from gradlab.plot._gallery import COMPONENTS as COMPONENTS
 from gradlab.plot._gallery import FIGURES as FIGURES
 from gradlab.plot._gallery import PaperFigure as PaperFigure
+from gradlab.plot._gallery import component_figure as component_figure
 from gradlab.plot._gallery import figure_ids as figure_ids
 from gradlab.plot._gallery import paper_figure as paper_figure
 from gradlab.plot._margins import margin_gradients as margin_gradients
@@ -62,5 +65,5 @@ __all__ = [
     "component_sweeps", "cosine_histograms", "min_ratio_histograms", "ori_mod_bars", "path_cells", "step_series",
     "trajectory_on_maps", "weight_share_before_after",
     # the paper-figure registry (gradlab figures)
-    "FIGURES", "PaperFigure", "figure_ids", "paper_figure",
+    "FIGURES", "PaperFigure", "figure_ids", "paper_figure", "COMPONENTS", "component_figure",
 ]

@@ -19,7 +19,7 @@ import numpy as np
 
 from gradlab import defaults
 
-__all__ = ["FIGURES", "PaperFigure", "figure_ids", "paper_figure"]
+__all__ = ["COMPONENTS", "FIGURES", "PaperFigure", "component_figure", "figure_ids", "paper_figure"]
 
 #: ``quick=True``: the Monte-Carlo protocol, the θ grid of the norm maps, the grid of the margin maps.
 QUICK_PROTOCOL = {"grid": 12, "batches": 32, "batch_size": 16}
@@ -254,3 +254,60 @@ def paper_figure(figure_id: str, *, quick: bool = False, seed: int = 0, plot: bo
     fig, data = entry.build(params, quick=quick, seed=seed, plot=plot)
     return fig, dataclasses.replace(data, meta={**data.meta, "figure": fid, "paper": entry.paper, "shows": entry.shows,
                                                 "figure_params": _jsonable_params(params), "quick": quick})
+
+
+#: The (μ_pos, μ_neg) maps of ``component_figure`` (``gradlab heatmap --component``).
+COMPONENTS = ("gd", "ratio", "weight", "norm")
+
+
+def component_figure(loss, protocol=None, *, component: str = "gd", exact: bool = False,
+                     gd_threshold: float = defaults.GD_THRESHOLD, part: str = "pos", progress=None,
+                     plot: bool = True):
+    """A (μ_pos, μ_neg) map of one paradigm component of any loss, computed and drawn
+    (Li et al. 2024 Figs. 2, 4, 10): what ``gradlab heatmap`` writes.
+
+    Args:
+      loss: a registry name or a ``gradlab.Loss``.
+      protocol: the ``gradlab.simulate.Protocol`` (default: the paper's).
+      component: ``"gd"`` (``simulate.gd_map``; ``exact=True`` integrates), ``"ratio"``
+        (``simulate.ratio_map``, cells with mean GD below ``gd_threshold`` shaded),
+        ``"weight"`` (``simulate.weight_map``, the hardest negative's share over batches with
+        GD at least ``gd_threshold``) or ``"norm"`` (Nie et al. 2023's closed-form norm at the
+        mean angles, ``norms.norm_on_mu_grid``; ``part`` ``"pos"`` or ``"neg"``).
+      progress: optional ``callable(done, total)`` of the Monte-Carlo statistics.
+      plot: False returns ``(None, Result)`` without drawing.
+
+    Returns:
+      The matplotlib Figure (None when ``plot`` is False) and the map as a ``Result``.
+
+    Raises:
+      ValueError: an unknown component, or ``exact`` for another component than ``"gd"``.
+    """
+    from gradlab import norms, simulate
+    from gradlab.plot._core import heatmap
+    from gradlab.plot._figures import gd_maps, loss_title, ratio_maps
+
+    if component not in COMPONENTS:
+        raise ValueError(f"unknown component {component!r}; choose from {', '.join(COMPONENTS)}")
+    if exact and component != "gd":
+        raise ValueError("exact applies to the gd component only (quadrature of MPT, MET, MAT)")
+    protocol = simulate.Protocol() if protocol is None else protocol
+    if component == "gd":
+        result = simulate.gd_map(loss, protocol, exact=exact, progress=progress)
+    elif component == "ratio":
+        result = simulate.ratio_map(loss, protocol, gd_threshold=gd_threshold, progress=progress)
+    elif component == "weight":
+        result = simulate.weight_map(loss, protocol, gd_gate=gd_threshold, progress=progress)
+    else:
+        result = norms.norm_on_mu_grid(loss, protocol, part=part)
+    if not plot:
+        return None, result
+    if component == "gd":
+        return gd_maps([result]), result
+    if component == "ratio":
+        return ratio_maps([result]), result
+    name = loss_title(getattr(loss, "name", loss))
+    if component == "weight":
+        return heatmap(result, quantity="weight", vmin=0, vmax=1,
+                       title=f"{name}: hardest negative's share (GD ≥ {gd_threshold:g})"), result
+    return heatmap(result, quantity="norm", vmin=0, title=f"{name}: ‖∇^{part}‖ at the mean angles"), result
