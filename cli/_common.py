@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from gradlab import outputs
-from gradlab.outputs import check_formats, check_out_dir  # noqa: F401 - for the plug-ins
+from gradlab.outputs import check_out_dir  # noqa: F401 - for the plug-ins
 
 #: The command line as typed (set by ``app.main`` for every run, in-process runs included).
 COMMAND_LINE: list[str] | None = None
@@ -178,6 +178,14 @@ def progress_bar(label: str, enabled: bool | None = None):
         yield update
 
 
+def check_formats(formats: Sequence[str] | None) -> list[str]:
+    """The ``--format`` values, checked by the library; the error names the option."""
+    try:
+        return outputs.check_formats(formats)
+    except ValueError as exc:
+        raise fail(f"--format: {exc}") from None
+
+
 def _typer_version() -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -194,7 +202,7 @@ class Writer(outputs.Writer):
     def __init__(self, out: Path, formats: Sequence[str] | None, plot: bool, command: str,
                  parameters: Mapping[str, Any]):
         parameters = dict(parameters)
-        super().__init__(out, formats=formats or ["png"], plot=plot, command_line=command_line(),
+        super().__init__(out, formats=check_formats(formats), plot=plot, command_line=command_line(),
                          meta={"command": command, "parameters": parameters, "seed": parameters.get("seed"),
                                "typer_version": _typer_version()})
 

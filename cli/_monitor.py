@@ -124,7 +124,7 @@ def report_cmd(
     if on_map:
         from gradlab.experiments import write_trajectory
 
-        for path in write_trajectory(log, out, fmt=formats[0]):
+        for path in write_trajectory(log, out, fmt=formats[0], command_line=command_line()):
             typer.echo(str(path))
         return
     from gradlab.monitor import report

@@ -1,8 +1,9 @@
 """One provenance writer: a run's figure(s), data (``.npz``) and metadata (``.json``), each atomic.
 
 Every output that gradlab writes for a run goes through ``Writer``: the ``gradlab`` commands
-(``gradlab heatmap``, ``gradlab figures``, ``gradlab train``, ...) and the training studies
-(``gradlab.experiments``). A ``Writer`` checks the output directory and the figure formats
+(``gradlab heatmap``, ``gradlab figures``, ``gradlab train``, ...), the training studies
+(``gradlab.experiments``: each study's folder, ``write_trajectory``) and the monitor's
+``report``. A ``Writer`` checks the output directory and the figure formats
 before any computation, then writes for each stem
 
 - ``STEM.{png,pdf,svg}``: the figure, one file per format (skipped with ``plot=False``);
@@ -78,7 +79,7 @@ def check_formats(formats: Iterable[str] | None) -> list[str]:
     fmts = [str(f).lower().lstrip(".") for f in (formats or ["png"])]
     bad = [f for f in fmts if f not in FORMATS]
     if bad:
-        raise ValueError(f"unknown --format {bad[0]!r}; choose from {', '.join(FORMATS)}")
+        raise ValueError(f"unknown figure format {bad[0]!r}; choose from {', '.join(FORMATS)}")
     return list(dict.fromkeys(fmts))
 
 
@@ -140,13 +141,14 @@ class Writer:
         return {"command_line": self.command_line, **self.meta,
                 "wall_time_s": round(time.perf_counter() - self.start, 3), **versions(), **more}
 
-    def figure(self, stem: str, fig) -> list[Path]:
-        """``fig`` as ``out/STEM.FMT`` for every format; nothing when ``plot`` is off or ``fig`` is None."""
+    def figure(self, stem: str, fig, *, dpi: float | None = None) -> list[Path]:
+        """``fig`` as ``out/STEM.FMT`` for every format (``dpi``: ``save_figure``'s default when None);
+        nothing when ``plot`` is off or ``fig`` is None."""
         if not self.plot or fig is None or not self.primary:
             return []
         from gradlab.plot import save_figure
 
-        paths = [save_figure(fig, self.out / f"{stem}.{fmt}", fmt) for fmt in self.formats]
+        paths = [save_figure(fig, self.out / f"{stem}.{fmt}", fmt, dpi=dpi) for fmt in self.formats]
         self.written.extend(paths)
         return paths
 

@@ -76,7 +76,7 @@ def test_writer_writes_figure_data_and_metadata_atomically(tmp_path):
 def test_writer_without_plot_writes_no_figure_and_checks_its_inputs_first(tmp_path):
     w = Writer(tmp_path, plot=False)
     assert w.figure("f", object()) == [] and w.written == []
-    with pytest.raises(ValueError, match="unknown --format 'gif'"):
+    with pytest.raises(ValueError, match="unknown figure format 'gif'"):
         Writer(tmp_path, formats=["gif"])
     blocker = tmp_path / "file"
     blocker.write_text("x")
