@@ -97,8 +97,7 @@ def write_trajectory(run: str | Path, out: str | Path, *, grid: int = 50, batche
     ``on_map.<fmt>`` and the Result bundles ``on_map_gd``, ``on_map_ratio``, ``on_map_path``.
     """
     from gradlab.outputs import Writer
-    from gradlab.plot import trajectory_on_maps
-    from gradlab.plot._figures import loss_title
+    from gradlab.plot import loss_title, trajectory_on_maps
 
     path = run_path(run)
     loss, batch_size = run_loss(run)
