@@ -1,4 +1,5 @@
-"""Shared CLI plumbing: option parsers, output checks, progress, writing figure + data + metadata."""
+"""Shared CLI plumbing: option parsers, shared options, the error line, progress, and the command's
+``Writer`` (``gradlab.outputs.Writer``, the one provenance writer, with the command line as typed)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,20 @@ import os
 import re
 import shlex
 import sys
-import tempfile
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 
-FORMATS = ("png", "pdf", "svg")
+from gradlab import outputs
+from gradlab.outputs import check_out_dir  # noqa: F401 - for the plug-ins
 
 #: The command line as typed (set by ``app.main`` for every run, in-process runs included).
 COMMAND_LINE: list[str] | None = None
+
+#: Context settings of every command (``-h`` and the help width).
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 _DEBUG = {"on": False}
 
@@ -149,27 +151,6 @@ Params = Annotated[list[str] | None, typer.Option("--param", "-p", parser=key_va
                                                    help="Loss parameter KEY=VALUE (repeatable); values may use pi, e.g. u=pi/18.")]
 
 
-def check_out_dir(out: Path) -> Path:
-    """Create ``out`` if needed and prove it is writable (before any long computation)."""
-    out = Path(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".gradlab-probe-", dir=out)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise fail(f"cannot write to output directory {str(out)!r}: {exc.strerror or exc}") from None
-    return out
-
-
-def check_formats(formats: Iterable[str] | None) -> list[str]:
-    fmts = [f.lower().lstrip(".") for f in (formats or ["png"])]
-    bad = [f for f in fmts if f not in FORMATS]
-    if bad:
-        raise fail(f"unknown --format {bad[0]!r}; choose from {', '.join(FORMATS)}")
-    return list(dict.fromkeys(fmts))
-
-
 @contextlib.contextmanager
 def progress_bar(label: str, enabled: bool | None = None):
     """Yield a ``callable(done, total)`` that drives a rich bar on a TTY (no-op otherwise)."""
@@ -197,124 +178,39 @@ def progress_bar(label: str, enabled: bool | None = None):
         yield update
 
 
-def _versions() -> dict[str, Any]:
-    from gradlab.io import runtime_meta
-
-    meta = runtime_meta()
-    meta["python"] = sys.version.split()[0]
-    for mod in ("typer", "matplotlib"):
-        try:
-            from importlib.metadata import version
-
-            meta[f"{mod}_version"] = version(mod)
-        except Exception:  # noqa: BLE001
-            meta[f"{mod}_version"] = None
-    return meta
+def check_formats(formats: Sequence[str] | None) -> list[str]:
+    """The ``--format`` values, checked by the library; the error names the option."""
+    try:
+        return outputs.check_formats(formats)
+    except ValueError as exc:
+        raise fail(f"--format: {exc}") from None
 
 
-def primary_process() -> bool:
-    """False on every process but the first under ``jax.distributed``: results are written once."""
-    if "jax" not in sys.modules:
-        return True
-    import jax
+def _typer_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
 
-    return jax.process_index() == 0
+    try:
+        return version("typer")
+    except PackageNotFoundError:  # pragma: no cover - typer runs this code
+        return None
 
 
-class Writer:
-    """Writes a command's outputs into ``out``: figures, ``.npz`` data and ``.json`` metadata, atomically.
+class Writer(outputs.Writer):
+    """A command's ``gradlab.outputs.Writer``: the command line as typed, the command, its
+    parameters and seed in every ``.json``; ``report()`` prints the paths written."""
 
-    Under ``jax.distributed`` only process 0 writes (every process holds the gathered result)."""
-
-    def __init__(self, out: Path, formats: Sequence[str], plot: bool, command: str, parameters: Mapping[str, Any]):
-        self.primary = primary_process()
-        self.out = check_out_dir(out) if self.primary else Path(out)
-        self.formats = check_formats(formats)
-        self.plot = plot
-        self.command = command
-        self.parameters = dict(parameters)
-        self.start = time.perf_counter()
-        self.written: list[Path] = []
-
-    def figure(self, stem: str, fig) -> list[Path]:
-        if not self.plot or fig is None or not self.primary:
-            return []
-        from gradlab.plot import save_figure
-
-        paths = []
-        for fmt in self.formats:
-            paths.append(save_figure(fig, self.out / f"{stem}.{fmt}", fmt))
-        self.written.extend(paths)
-        return paths
-
-    def _provenance(self, **more) -> dict[str, Any]:
-        return {
-            "command_line": command_line(),
-            "command": self.command,
-            "parameters": self.parameters,
-            "seed": self.parameters.get("seed"),
-            "wall_time_s": round(time.perf_counter() - self.start, 3),
-            **_versions(),
-            **more,
-        }
-
-    def data(self, stem: str, arrays: Mapping[str, Any], *, result_meta: Mapping | None = None,
-             dims: Mapping | None = None, extra_meta: Mapping | None = None) -> tuple[Path, Path]:
-        """Arrays that are not one Result (stacked panels, curves): flat ``.npz`` + ``.json``."""
-        from gradlab.io import save_json_atomic, save_npz_atomic
-
-        if not self.primary:
-            return self.out / f"{stem}.npz", self.out / f"{stem}.json"
-        npz = save_npz_atomic(self.out / f"{stem}.npz", **{k: np.asarray(v) for k, v in arrays.items()})
-        meta = self._provenance(
-            arrays={k: list(np.shape(v)) for k, v in arrays.items()},
-            array_dims=dict(dims or {}),
-            result_meta=dict(result_meta or {}),
-            **dict(extra_meta or {}),
-        )
-        js = save_json_atomic(self.out / f"{stem}.json", meta)
-        self.written.extend([npz, js])
-        return npz, js
-
-    def result(self, stem: str, result, fig=None, **extra_meta) -> None:
-        """One Result: ``gradlab.io.Result.load(out / stem)`` reads it back; the JSON adds
-        the command line, parameters, seed, versions and wall time to the Result header."""
-        self.figure(stem, fig)
-        if not self.primary:
-            return
-        paths = result.save(self.out / stem, provenance=self._provenance(**extra_meta))
-        self.written.extend(paths)
+    def __init__(self, out: Path, formats: Sequence[str] | None, plot: bool, command: str,
+                 parameters: Mapping[str, Any]):
+        parameters = dict(parameters)
+        super().__init__(out, formats=check_formats(formats), plot=plot, command_line=command_line(),
+                         meta={"command": command, "parameters": parameters, "seed": parameters.get("seed"),
+                               "typer_version": _typer_version()})
 
     def report(self) -> None:
         for p in self.written:
             typer.echo(str(p))
 
 
-def load_views(path: Path):
-    """Read ``h`` and ``h_prime`` (N, D) from an .npz; one-line errors for anything unreadable."""
-    path = Path(path)
-    try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise fail(f"embeddings file {str(path)!r} must be an .npz holding arrays 'h' and 'h_prime' "
-                       f"(np.savez); got a single array")
-        with loaded as data:
-            keys = set(data.files)
-            if not {"h", "h_prime"} <= keys:
-                raise fail(f"embeddings file {str(path)!r} must hold arrays 'h' and 'h_prime'; found {sorted(keys)}")
-            raw = {k: np.asarray(data[k]) for k in ("h", "h_prime")}
-            for k, arr in raw.items():
-                if arr.dtype.kind not in "fiu":
-                    raise fail(f"embeddings {k!r} must be a real numeric array; got dtype {arr.dtype}")
-            h, hp = raw["h"].astype(float), raw["h_prime"].astype(float)
-    except OSError as exc:
-        raise fail(f"cannot read embeddings file {str(path)!r}: {exc.strerror or exc}") from None
-    except (ValueError, EOFError) as exc:
-        raise fail(f"cannot read embeddings file {str(path)!r}: not a valid .npz ({exc})") from None
-    if h.ndim != 2 or h.shape != hp.shape:
-        raise fail(f"embeddings 'h' and 'h_prime' must both have shape (N, D); got {h.shape} and {hp.shape}")
-    if h.shape[0] < 2:
-        raise fail(f"embeddings need N >= 2 pairs; got N = {h.shape[0]}")
-    if not (np.all(np.isfinite(h)) and np.all(np.isfinite(hp))):
-        raise fail("embeddings contain non-finite values")
-    return h, hp
+def make_writer(out: Path, formats: Sequence[str] | None, no_plot: bool, command: str, **parameters: Any) -> Writer:
+    """The ``Writer`` of a command from its ``--out``, ``--format`` and ``--no-plot`` options."""
+    return Writer(out, formats, not no_plot, command, parameters)

@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 from gradlab_cli._common import (
+    CONTEXT,
     LOSS_HELP,
     Debug,
     Formats,
@@ -24,7 +25,6 @@ from gradlab_cli._common import (
     progress_bar,
 )
 
-_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _STUDY_NAMES = ("fig6", "fig5", "fig7", "fig8", "fig9", "table3", "fig1", "nie2023", "trajectory", "all")
 
 
@@ -215,4 +215,4 @@ def _print_status(name: str, out: Path, scale, losses) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add ``experiment`` to the gradlab CLI."""
-    app.command("experiment", context_settings=_CONTEXT)(experiment)
+    app.command("experiment", context_settings=CONTEXT)(experiment)

@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from gradlab_cli._common import Debug, Formats, NoPlot, Out
-
-_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+from gradlab_cli._common import CONTEXT, Debug, Formats, NoPlot, Out
 
 
 def _flat_arrays(tree, prefix=""):
@@ -55,8 +53,9 @@ def track(
 
       gradlab track views.npz --tensorboard runs/views
     """
-    from gradlab_cli._common import fail, load_views
-    from gradlab_cli.app import _writer
+    from gradlab_cli._common import fail, make_writer
+
+    from gradlab.io import load_views
 
     if batch_size < 2:
         raise fail(f"--batch-size N must be >= 2; got {batch_size}")
@@ -74,7 +73,7 @@ def track(
     h, hp = load_views(embeddings)
     if h.shape[0] < batch_size:
         raise fail(f"{str(embeddings)!r} holds M = {h.shape[0]} pairs, fewer than one batch of N = {batch_size}")
-    writer = _writer(out, fmt, no_plot, "track", embeddings=str(embeddings), batch_size=batch_size,
+    writer = make_writer(out, fmt, no_plot, "track", embeddings=str(embeddings), batch_size=batch_size,
                      taus=taus, lambdas=lams, margin=margin)
     res = analyze(h, hp, batch_size=batch_size, taus=taus, lambdas=lams, margin=margin, histograms=True,
                   rankme_window=rankme_window)
@@ -125,7 +124,7 @@ def report_cmd(
     if on_map:
         from gradlab.experiments import write_trajectory
 
-        for path in write_trajectory(log, out, fmt=formats[0]):
+        for path in write_trajectory(log, out, fmt=formats[0], command_line=command_line()):
             typer.echo(str(path))
         return
     from gradlab.monitor import report
@@ -137,5 +136,5 @@ def report_cmd(
 
 def register(app: typer.Typer) -> None:
     """Add ``track`` and ``report`` to the gradlab CLI."""
-    app.command("track", context_settings=_CONTEXT)(track)
-    app.command("report", context_settings=_CONTEXT)(report_cmd)
+    app.command("track", context_settings=CONTEXT)(track)
+    app.command("report", context_settings=CONTEXT)(report_cmd)

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 from gradlab_cli._common import (
+    CONTEXT,
     LOSS_HELP,
     Compose,
     Debug,
@@ -334,10 +335,6 @@ def train(
 
 def register(app: typer.Typer) -> None:
     """Add ``stsb``, ``sts`` and ``train`` to the gradlab app."""
-    try:
-        from gradlab_cli.app import CONTEXT
-    except ImportError:  # pragma: no cover - app.py mid-import under an unusual name
-        CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
     app.command("stsb", context_settings=CONTEXT)(stsb)
     app.command("sts", context_settings=CONTEXT)(sts)
     app.command("train", context_settings=CONTEXT)(train)

@@ -1,10 +1,13 @@
 """The ``gradlab`` command line: thin commands over the library (parse, call gradlab, write files).
 
-Every computing command writes into ``--out`` (default: the working directory) the figure
+Each command parses its options, calls the library's public names and writes through the
+one provenance writer, ``gradlab.outputs.Writer`` (``_common.Writer`` adds the command line
+as typed and the parameters): into ``--out`` (default: the working directory) the figure
 (``--format png|pdf|svg``, repeatable; ``--no-plot`` skips it), the data (``STEM.npz``:
 the result's arrays under the engine's names ``mu_pos``, ``mu_neg``, ``mean``, ``stderr``,
 ``mask``, ...) and the metadata (``STEM.json``: command line, parameters, seed, versions,
-device, wall time), each atomically.
+device, wall time), each atomically. ``gradlab figures`` is a loop over the library's
+registry, ``gradlab.plot.paper_figure``: a notebook gets the same figure and data.
 
 Validation lives in the library (``Protocol``, the loss registry): the commands build library
 objects from the options and let their ``ValueError`` / ``TypeError`` through. ONE handler,
@@ -13,9 +16,11 @@ stderr with exit code 2; ``--debug`` or ``GRADLAB_DEBUG=1`` shows the traceback 
 
 Plug-ins: the commands of ``cli/_monitor.py`` (``track``, ``report``), ``cli/_real.py``
 (``stsb``, ``sts``, ``train``) and ``cli/_experiments.py`` (``experiment``) are registered explicitly through
-their ``register(app)``, so they always
-appear in ``gradlab --help``. Their modules import only typer and the stdlib at the top; the
-library loads inside the command, and a missing extra is the one-line error that names it.
+their ``register(app)``, so they always appear in ``gradlab --help``. Data flows one way: this
+module imports the plug-ins and ``_common.py`` (shared options, parsers, ``fail``,
+``resolve_loss``, ``CONTEXT``, the ``Writer``); the plug-ins import only ``_common.py``, never
+this module. Their heavy imports (JAX, the ``real`` extra) load inside the command, and a missing
+extra is the one-line error that names it.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from gradlab_cli import _common
+from gradlab_cli import _common, _experiments, _monitor, _real
 from gradlab_cli._common import (
+    CONTEXT,
     LOSS_HELP,
     Compose,
     Debug,
@@ -36,9 +42,9 @@ from gradlab_cli._common import (
     NoPlot,
     Out,
     Params,
-    Writer,
     angle,
     fail,
+    make_writer,
     number,
     parse_params,
     progress_bar,
@@ -114,8 +120,6 @@ class _Gradlab(TyperGroup):
         return code
 
 
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
 app = typer.Typer(
     name="gradlab",
     cls=_Gradlab,
@@ -180,12 +184,12 @@ def _start_distributed() -> None:
 
 def _start_cache(no_cache: bool) -> None:
     """The persistent compilation cache, on by default for every command (env only: no JAX import)."""
-    from gradlab import _cache
+    import gradlab
 
     if no_cache:
-        _cache.disable_cache()
+        gradlab.disable_cache()
     else:
-        _cache.enable_cache()
+        gradlab.enable_cache()
 
 
 # --- shared options ------------------------------------------------------------------------------
@@ -247,10 +251,6 @@ def _param_tag(params: dict) -> str:
     return "".join(f"_{k}{text(v)}" for k, v in sorted(params.items()))
 
 
-def _writer(out, formats, no_plot, command, **parameters) -> Writer:
-    return Writer(out, formats or ["png"], not no_plot, command, parameters)
-
-
 # --- heatmap -------------------------------------------------------------------------------------
 @app.command(context_settings=CONTEXT)
 def heatmap(
@@ -302,36 +302,15 @@ def heatmap(
                         sigma_neg=sigma_neg, mu_pos_range=mu_pos_range, mu_neg_range=mu_neg_range, seed=seed,
                         mode=mode.value)
     the_loss = _loss(loss, params, compose)
-    writer = _writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
-                     params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
-                     gd_threshold=gd_threshold, part=part.value)
-    from gradlab import simulate
+    writer = make_writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
+                         params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
+                         gd_threshold=gd_threshold, part=part.value)
+    from gradlab import plot
 
     comp = component.value
     with progress_bar(f"{comp} map of {the_loss.name}") as cb:
-        if comp == "gd":
-            result = simulate.gd_map(the_loss, protocol, exact=exact, progress=cb)
-        elif comp == "ratio":
-            result = simulate.ratio_map(the_loss, protocol, gd_threshold=gd_threshold, progress=cb)
-        elif comp == "weight":
-            result = simulate.weight_map(the_loss, protocol, gd_gate=gd_threshold, progress=cb)
-        else:
-            from gradlab import norms
-
-            result = norms.norm_on_mu_grid(the_loss, protocol, part=part.value)
-    fig = None
-    if not no_plot:
-        from gradlab import plot
-
-        if comp == "gd":
-            fig = plot.gd_maps([result])
-        elif comp == "ratio":
-            fig = plot.ratio_maps([result])
-        elif comp == "weight":
-            fig = plot.heatmap(result, quantity="weight", vmin=0, vmax=1,
-                               title=f"{plot.loss_title(the_loss.name)}: hardest negative's share (GD ≥ {gd_threshold:g})")
-        else:
-            fig = plot.heatmap(result, quantity="norm", vmin=0, title=f"{plot.loss_title(the_loss.name)}: ‖∇^{part.value}‖ at the mean angles")
+        fig, result = plot.component_figure(the_loss, protocol, component=comp, exact=exact, gd_threshold=gd_threshold,
+                                            part=part.value, progress=cb, plot=writer.plot)
     variant = ("_neg" if comp == "norm" and part is Part.neg else "") + ("_exact" if exact else "")
     writer.result(f"heatmap_{_safe(the_loss.name)}{_param_tag(params)}_{comp}{variant}", result, fig)
     writer.report()
@@ -378,7 +357,7 @@ def weight(
     protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
                         sigma_neg=sigma_neg, mu_neg_range=mu_neg_range, seed=seed, mode=mode.value)
     the_loss = _loss(loss, params)
-    writer = _writer(out, fmt, no_plot, "weight", loss=the_loss.name, taus=taus, mu_pos=mu_pos, gd_gate=gd_gate,
+    writer = make_writer(out, fmt, no_plot, "weight", loss=the_loss.name, taus=taus, mu_pos=mu_pos, gd_gate=gd_gate,
                      params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed)
     from gradlab import simulate
 
@@ -441,11 +420,11 @@ def lemma1(
                         mode=mode.value)
     views = None
     if embeddings is not None:
-        from gradlab_cli._common import load_views
+        from gradlab.io import load_views
 
         views = load_views(embeddings)
     mp, mn = dist_mu_pos, dist_mu_neg
-    writer = _writer(out, fmt, no_plot, "lemma1", lams=lams, ratios=ratios, alpha_law=law, protocol=protocol.to_dict(),
+    writer = make_writer(out, fmt, no_plot, "lemma1", lams=lams, ratios=ratios, alpha_law=law, protocol=protocol.to_dict(),
                      seed=seed, embeddings=None if embeddings is None else str(embeddings),
                      dist_mu_pos=mp, dist_mu_neg=mn)
     from gradlab import simulate
@@ -512,7 +491,7 @@ def norms(
     params = parse_params(param)
     parts = [part.value] if part else ["pos", "neg"]
     panels = gn.norm_panels(losses, parts=parts, negatives=ks, grid=grid, **params)
-    writer = _writer(out, fmt, no_plot, "norms", losses=names, parts=parts, negatives=ks, params=params, grid=grid)
+    writer = make_writer(out, fmt, no_plot, "norms", losses=names, parts=parts, negatives=ks, params=params, grid=grid)
     for p in parts:
         rs = [r for r in panels if r.meta["part"] == p]
         if not rs:
@@ -522,20 +501,8 @@ def norms(
             from gradlab import plot
 
             fig = plot.norm_maps(rs, ncols=min(4, len(rs)))
-        _write_panels(writer, f"norms_{p}{_param_tag(params)}", rs, fig)
+        writer.result(f"norms_{p}{_param_tag(params)}", gn.stack_panels(rs), fig)
     writer.report()
-
-
-def _write_panels(writer: Writer, stem: str, results, fig):
-    import numpy as np
-
-    writer.figure(stem, fig)
-    first = results[0]
-    arrays = {name: np.asarray(v) for name, v in first.coords.items()}
-    arrays["mean"] = np.stack([np.asarray(r.mean) for r in results])
-    arrays["panel"] = np.asarray([f"{r.meta['loss']}:{r.meta['part']}:K={r.meta['negatives']}" for r in results])
-    writer.data(stem, arrays, dims={"mean": ["panel", *first.dims]},
-                result_meta={"panels": [r.meta for r in results]})
 
 
 # --- losses --------------------------------------------------------------------------------------
@@ -599,24 +566,20 @@ def figures(
 
       gradlab figures --only li2024_fig2 --only nie2023_fig4
     """
-    from gradlab_cli._figures import FIGURES, build
+    from gradlab import plot
 
-    ids = list(only) if only else list(FIGURES)
-    unknown = [i for i in ids if i not in FIGURES]
-    if unknown:
-        raise fail(f"unknown figure id {unknown[0]!r}; choose from {', '.join(FIGURES)}")
-    writer = _writer(out, fmt, no_plot, "figures", quick=quick, only=ids, seed=seed)
+    ids = plot.figure_ids(only)
+    writer = make_writer(out, fmt, no_plot, "figures", quick=quick, only=ids, seed=seed)
     with progress_bar("figures") as cb:
         for n, fid in enumerate(ids):
-            build(fid, writer, quick=quick, seed=seed)
+            fig, data = plot.paper_figure(fid, quick=quick, seed=seed, plot=writer.plot)
+            writer.result(fid, data, fig)
             if cb:
                 cb(n + 1, len(ids))
     writer.report()
 
 
 # --- plug-ins ------------------------------------------------------------------------------------
-from gradlab_cli import _experiments, _monitor, _real  # noqa: E402 - they import CONTEXT from this module
-
 #: The plug-in modules, each with ``register(app)``; registered explicitly, so their commands
 #: always appear in ``gradlab --help`` (a missing extra is reported when the command runs).
 PLUGINS = (_monitor, _real, _experiments)

@@ -25,8 +25,9 @@ _LAZY = {
     "reconstruct": "gradlab.paradigm",
     "lemma1_bounds": "gradlab.lemma1",
     "enable_cache": "gradlab._cache",
+    "disable_cache": "gradlab._cache",
 }
-_SUBMODULES = {"defaults", "geometry", "losses", "paradigm", "simulate", "lemma1", "margins", "collapse", "monitor", "plot", "io", "real", "experiments", "design"}
+_SUBMODULES = {"defaults", "geometry", "losses", "paradigm", "simulate", "lemma1", "margins", "collapse", "monitor", "plot", "io", "outputs", "real", "experiments", "design"}
 
 __all__ = ["__version__", *sorted(_LAZY)]
 

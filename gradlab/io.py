@@ -33,7 +33,7 @@ import math
 import os
 import secrets
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ __all__ = [
     "save_json_atomic",
     "load_json",
     "runtime_meta",
+    "load_views",
     "FORMAT_VERSION",
 ]
 
@@ -204,6 +205,52 @@ def runtime_meta() -> dict[str, Any]:
     return meta
 
 
+def load_views(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """Read two views ``h`` and ``h_prime`` (N, D) of N pairs from an ``.npz`` (``np.savez(f, h=..., h_prime=...)``).
+
+    Returns:
+      ``(h, h_prime)`` as float64 arrays.
+
+    Raises:
+      ValueError: one line for anything unreadable: not an ``.npz``, missing arrays, a
+        non-numeric dtype, shapes that differ or are not (N, D) with N >= 2, non-finite values.
+
+    Examples:
+      >>> import numpy as np, tempfile, os
+      >>> path = os.path.join(tempfile.mkdtemp(), "views.npz")
+      >>> np.savez(path, h=np.eye(3), h_prime=np.eye(3))
+      >>> [v.shape for v in load_views(path)]
+      [(3, 3), (3, 3)]
+    """
+    path = Path(path)
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded as data:
+                keys = set(data.files)
+                raw = {k: np.asarray(data[k]) for k in ("h", "h_prime") if k in keys}
+    except OSError as exc:
+        raise ValueError(f"cannot read embeddings file {str(path)!r}: {exc.strerror or exc}") from None
+    except (ValueError, EOFError) as exc:
+        raise ValueError(f"cannot read embeddings file {str(path)!r}: not a valid .npz ({exc})") from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise ValueError(f"embeddings file {str(path)!r} must be an .npz holding arrays 'h' and 'h_prime' "
+                         f"(np.savez); got a single array")
+    if len(raw) < 2:
+        raise ValueError(f"embeddings file {str(path)!r} must hold arrays 'h' and 'h_prime'; found {sorted(keys)}")
+    for k, arr in raw.items():
+        if arr.dtype.kind not in "fiu":
+            raise ValueError(f"embeddings {k!r} must be a real numeric array; got dtype {arr.dtype}")
+    h, hp = raw["h"].astype(float), raw["h_prime"].astype(float)
+    if h.ndim != 2 or h.shape != hp.shape:
+        raise ValueError(f"embeddings 'h' and 'h_prime' must both have shape (N, D); got {h.shape} and {hp.shape}")
+    if h.shape[0] < 2:
+        raise ValueError(f"embeddings need N >= 2 pairs; got N = {h.shape[0]}")
+    if not (np.all(np.isfinite(h)) and np.all(np.isfinite(hp))):
+        raise ValueError("embeddings contain non-finite values")
+    return h, hp
+
+
 # --- the bundle --------------------------------------------------------------------------
 def _stem(stem: PathLike) -> Path:
     p = Path(stem)
@@ -349,6 +396,41 @@ class Result:
         loss = self.meta.get("loss", "")
         what = " ".join(str(s) for s in (stat, loss) if s)
         return f"Result({what + ': ' if what else ''}{axes}{extra})"
+
+    @classmethod
+    def stack(cls, results: Sequence[Result], dim: str, labels: Sequence[str],
+              meta: Mapping[str, Any] | None = None) -> Result:
+        """Same-shaped Results as one, along a new first axis ``dim`` labelled by ``labels``.
+
+        ``mean`` is stacked; ``stderr``, ``mask`` and each extra array when every Result has
+        them. The meta is ``meta`` plus ``panels``: each Result's own meta, in order.
+
+        Examples:
+          >>> import numpy as np
+          >>> a = Result(dims=("x",), coords={"x": np.arange(2.0)}, mean=np.zeros(2), meta={"loss": "a"})
+          >>> b = Result(dims=("x",), coords={"x": np.arange(2.0)}, mean=np.ones(2), meta={"loss": "b"})
+          >>> s = Result.stack([a, b], "loss", ["a", "b"])
+          >>> s.dims, s.mean.tolist(), [p["loss"] for p in s.meta["panels"]]
+          (('loss', 'x'), [[0.0, 0.0], [1.0, 1.0]], ['a', 'b'])
+        """
+        results = list(results)
+        if not results or len(labels) != len(results):
+            raise ValueError(f"stack needs one label per Result; got {len(labels)} labels for {len(results)} Results")
+        first = results[0]
+        if any(r.dims != first.dims or r.shape != first.shape for r in results):
+            raise ValueError(f"stack needs Results of one shape; got {sorted({(r.dims, r.shape) for r in results})}")
+
+        def stacked(get):
+            parts = [get(r) for r in results]
+            return None if any(p is None for p in parts) else np.stack(parts)
+
+        extra = {k: stacked(lambda r, k=k: r.extra.get(k)) for k in first.extra}
+        extra = {k: v for k, v in extra.items() if v is not None}
+        return cls(dims=(dim, *first.dims), coords={dim: np.asarray(labels, dtype=str), **first.coords},
+                   mean=np.stack([r.mean for r in results]), stderr=stacked(lambda r: r.stderr),
+                   mask=stacked(lambda r: r.mask), extra=extra,
+                   extra_dims={k: (dim, *v) for k, v in first.extra_dims.items() if k in extra},
+                   meta={**dict(meta or {}), "panels": [r.meta for r in results]})
 
     # --- files -------------------------------------------------------------------------
     def arrays(self) -> dict[str, np.ndarray]:

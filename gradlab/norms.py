@@ -90,6 +90,7 @@ __all__ = [
     "norm_grid",
     "norm_result",
     "norm_panels",
+    "stack_panels",
     "norm_on_mu_grid",
     "loss_norm",
 ]
@@ -570,6 +571,22 @@ def norm_panels(losses=NORM_LOSSES, *, parts=PARTS, negatives=None, grid: int = 
             panels.extend(norm_result(name, part=part, negatives=k, grid=grid, **own) for k in k_list)
     return panels
 
+
+
+def stack_panels(panels):
+    """``norm_panels`` / ``norm_result`` Results of one grid as one Result (the ``.npz`` of
+    ``gradlab norms`` and ``gradlab figures``): a first axis ``panel`` labelled
+    ``LOSS:PART:K=NEGATIVES``, then (theta_pos, theta_neg); ``meta["panels"]`` keeps each meta.
+
+    Examples:
+      >>> s = stack_panels(norm_panels(["infonce"], parts=["pos"], negatives=[4, 8], grid=3))
+      >>> s.coords["panel"].tolist(), s.mean.shape
+      (['infonce:pos:K=4', 'infonce:pos:K=8'], (2, 3, 3))
+    """
+    from gradlab.io import Result
+
+    labels = [f"{r.meta['loss']}:{r.meta['part']}:K={r.meta['negatives']}" for r in panels]
+    return Result.stack(panels, "panel", labels)
 
 def norm_on_mu_grid(loss, protocol, *, part: str = "pos"):
     """A norm map evaluated at the mean angles of a simulation grid: θ_ii' = μ_pos, θ_ij' = μ_neg.

@@ -1,4 +1,5 @@
-"""Data flows one way: no import cycle among gradlab's modules.
+"""Data flows one way: no import cycle among gradlab's and the CLI's modules, the library never
+imports the CLI, and no code reaches into another package's private modules.
 
 The import graph is read from the source with ``ast`` (nothing is imported). An edge
 A -> B is an ``import B`` / ``from B import x`` in A; ``from P import m`` with m a
@@ -14,6 +15,14 @@ allowed as the way to defer heavy dependencies (matplotlib, SciPy) and keep
 ``import gradlab`` cheap. They still must not hide a cycle of the design (a registry
 importing its families, as ``gradlab.losses`` once did): the graph with them counted
 may contain only the cycles listed in ``KNOWN_LAZY_CYCLES``.
+
+The CLI (``cli/``, import name ``gradlab_cli``) is in both graphs: it sits on top of the
+library, so ``gradlab`` may not import it, not even lazily.
+
+A module whose name starts with ``_`` (``gradlab.losses._ops``, ``gradlab._cache``) is private
+to the package that holds it: only modules of that package (``gradlab.losses.*``; ``gradlab.*``)
+may import it. Everything else, the CLI, ``examples/`` and ``benchmarks/`` included, uses the
+package's public names.
 """
 
 from __future__ import annotations
@@ -21,18 +30,26 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import gradlab_cli
+
 import gradlab
 
 ROOT = Path(gradlab.__file__).resolve().parent
+#: Import name -> package directory: the library and the CLI (``cli/`` is imported as ``gradlab_cli``).
+PACKAGES = {"gradlab": ROOT, "gradlab_cli": Path(gradlab_cli.__file__).resolve().parent}
+REPO = ROOT.parent
+#: Folders of scripts (not packages) that must use the packages' public names too.
+SCRIPT_DIRS = ("examples", "benchmarks")
 
 
 def _modules() -> dict[str, Path]:
     out = {}
-    for path in ROOT.rglob("*.py"):
-        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = path
+    for name, root in PACKAGES.items():
+        for path in root.rglob("*.py"):
+            parts = [name, *path.relative_to(root).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
     return out
 
 
@@ -72,21 +89,56 @@ def _all_imports(tree):
     return (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
 
 
+def _targets(mod: str, is_package: bool, node: ast.Import | ast.ImportFrom, mods) -> list[str]:
+    """The modules an import statement names (``from P import m``: ``P.m`` when it is a module)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    target = _resolve(mod, is_package, node)
+    return [f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target for a in node.names]
+
+
 def import_graph(*, function_local: bool = False) -> dict[str, set[str]]:
-    """Module name -> the gradlab modules it imports (module level; also in functions if asked)."""
+    """Module name -> the gradlab / gradlab_cli modules it imports (module level; also in functions if asked)."""
     mods = _modules()
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         nodes = _all_imports(tree) if function_local else _top_level_imports(tree.body)
         for node in nodes:
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            else:
-                target = _resolve(mod, path.name == "__init__.py", node)
-                targets = [f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target for a in node.names]
+            targets = _targets(mod, path.name == "__init__.py", node, mods)
             graph[mod].update(t for t in targets if t in mods and t != mod)
     return graph
+
+
+def private_owner(target: str) -> str | None:
+    """The package a module is private to: ``gradlab.losses._ops`` -> ``gradlab.losses``,
+    ``gradlab._cache`` -> ``gradlab``; None for a public module."""
+    parts = target.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+def private_imports() -> list[str]:
+    """Every import of a private module from outside its package, in the library, the CLI,
+    ``examples/`` and ``benchmarks/``: ``path:line: importer imports target``."""
+    mods = _modules()
+    files = dict(mods)
+    for folder in SCRIPT_DIRS:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            files[".".join((folder, *path.relative_to(REPO / folder).with_suffix("").parts))] = path
+    found = []
+    for mod, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in _all_imports(tree):
+            for target in dict.fromkeys(_targets(mod, path.name == "__init__.py", node, mods)):
+                owner = private_owner(target)
+                if owner is not None and owner in PACKAGES.keys() | mods.keys() and not (
+                        mod == owner or mod.startswith(owner + ".")):
+                    where = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+                    found.append(f"{where}:{node.lineno}: {mod} imports {target}")
+    return found
 
 
 def strongly_connected_components(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -138,9 +190,53 @@ def test_cycle_finder_finds_a_planted_cycle():
     assert comps == [["a", "b", "c"]]
 
 
-def test_no_import_cycle_inside_gradlab():
+def test_the_graph_covers_the_cli():
+    graph = import_graph()
+    for expected in ("gradlab_cli", "gradlab_cli.app", "gradlab_cli._common", "gradlab_cli._monitor",
+                     "gradlab_cli._real", "gradlab_cli._experiments"):
+        assert expected in graph
+    assert "gradlab_cli._common" in graph["gradlab_cli.app"]
+    assert "gradlab_cli._common" in graph["gradlab_cli._real"]
+
+
+def test_no_import_cycle_inside_gradlab_or_the_cli():
     cycles = [c for c in strongly_connected_components(import_graph()) if len(c) > 1]
-    assert not cycles, f"import cycles among gradlab modules: {cycles}"
+    assert not cycles, f"import cycles among gradlab / gradlab_cli modules: {cycles}"
+
+
+def test_the_library_never_imports_the_cli():
+    graph = import_graph(function_local=True)
+    bad = {m: sorted(t for t in ts if t.split(".")[0] == "gradlab_cli")
+           for m, ts in graph.items() if m.split(".")[0] == "gradlab"}
+    assert not {m: t for m, t in bad.items() if t}, f"the library imports the CLI: {bad}"
+
+
+def test_private_owner():
+    assert private_owner("gradlab.losses._ops") == "gradlab.losses"
+    assert private_owner("gradlab._cache") == "gradlab"
+    assert private_owner("gradlab_cli._common") == "gradlab_cli"
+    assert private_owner("gradlab.__init__") is None and private_owner("gradlab.plot") is None
+
+
+def test_the_private_import_finder_finds_a_planted_one(tmp_path, monkeypatch):
+    planted = tmp_path / "gradlab_cli"
+    planted.mkdir()
+    (planted / "__init__.py").write_text("")
+    (planted / "_ok.py").write_text("from gradlab_cli import _other\n")  # its own package: allowed
+    (planted / "_other.py").write_text("def f():\n    from gradlab.losses._ops import fraction\n")
+    (planted / "app.py").write_text("import gradlab.losses._user\nfrom gradlab import _cache, plot\n")
+    monkeypatch.setitem(PACKAGES, "gradlab_cli", planted)
+    found = private_imports()
+    assert any("gradlab_cli._other imports gradlab.losses._ops" in f for f in found), found
+    assert any("gradlab_cli.app imports gradlab.losses._user" in f for f in found), found
+    assert any("gradlab_cli.app imports gradlab._cache" in f for f in found), found
+    assert not any(f.endswith("gradlab_cli.app imports gradlab.plot") for f in found), found
+    assert not any("gradlab_cli._ok" in f for f in found), found
+
+
+def test_no_private_module_is_imported_from_outside_its_package():
+    found = private_imports()
+    assert not found, "private modules imported from outside their package:\n" + "\n".join(found)
 
 
 def test_function_local_imports_hide_no_new_cycle():

@@ -215,7 +215,7 @@ def test_figures_quick_one_id(tmp_path):
         (["heatmap", "--loss", "arccon", "--param", "zeta=1"], "unknown parameter(s) zeta"),
         (["heatmap", "--loss", "arccon", "--param", "tau"], "KEY=VALUE"),
         (["heatmap", "--loss", "arccon", "--param", "tau=-1"], "must be > 0"),
-        (["heatmap", "--loss", "arccon", "--format", "gif"], "unknown --format 'gif'"),
+        (["heatmap", "--loss", "arccon", "--format", "gif"], "unknown figure format 'gif'"),
         (["heatmap", "--loss", "arccon", "--component", "bogus"], "bogus"),
         (["heatmap"], "give exactly one of --loss and --compose"),
         (["weight", "--tau", "0"], "--tau must be > 0"),

@@ -54,7 +54,12 @@ class Context:
         self.files: list[Path] = []
         self.numbers: dict[str, Any] = {}
         self.claims: list[dict[str, Any]] = []
-        self.out.mkdir(parents=True, exist_ok=True)
+        import time
+
+        from gradlab.outputs import Writer
+
+        self.writer = Writer(self.out, formats=[fmt], command_line=command, started=time.perf_counter() - wall_s,
+                             meta={"study": study, "scale": scale.to_dict(), "seeds": list(range(scale.seeds))})
 
     # --- lookups -------------------------------------------------------------------------
     def runs(self, loss: Any, seeds: Sequence[int] | None = None) -> list[dict]:
@@ -63,18 +68,13 @@ class Context:
 
     # --- writers -------------------------------------------------------------------------
     def figure(self, stem: str, fig) -> None:
-        from gradlab.plot import save_figure
-
-        self.files.append(save_figure(fig, self.out / f"{stem}.{self.fmt}", self.fmt))
+        self.files.extend(self.writer.figure(stem, fig))
 
     def result(self, stem: str, result) -> None:
-        self.files.extend(result.save(self.out / stem, provenance=self.provenance()))
+        self.files.extend(self.writer.result(stem, result))
 
     def provenance(self) -> dict[str, Any]:
-        from gradlab.io import runtime_meta
-
-        return {"study": self.study, "command_line": self.command, "scale": self.scale.to_dict(),
-                "seeds": list(range(self.scale.seeds)), "wall_time_s": round(self.wall_s, 2), **runtime_meta()}
+        return self.writer.provenance()
 
     def number(self, key: str, value: Any) -> Any:
         """Export a number the write-up may quote (``numbers.json``: the write-up is rendered from it)."""

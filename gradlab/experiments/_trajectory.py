@@ -90,13 +90,14 @@ def trajectory(loss, path: dict[str, np.ndarray], *, batch_size: int, grid: int 
 
 
 def write_trajectory(run: str | Path, out: str | Path, *, grid: int = 50, batches: int = 200,
-                     fmt: str = "png", title: str | None = None) -> list[Path]:
+                     fmt: str = "png", title: str | None = None, command_line: str | None = None) -> list[Path]:
     """``gradlab report RUN --on-map``: draw a run directory's path on its loss's maps into ``out``.
 
-    Writes ``on_map.<fmt>`` and the Result bundles ``on_map_gd``, ``on_map_ratio``, ``on_map_path``.
+    Writes, through ``gradlab.outputs.Writer`` (``command_line`` recorded, default ``sys.argv``),
+    ``on_map.<fmt>`` and the Result bundles ``on_map_gd``, ``on_map_ratio``, ``on_map_path``.
     """
-    from gradlab.plot import save_figure, trajectory_on_maps
-    from gradlab.plot._figures import loss_title
+    from gradlab.outputs import Writer
+    from gradlab.plot import loss_title, trajectory_on_maps
 
     path = run_path(run)
     loss, batch_size = run_loss(run)
@@ -104,8 +105,8 @@ def write_trajectory(run: str | Path, out: str | Path, *, grid: int = 50, batche
         raise ValueError(f"{str(run)!r} is not a run directory (no config.json / train.json naming a loss); "
                          "--on-map needs the run's loss")
     res = trajectory(loss, path, batch_size=batch_size, grid=grid, batches=batches)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    writer = Writer(out, formats=[fmt], command_line=command_line,
+                    meta={"run": str(run), "grid": grid, "batches": batches})
     params = ", ".join(f"{k}={v:g}" for k, v in loss.params.items())
     name = f"{loss_title(loss.spec.name)} ({params})" if params else loss_title(loss.spec.name)
     sp, sn = res["path"].meta["sigma_pos"], res["path"].meta["sigma_neg"]
@@ -114,7 +115,7 @@ def write_trajectory(run: str | Path, out: str | Path, *, grid: int = 50, batche
                              ranges=[(0.0, 1.0), (0.0, 3.0)],
                              suptitle=title or f"{name}: monitored path of {Path(run).name}\n"
                                                f"(maps simulated with σ_pos={sp:.3f}, σ_neg={sn:.3f}, N={batch_size})")
-    files = [save_figure(fig, out / f"on_map.{fmt}", fmt)]
+    writer.figure("on_map", fig)
     for key in ("gd", "ratio", "path"):
-        files.extend(res[key].save(out / f"on_map_{key}"))
-    return files
+        writer.result(f"on_map_{key}", res[key])
+    return writer.written

@@ -25,15 +25,13 @@ versions, files). Every file is written atomically.
 
 from __future__ import annotations
 
-import json
-import math
 import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from gradlab.io import atomic_write_text, save_npz_atomic
+from gradlab.io import load_json
 from gradlab.monitor._sinks import flatten, log_format, read_log
 from gradlab.plot._monitor import series_keys
 
@@ -81,21 +79,21 @@ def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", 
       ValueError: the log holds no valid record, is not a monitor log (binary, or neither
         JSON Lines nor CSV), or a figure format is unknown.
     """
+    from gradlab.outputs import check_formats
+
     log_path = Path(log_path)
     if not log_path.is_file():
         raise FileNotFoundError(f"no such log file: {log_path}")
-    formats = (formats,) if isinstance(formats, str) else tuple(formats)
-    for fmt in formats:
-        if fmt not in ("png", "pdf", "svg"):
-            raise ValueError(f"unknown figure format {fmt!r}; choose from png, pdf, svg")
+    formats = check_formats((formats,) if isinstance(formats, str) else formats)
     records = read_log(log_path)
     valid = sorted((r for r in records if r.get("valid")), key=lambda r: r.get("step", 0))
     if not valid:
         raise ValueError(f"{log_path} holds no valid monitor record ({len(records)} records read)")
     series = log_series(valid)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = []
+    from gradlab.outputs import Writer
+
+    extra = dict(extra_meta or {})
+    writer = Writer(out_dir, formats=formats, plot=plot, command_line=extra.pop("command_line", None))
 
     data = dict(series)
     first, last = valid[0], valid[-1]
@@ -104,9 +102,6 @@ def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", 
             for key in ("cos_pos", "cos_neg"):
                 data[f"histograms/{key}/{tag}"] = np.asarray([v or 0 for v in rec["histograms"][key]], dtype=float)
         data["histograms/edges_cos"] = np.asarray(first["histograms"]["edges_cos"], dtype=float)
-    npz = save_npz_atomic(out_dir / f"{prefix}.npz", **data)
-    files.append(str(npz))
-
     if plot:
         from gradlab import plot
 
@@ -114,12 +109,7 @@ def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", 
         if first.get("histograms") and last.get("histograms"):
             figs["cosines"] = plot.cosine_before_after(first, last)
         for name, fig in figs.items():
-            for fmt in formats:
-                path = out_dir / f"{prefix}_{name}.{fmt}"
-                plot.save_figure(fig, path, fmt, dpi=120)
-                files.append(str(path))
-
-    from gradlab._version import __version__
+            writer.figure(f"{prefix}_{name}", fig, dpi=120)
 
     reasons = Counter(r.get("reason") for r in records if not r.get("valid"))
     meta = {
@@ -135,19 +125,11 @@ def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", 
         "taus": series_keys(series, "hardest_share"),
         "lambdas": sorted({k.split("/")[1] for k in series if k.startswith("lemma1_min_ratio/")}, key=float),
         "series": sorted(series),
-        "gradlab_version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "files": files + [str(out_dir / f"{prefix}.json")],
-        **dict(extra_meta or {}),
+        "files": [str(p) for p in writer.written] + [str(writer.out / f"{prefix}.{ext}") for ext in ("npz", "json")],
+        **extra,
     }
-    atomic_write_text(out_dir / f"{prefix}.json", json.dumps(meta, indent=2, allow_nan=False, default=_json_default))
-    return meta
+    _, json_path = writer.data(prefix, data, extra_meta=meta)
+    return load_json(json_path) if writer.primary else meta
 
-
-def _json_default(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, (np.floating, np.integer)):
-        return x.item()
-    raise TypeError(type(x).__name__)
 

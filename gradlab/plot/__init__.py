@@ -10,6 +10,9 @@ Recipes (Li et al. 2024): ``gd_maps`` (Figs. 2, 10), ``weight_share_curves`` (Fi
 The training monitor (Li et al. 2024 Sec. 3.2 on real embeddings): ``monitor_curves``,
 ``lemma1_before_after``, ``cosine_before_after``, ``track_summary``.
 The real pipeline: ``stsb_scatter``, ``train_curves``.
+The paper figures as a registry: ``FIGURES`` (id -> ``PaperFigure``) and
+``paper_figure(id) -> (Figure, Result)``, the figure and data ``gradlab figures --only ID`` writes;
+``component_figure(loss, protocol, component=...)``, the map ``gradlab heatmap`` writes.
 Primitives: ``heatmap``, ``curves``, ``shade_mask``, ``save_figure``; style: ``CMAPS``.
 
 Plotting lives here alone: the monitor report and the CLI call these recipes.
@@ -33,6 +36,12 @@ from gradlab.plot._figures import min_ratio_distribution as min_ratio_distributi
 from gradlab.plot._figures import norm_maps as norm_maps
 from gradlab.plot._figures import ratio_maps as ratio_maps
 from gradlab.plot._figures import weight_share_curves as weight_share_curves
+from gradlab.plot._gallery import COMPONENTS as COMPONENTS
+from gradlab.plot._gallery import FIGURES as FIGURES
+from gradlab.plot._gallery import PaperFigure as PaperFigure
+from gradlab.plot._gallery import component_figure as component_figure
+from gradlab.plot._gallery import figure_ids as figure_ids
+from gradlab.plot._gallery import paper_figure as paper_figure
 from gradlab.plot._margins import margin_gradients as margin_gradients
 from gradlab.plot._margins import margin_multipliers as margin_multipliers
 from gradlab.plot._margins import margin_ratio_grid as margin_ratio_grid
@@ -55,4 +64,6 @@ __all__ = [
     # training studies (gradlab.experiments)
     "component_sweeps", "cosine_histograms", "min_ratio_histograms", "ori_mod_bars", "path_cells", "step_series",
     "trajectory_on_maps", "weight_share_before_after",
+    # the paper-figure registry (gradlab figures)
+    "FIGURES", "PaperFigure", "figure_ids", "paper_figure", "COMPONENTS", "component_figure",
 ]
