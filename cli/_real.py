@@ -21,11 +21,9 @@ from gradlab_cli._common import (
     Out,
     Params,
     Writer,
-    check_out_dir,
     command_line,
     fail,
     parse_params,
-    primary_process,
     progress_bar,
     resolve_loss,
 )
@@ -187,6 +185,7 @@ def sts(
     import time
 
     from gradlab.io import save_json_atomic
+    from gradlab.outputs import check_out_dir, primary_process
     from gradlab.real.sts import STS_TASKS, check_tasks, load_senteval
 
     names = check_tasks(tasks if tasks is not None else (STS_TASKS if senteval is not None else ("STSBenchmark",)))
