@@ -97,6 +97,9 @@ def on_files(files, config):
     files.append(File.generated(config, "gallery.md", content=_gallery()))
     for png in sorted((ROOT / "figures").glob("*.png")):
         files.append(File.generated(config, f"figures/{png.name}", abs_src_path=str(png)))
+    # A plain File rooted at the repository, not File.generated: mkdocs-jupyter's page wrapper
+    # recomputes the source path from src_dir, which a generated file does not have.
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        files.append(File.generated(config, f"notebooks/{notebook.name}", abs_src_path=str(notebook)))
+        files.append(File(f"notebooks/{notebook.name}", src_dir=str(ROOT), dest_dir=config["site_dir"],
+                          use_directory_urls=config["use_directory_urls"]))
     return files
