@@ -22,11 +22,12 @@ real: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/gradlab heatmap --loss arccon --out out
 
+# The suite and the notebooks (nbmake runs each top to bottom in a kernel of this venv's python).
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --nbmake tests notebooks
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m ""
+	$(PY) -m pytest -q -n 2 -m "" --nbmake tests notebooks
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check gradlab cli tests benchmarks examples

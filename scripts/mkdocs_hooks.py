@@ -4,6 +4,8 @@
 - ``gallery.md``: the figure gallery, from ``figures/README.md`` (one home for the index of
   figures), each figure shown with the command that regenerates it.
 - ``figures/*.png``: copied into the site so the gallery can show them.
+- ``notebooks/*.ipynb``: added as pages, which mkdocs-jupyter (``mkdocs.yml``) executes and renders
+  at build time: the repository stores them without outputs, so no output on the site is stale.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import re
 import sys
 from pathlib import Path
 
+from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +53,7 @@ _ROW = re.compile(r"^\|\s*`(?P<file>[^`]+\.png)`\s*\|(?P<reproduces>[^|]*)\|(?P<
 
 
 _OUTSIDE = re.compile(r"\[[^\]]*\]\(\.\./(?P<path>[^)]+)\)")
+_NOTEBOOK = re.compile(r"\]\(\.\./(?P<path>notebooks/[^)]+\.ipynb)\)")
 
 
 def _gallery() -> str:
@@ -81,13 +85,21 @@ def _gallery() -> str:
         ]
     parts += ["", *after]
     # Links out of figures/ into the repository (../examples/...) have no page on the site: keep the path.
-    return _OUTSIDE.sub(lambda m: f"`{m['path']}`", "\n".join(parts)).rstrip() + "\n"
+    # The notebooks do have pages (notebooks/NAME.ipynb, next to gallery.md): link those.
+    text = _NOTEBOOK.sub(lambda m: f"]({m['path']})", "\n".join(parts))
+    return _OUTSIDE.sub(lambda m: f"`{m['path']}`", text).rstrip() + "\n"
 
 
+@event_priority(50)  # before mkdocs-jupyter's on_files (priority 0), which turns the notebooks into pages
 def on_files(files, config):
-    """Add the generated pages and the figure images to the build."""
+    """Add the generated pages, the figure images and the notebooks to the build."""
     files.append(File.generated(config, "cli.md", content=_cli_reference()))
     files.append(File.generated(config, "gallery.md", content=_gallery()))
     for png in sorted((ROOT / "figures").glob("*.png")):
         files.append(File.generated(config, f"figures/{png.name}", abs_src_path=str(png)))
+    # A plain File rooted at the repository, not File.generated: mkdocs-jupyter's page wrapper
+    # recomputes the source path from src_dir, which a generated file does not have.
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        files.append(File(f"notebooks/{notebook.name}", src_dir=str(ROOT), dest_dir=config["site_dir"],
+                          use_directory_urls=config["use_directory_urls"]))
     return files
