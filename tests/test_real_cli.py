@@ -38,7 +38,7 @@ def test_stsb_writes_spearman_json(tmp_path):
          mock.patch("gradlab.real.stsb.stsb_scores", return_value=fake) as m_scores:
         r = run("stsb", "--encoder", "light", "--split", "dev", "--seed", "3", "--dim", "16", "--out", tmp_path)
     assert r.exit_code == 0, r.output
-    m_enc.assert_called_once_with("light", 3, 16, checkpoint=None)
+    m_enc.assert_called_once_with("light", 3, 16, checkpoint=None, pooling=None)
     args, kwargs = m_scores.call_args
     assert args == (enc.encode, "dev") and kwargs == {"path": None, "details": True}
     meta = json.loads((tmp_path / "stsb.json").read_text())
@@ -81,7 +81,7 @@ def test_train_passes_the_config(tmp_path):
                 "--eval-every", "2", "--seed", "5", "--no-test", "--no-monitor", "--dim", "32", "--dropout", "0.2",
                 "--max-sentences", "100", "--out", tmp_path)
     assert r.exit_code == 0, r.output
-    m_enc.assert_called_once_with("light", 5, 32, 0.2)
+    m_enc.assert_called_once_with("light", 5, 32, 0.2, pooling=None)
     (cfg,), kwargs = m_train.call_args
     assert kwargs["encoder"] is enc and Path(kwargs["out_dir"]) == tmp_path
     assert cfg.loss == "arccon" and dict(cfg.loss_params) == {"tau": 0.1}

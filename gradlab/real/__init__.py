@@ -10,10 +10,11 @@ Public names:
   load_stsb, STSPairs, load_news_sentences, load_news_articles, split_sentences,
   read_text_sentences                                               (data)
   load_minilm, MiniLM, bert_forward, pool                           (the MiniLM encoder)
+  load_transformer, POOLINGS, MODEL_TYPES          (any BERT / RoBERTa checkpoint, SimCSE's poolings)
   load_light, LightEncoder                                          (the light encoder)
   stsb_spearman, stsb_scores                                        (evaluation)
   TrainConfig, train                                                (training)
-  load_encoder                                                      (by name: "minilm" | "light")
+  load_encoder, Encoder, PackedEncoder     (by name "minilm" | "light" or a checkpoint path; the interface)
 """
 
 from __future__ import annotations
@@ -43,7 +44,12 @@ _LAZY = {
     "TrainConfig": "gradlab.real.train",
     "TrainResult": "gradlab.real.train",
     "train": "gradlab.real.train",
-    "load_encoder": "gradlab.real.train",
+    "load_encoder": "gradlab.real.encoders",
+    "Encoder": "gradlab.real.encoders",
+    "PackedEncoder": "gradlab.real.encoders",
+    "load_transformer": "gradlab.real.minilm",
+    "POOLINGS": "gradlab.real.minilm",
+    "MODEL_TYPES": "gradlab.real.minilm",
 }
 ENCODERS = ("minilm", "light")
 
