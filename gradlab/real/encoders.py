@@ -18,9 +18,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Encoder", "PackedEncoder", "load_encoder", "ENCODER_NAMES"]
+from gradlab.real import ENCODERS
 
-ENCODER_NAMES = ("minilm", "light")
+__all__ = ["Encoder", "PackedEncoder", "load_encoder"]
 
 
 @runtime_checkable
@@ -102,6 +102,15 @@ def load_encoder(spec: str | Path, *, pooling: str | None = None, normalize: boo
     Raises:
       ValueError: an unknown name, a nonexistent path, options the encoder does not take,
         or a defective checkpoint (one line naming the problem).
+
+    Examples:
+      >>> enc = load_encoder("path/to/bert-base-uncased", pooling="avg_first_last")  # doctest: +SKIP
+      >>> enc.encode(["A man is playing a guitar."]).shape  # doctest: +SKIP
+      (1, 768)
+      >>> load_encoder("path/to/nothing")
+      Traceback (most recent call last):
+      ...
+      ValueError: unknown encoder 'path/to/nothing': neither minilm, light nor an existing path
     """
     import jax.numpy as jnp
 
@@ -122,5 +131,5 @@ def load_encoder(spec: str | Path, *, pooling: str | None = None, normalize: boo
     else:
         src = Path(spec)
         if not src.exists():
-            raise ValueError(f"unknown encoder {name!r}: neither {', '.join(ENCODER_NAMES)} nor an existing path")
+            raise ValueError(f"unknown encoder {name!r}: neither {', '.join(ENCODERS)} nor an existing path")
     return load_transformer(src, pooling=pooling, normalize=normalize, dtype=dtype)
