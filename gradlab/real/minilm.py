@@ -16,6 +16,10 @@ and dropout (hidden and attention-probability) only when a PRNG key is given —
 dropout views of SimCSE are two calls with two keys. Sentence-transformers then mean-pools
 the token states over the attention mask and L2-normalizes (``modules.json`` lists
 ``Normalize``).
+
+The same forward pass runs any BERT or RoBERTa checkpoint (:func:`load_transformer`): RoBERTa
+only numbers positions from ``pad_token_id + 1`` and has one token type. The poolings are
+SimCSE's (Gao et al. 2021) and sentence-transformers' (:class:`PoolingConfig`).
 """
 
 from __future__ import annotations
@@ -643,14 +647,18 @@ def pad_ids(ids: Sequence[Sequence[int]], max_len: int, pad_to: int | None = Non
 
 @dataclasses.dataclass
 class MiniLM:
-    """A sentence-transformers BERT model in JAX (all-MiniLM-L6-v2 by default).
+    """A BERT or RoBERTa sentence encoder in JAX (all-MiniLM-L6-v2 by default).
+
+    :func:`load_minilm` and :func:`load_transformer` make one; it is a
+    :class:`gradlab.real.PackedEncoder`.
 
     Attributes:
-      params: pytree of float arrays (trainable).
+      params: pytree of float arrays (trainable); ``params["pooler"]`` iff the pooling is ``cls``.
       config: :class:`BertConfig`.
-      pooling: :class:`PoolingConfig` (mean + normalize for all-MiniLM-L6-v2).
+      pooling: :class:`PoolingConfig` (avg + normalize for all-MiniLM-L6-v2).
       tokenizer: a ``tokenizers.Tokenizer`` (truncation at ``max_seq_length``, no padding).
-      max_seq_length: 256 (``sentence_bert_config.json``).
+      max_seq_length: 256 for all-MiniLM-L6-v2 (``sentence_bert_config.json``), else the
+        position table's length (:attr:`BertConfig.max_positions`).
     """
 
     params: dict
