@@ -195,6 +195,19 @@ def test_zip_archive(tmp_path):
     assert rel_err(got, ref["avg_top2"]) <= 1e-4
 
 
+def test_a_tokenizer_smaller_than_the_embedding_table_is_fine(tmp_path):
+    # real checkpoints often pad vocab_size beyond the tokenizer's ids (e.g. to a multiple of 8)
+    src = copy_model("roberta", tmp_path / "padded")
+    state = load_file(str(src / "model.safetensors"))
+    word = state["embeddings.word_embeddings.weight"]
+    state["embeddings.word_embeddings.weight"] = np.concatenate([word, np.ones((8, word.shape[1]), word.dtype)])
+    save_file(state, str(src / "model.safetensors"))
+    edit_config(src, vocab_size=608)
+    ref = recorded("roberta")
+    got = load_encoder(src, pooling="avg").encode(list(ref["sentences"]))
+    assert rel_err(got, ref["avg"]) <= 1e-4
+
+
 # --------------------------------------------------------------------------- errors
 
 
