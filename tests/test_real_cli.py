@@ -38,7 +38,7 @@ def test_stsb_writes_spearman_json(tmp_path):
          mock.patch("gradlab.real.stsb.stsb_scores", return_value=fake) as m_scores:
         r = run("stsb", "--encoder", "light", "--split", "dev", "--seed", "3", "--dim", "16", "--out", tmp_path)
     assert r.exit_code == 0, r.output
-    m_enc.assert_called_once_with("light", 3, 16, checkpoint=None)
+    m_enc.assert_called_once_with("light", 3, 16, checkpoint=None, pooling=None)
     args, kwargs = m_scores.call_args
     assert args == (enc.encode, "dev") and kwargs == {"path": None, "details": True}
     meta = json.loads((tmp_path / "stsb.json").read_text())
@@ -81,7 +81,7 @@ def test_train_passes_the_config(tmp_path):
                 "--eval-every", "2", "--seed", "5", "--no-test", "--no-monitor", "--dim", "32", "--dropout", "0.2",
                 "--max-sentences", "100", "--out", tmp_path)
     assert r.exit_code == 0, r.output
-    m_enc.assert_called_once_with("light", 5, 32, 0.2)
+    m_enc.assert_called_once_with("light", 5, 32, 0.2, pooling=None)
     (cfg,), kwargs = m_train.call_args
     assert kwargs["encoder"] is enc and Path(kwargs["out_dir"]) == tmp_path
     assert cfg.loss == "arccon" and dict(cfg.loss_params) == {"tau": 0.1}
@@ -122,3 +122,53 @@ def test_stsb_light_end_to_end(tmp_path):
     r2 = run("stsb", "--encoder", "light", "--split", "dev", "--seed", "7", "--no-plot", "--out", tmp_path / "s7")
     assert r2.exit_code == 0
     assert json.loads((tmp_path / "s7" / "stsb.json").read_text())["spearman"] == pytest.approx(meta["spearman"], abs=1e-3)
+
+
+HF_BERT = Path(__file__).parent / "fixtures" / "hf" / "bert"
+
+
+def test_encoder_path_and_pooling_reach_the_loader(tmp_path):
+    fake = {"spearman": 50.0, "pearson": 40.0, "n_pairs": 3, "cosine": np.array([0.1, 0.2, 0.3]),
+            "gold": np.array([1.0, 2.0, 3.0])}
+    with mock.patch("gradlab_cli._real._encoder", return_value=FakeEncoder()) as m_enc, \
+         mock.patch("gradlab.real.stsb.stsb_scores", return_value=fake):
+        r = run("stsb", "--encoder", HF_BERT, "--pooling", "avg_first_last", "--no-plot", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    m_enc.assert_called_once_with(str(HF_BERT), 0, 384, checkpoint=None, pooling="avg_first_last")
+    assert json.loads((tmp_path / "stsb.json").read_text())["parameters"]["pooling"] == "avg_first_last"
+
+
+def test_train_takes_an_encoder_path(tmp_path):
+    with mock.patch("gradlab_cli._real._encoder", return_value=FakeEncoder()) as m_enc, \
+         mock.patch("gradlab.real.train.train", side_effect=RuntimeError("stop here")) as m_train:
+        r = run("train", "--loss", "infonce", "--encoder", HF_BERT, "--pooling", "cls", "--out", tmp_path)
+    assert r.exit_code != 0 and "stop here" in r.output
+    m_enc.assert_called_once_with(str(HF_BERT), 0, 384, 0.1, pooling="cls")
+    (cfg,), _ = m_train.call_args
+    assert cfg.encoder == str(HF_BERT) and cfg.learning_rate == 3e-5
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--encoder", "no/such/model"], "neither minilm, light nor an existing checkpoint path"),
+    (["--encoder", "light", "--pooling", "avg"], "--pooling applies to transformer encoders"),
+    (["--encoder", "minilm", "--pooling", "mean_max"], "--pooling: unknown value 'mean_max'"),
+])
+def test_encoder_and_pooling_errors_one_line(tmp_path, args, needle):
+    for cmd in ("stsb", "train"):
+        with mock.patch("gradlab.real.train.train") as m_train:
+            err = one_line_error(run(cmd, *args, "--out", tmp_path))
+        assert needle in err
+        m_train.assert_not_called()
+
+
+def test_defective_checkpoint_is_one_line(tmp_path):
+    pytest.importorskip("tokenizers")
+    pytest.importorskip("safetensors")
+    bad = tmp_path / "model"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    err = one_line_error(run("stsb", "--encoder", bad, "--out", tmp_path / "o"))
+    assert "unsupported model_type 't5'; supported: bert, roberta" in err
+    (bad / "config.json").unlink()
+    err = one_line_error(run("stsb", "--encoder", bad, "--out", tmp_path / "o"))
+    assert "config.json missing" in err

@@ -117,8 +117,9 @@ def test_configs_read_from_the_archive(model, raw):
 
 
 def test_pooling_config_parsing():
+    # sentence-transformers' CLS-token pooling takes h_CLS as is: SimCSE's cls_before_pooler
     pc = minilm_mod.PoolingConfig.from_files({"pooling_mode_cls_token": True}, [])
-    assert pc == minilm_mod.PoolingConfig("cls", False)
+    assert pc == minilm_mod.PoolingConfig("cls_before_pooler", False)
     with pytest.raises(ValueError, match="exactly one pooling mode"):
         minilm_mod.PoolingConfig.from_files({"pooling_mode_cls_token": True, "pooling_mode_max_tokens": True}, [])
 
@@ -193,8 +194,14 @@ def test_pool_modes():
     np.testing.assert_allclose(mean, [[1.0, 2.0], [6.0, 7.0]])
     mx = minilm_mod.pool(h, mask, minilm_mod.PoolingConfig("max", False))
     np.testing.assert_allclose(mx, [[2.0, 3.0], [6.0, 7.0]])
-    cls = minilm_mod.pool(h, mask, minilm_mod.PoolingConfig("cls", True))
+    cls = minilm_mod.pool(h, mask, minilm_mod.PoolingConfig("cls_before_pooler", True))
     np.testing.assert_allclose(cls, [[0.0, 1.0], [6 / np.hypot(6, 7), 7 / np.hypot(6, 7)]], rtol=1e-6)
+    # SimCSE's cls: BERT's pooler tanh(W h_CLS + b) on top
+    pooler = {"w": jnp.asarray([[0.5, 0.0], [0.0, -1.0]]), "b": jnp.asarray([0.1, 0.2])}
+    cls = minilm_mod.pool(h, mask, minilm_mod.PoolingConfig("cls", False), pooler)
+    np.testing.assert_allclose(cls, np.tanh([[0.1, -0.8], [3.1, -6.8]]), rtol=1e-6)
+    with pytest.raises(ValueError, match="pooler"):
+        minilm_mod.pool(h, mask, minilm_mod.PoolingConfig("cls", False))
 
 
 def test_light_encoder_matches_numpy(model):
@@ -329,11 +336,12 @@ def test_packed_forward_equals_each_sentence_alone(model):
                                                                                                     packed)
     alone = [(forward(model.params, ids, np.ones_like(ids)), np.ones_like(ids))
              for ids in (np.asarray([t], dtype=np.int32) for t in toks)]
-    for mode in ("mean", "cls", "max", "mean_sqrt_len"):
+    pooler = {"w": jax.random.normal(jax.random.key(0), (384, 384)) / 20, "b": jnp.full((384,), 0.1)}
+    for mode in ("mean", "cls", "cls_before_pooler", "max", "mean_sqrt_len"):
         pc = minilm_mod.PoolingConfig(mode, mode != "max")
-        got = np.asarray(minilm_mod.pool_packed(hidden_packed, packed, pc))
+        got = np.asarray(minilm_mod.pool_packed(hidden_packed, packed, pc, pooler))
         for k, (hidden, mask) in enumerate(alone):
-            want = np.asarray(minilm_mod.pool(hidden, mask, pc))[0]
+            want = np.asarray(minilm_mod.pool(hidden, mask, pc, pooler))[0]
             np.testing.assert_allclose(got[k], want, atol=2e-5, err_msg=f"{mode}, sentence {k}")
 
 

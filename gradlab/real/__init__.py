@@ -10,11 +10,12 @@ Public names:
   load_stsb, STSPairs, load_news_sentences, load_news_articles, split_sentences,
   read_text_sentences                                               (data)
   load_minilm, MiniLM, bert_forward, pool                           (the MiniLM encoder)
+  load_transformer, POOLINGS, MODEL_TYPES          (any BERT / RoBERTa checkpoint, SimCSE's poolings)
   load_light, LightEncoder                                          (the light encoder)
   stsb_spearman, stsb_scores, pair_cosines, spearman_x100          (STS-B evaluation)
   evaluate_sts, load_senteval, STS_TASKS, STSTask                   (the SentEval STS suite)
   TrainConfig, train                                                (training)
-  load_encoder                                                      (by name: "minilm" | "light")
+  load_encoder, Encoder, PackedEncoder     (by name "minilm" | "light" or a checkpoint path; the interface)
 """
 
 from __future__ import annotations
@@ -56,7 +57,12 @@ _LAZY = {
     "TrainConfig": "gradlab.real.train",
     "TrainResult": "gradlab.real.train",
     "train": "gradlab.real.train",
-    "load_encoder": "gradlab.real.train",
+    "load_encoder": "gradlab.real.encoders",
+    "Encoder": "gradlab.real.encoders",
+    "PackedEncoder": "gradlab.real.encoders",
+    "load_transformer": "gradlab.real.minilm",
+    "POOLINGS": "gradlab.real.minilm",
+    "MODEL_TYPES": "gradlab.real.minilm",
 }
 ENCODERS = ("minilm", "light")
 

@@ -74,6 +74,11 @@ class LightEncoder:
         return pad_ids(self.token_ids(sentences), self.max_seq_length, pad_to)
 
     @property
+    def dim(self) -> int:
+        """Embedding dimension D (the projection's output)."""
+        return int(self.params["w"].shape[1])
+
+    @property
     def frozen(self) -> Array:
         """The non-trained part, passed to :meth:`forward` as an argument (not a jit constant)."""
         return self.embeddings

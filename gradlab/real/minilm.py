@@ -16,6 +16,10 @@ and dropout (hidden and attention-probability) only when a PRNG key is given —
 dropout views of SimCSE are two calls with two keys. Sentence-transformers then mean-pools
 the token states over the attention mask and L2-normalizes (``modules.json`` lists
 ``Normalize``).
+
+The same forward pass runs any BERT or RoBERTa checkpoint (:func:`load_transformer`): RoBERTa
+only numbers positions from ``pad_token_id + 1`` and has one token type. The poolings are
+SimCSE's (Gao et al. 2021) and sentence-transformers' (:class:`PoolingConfig`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,10 @@ __all__ = [
     "MiniLM",
     "model_zip_path",
     "load_minilm",
+    "load_transformer",
+    "convert_weights",
+    "MODEL_TYPES",
+    "POOLINGS",
     "bert_forward",
     "bert_forward_packed",
     "pool",
@@ -56,6 +64,8 @@ __all__ = [
 ]
 
 _MODEL_PACKAGE = "all_minilm_l6_v2"
+MODEL_TYPES = ("bert", "roberta")
+POOLINGS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2", "max", "mean_sqrt_len")
 
 
 def model_zip_path() -> Path:
@@ -84,9 +94,15 @@ class BertConfig:
     hidden_dropout_prob: float = 0.1
     attention_probs_dropout_prob: float = 0.1
     hidden_act: str = "gelu"
+    model_type: str = "bert"
+    pad_token_id: int = 0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BertConfig:
+        """The config of a HF ``config.json``; ``model_type`` must be one of :data:`MODEL_TYPES`."""
+        model_type = d.get("model_type", "bert")
+        if model_type not in MODEL_TYPES:
+            raise ValueError(f"unsupported model_type {model_type!r}; supported: {', '.join(MODEL_TYPES)}")
         if d.get("hidden_act", "gelu") not in ("gelu", "gelu_new", "relu"):
             raise ValueError(f"unsupported hidden_act {d['hidden_act']!r}")
         if d.get("position_embedding_type", "absolute") != "absolute":
@@ -98,21 +114,71 @@ class BertConfig:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    @property
+    def position_offset(self) -> int:
+        """Position id of a sentence's first token: 0 for BERT, ``pad_token_id + 1`` for RoBERTa.
+
+        RoBERTa (HF ``create_position_ids_from_input_ids``) numbers real tokens
+        ``padding_idx + 1, padding_idx + 2, ...`` and gives padding ``padding_idx``.
+        """
+        return self.pad_token_id + 1 if self.model_type == "roberta" else 0
+
+    @property
+    def max_positions(self) -> int:
+        """The longest sequence the position table holds (512 for BERT-base and RoBERTa-base)."""
+        return self.max_position_embeddings - self.position_offset
+
 
 @dataclasses.dataclass(frozen=True)
 class PoolingConfig:
-    """Sentence-transformers pooling: ``mode`` in cls / mean / max / mean_sqrt_len; ``normalize``."""
+    """How token states become one sentence vector: ``mode`` (one of :data:`POOLINGS`), ``normalize``.
 
-    mode: str = "mean"
+    SimCSE's poolings (Gao et al. 2021), with h^l the output of transformer layer l
+    (l = 1..n; transformers' ``hidden_states[l]``, ``hidden_states[0]`` being the embeddings)
+    and the means taken over the attention mask:
+
+    - ``cls``: tanh(W_p h^n_CLS + b_p), BERT's pooler (transformers' ``pooler_output``);
+      needs the checkpoint's ``pooler.dense`` weights.
+    - ``cls_before_pooler``: h^n at position 0.
+    - ``avg``: mean over tokens of h^n.
+    - ``avg_first_last``: mean over tokens of (h^1 + h^n) / 2 — the first transformer
+      layer's output, not the embeddings, as in SimCSE's ``simcse/models.py``.
+    - ``avg_top2``: mean over tokens of (h^{n-1} + h^n) / 2.
+
+    and sentence-transformers' ``max`` (masked maximum of h^n) and ``mean_sqrt_len``
+    (sum of h^n over tokens divided by sqrt(tokens)). Sentence-transformers' ``mean`` is
+    ``avg`` and its CLS-token pooling is ``cls_before_pooler``. With ``normalize`` the
+    vector is divided by its L2 norm (sentence-transformers' ``Normalize`` module).
+
+    Examples:
+      >>> PoolingConfig("mean")
+      PoolingConfig(mode='avg', normalize=True)
+      >>> PoolingConfig("avg_top2", normalize=False).layers
+      'top2'
+    """
+
+    mode: str = "avg"
     normalize: bool = True
+
+    def __post_init__(self):
+        mode = "avg" if self.mode == "mean" else self.mode
+        if mode not in POOLINGS:
+            raise ValueError(f"unknown pooling {self.mode!r}; choose from {', '.join(POOLINGS)}")
+        object.__setattr__(self, "mode", mode)
+
+    @property
+    def layers(self) -> str:
+        """Which token states the pooling reads: ``"last"``, ``"first_last"`` or ``"top2"``."""
+        return {"avg_first_last": "first_last", "avg_top2": "top2"}.get(self.mode, "last")
 
     @classmethod
     def from_files(cls, pooling: dict[str, Any], modules: list[dict[str, Any]] | None) -> PoolingConfig:
+        """From sentence-transformers' ``1_Pooling/config.json`` and ``modules.json``."""
         modes = [
             m
             for m, key in (
-                ("cls", "pooling_mode_cls_token"),
-                ("mean", "pooling_mode_mean_tokens"),
+                ("cls_before_pooler", "pooling_mode_cls_token"),
+                ("avg", "pooling_mode_mean_tokens"),
                 ("max", "pooling_mode_max_tokens"),
                 ("mean_sqrt_len", "pooling_mode_mean_sqrt_len_tokens"),
             )
@@ -284,8 +350,12 @@ def pack(token_ids: Sequence[Sequence[int]], placement: np.ndarray, *, width: in
 
 
 def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *, config: BertConfig,
-             key: Array | None, token_type_ids: Array | None = None) -> Array:
-    """The BERT stack on (B, L) tokens; ``bias`` (B, 1, L, L) or broadcastable is added to the scores."""
+             key: Array | None, token_type_ids: Array | None = None, layers: str = "last") -> Array:
+    """The BERT stack on (B, L) tokens; ``bias`` (B, 1, L, L) or broadcastable is added to the scores.
+
+    Returns the last layer's states h^n (``layers="last"``), (h^1 + h^n) / 2 (``"first_last"``)
+    or (h^{n-1} + h^n) / 2 (``"top2"``); see :class:`PoolingConfig`.
+    """
     B, L = input_ids.shape
     H, nh, dh = config.hidden_size, config.num_attention_heads, config.head_dim
     eps = config.layer_norm_eps
@@ -301,6 +371,10 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
 
     n_layers = config.num_hidden_layers
     keys = jax.random.split(key, n_layers) if key is not None else None
+    # the layer (0-based) whose output is averaged with the last one's, if any
+    kept = {"last": None, "first_last": 0, "top2": n_layers - 2}[layers]
+    if kept is not None and not 0 <= kept < n_layers - 1:
+        raise ValueError(f"pooling over {layers} needs at least 2 layers; the model has {n_layers}")
 
     def layer(x, inputs):
         p, k = inputs
@@ -320,13 +394,23 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
         f = _dropout(f, config.hidden_dropout_prob, k_h2)
         return _layer_norm(a + f, p["ln2_scale"], p["ln2_bias"], eps), None
 
+    def layer_keeping(carry, inputs):
+        x, acc = carry
+        i, rest = inputs[0], inputs[1:]
+        x, _ = layer(x, rest)
+        return (x, jnp.where(i == kept, x, acc)), None
+
     if key is not None:
         # Training: keep only each layer's input and its dropout masks (1 byte an element)
         # for the backward pass and recompute the rest - the float activations of six
         # layers would otherwise dominate the peak memory of a step.
         layer = jax.checkpoint(layer, policy=jax.checkpoint_policies.save_only_these_names("dropout_keep"))
-    x, _ = jax.lax.scan(layer, x, (params["layers"], keys))
-    return x
+    if kept is None:
+        x, _ = jax.lax.scan(layer, x, (params["layers"], keys))
+        return x
+    (x, acc), _ = jax.lax.scan(layer_keeping, (x, jnp.zeros_like(x)),
+                               (jnp.arange(n_layers), params["layers"], keys))
+    return (acc + x) / 2
 
 
 def bert_forward(
@@ -337,8 +421,13 @@ def bert_forward(
     *,
     config: BertConfig,
     key: Array | None = None,
+    layers: str = "last",
 ) -> Array:
-    """Token states of a BERT encoder.
+    """Token states of a BERT or RoBERTa encoder (right-padded batch).
+
+    Positions are 0..L-1 for BERT; RoBERTa's are ``pad + 1, pad + 2, ...`` on real tokens and
+    ``pad`` on padding (``pad = config.pad_token_id``), transformers'
+    ``create_position_ids_from_input_ids`` read off the attention mask.
 
     Args:
       params: the pytree from :func:`convert_weights` (layers stacked on a leading axis).
@@ -347,46 +436,71 @@ def bert_forward(
       token_type_ids: (B, L) segment ids; zeros if None.
       config: the architecture.
       key: PRNG key; dropout (config rates) is applied only when given.
+      layers: ``"last"``, ``"first_last"`` or ``"top2"`` (:attr:`PoolingConfig.layers`).
 
     Returns:
-      (B, L, H) last-layer hidden states.
+      (B, L, H) hidden states: the last layer's, or the layer average ``layers`` names.
     """
     B, L = input_ids.shape
     dtype = params["embeddings"]["word"].dtype
     neg = jnp.asarray(jnp.finfo(dtype).min, dtype)
     bias = jnp.where(attention_mask[:, None, None, :] > 0, jnp.zeros((), dtype), neg)  # (B,1,1,L)
-    positions = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
-    return _encoder(params, input_ids, positions, bias, config=config, key=key, token_type_ids=token_type_ids)
+    if config.model_type == "roberta":
+        m = (attention_mask > 0).astype(jnp.int32)
+        positions = jnp.cumsum(m, axis=1) * m + config.pad_token_id
+    else:
+        positions = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
+    return _encoder(params, input_ids, positions, bias, config=config, key=key, token_type_ids=token_type_ids,
+                    layers=layers)
 
 
-def bert_forward_packed(params: dict, packed: Packed, *, config: BertConfig, key: Array | None = None) -> Array:
+def bert_forward_packed(params: dict, packed: Packed, *, config: BertConfig, key: Array | None = None,
+                        layers: str = "last") -> Array:
     """Token states (R, C, H) of packed sentences: attention only inside each sentence.
 
-    Each sentence gets exactly what :func:`bert_forward` gives it alone (token type 0).
+    Each sentence gets exactly what :func:`bert_forward` gives it alone (token type 0): the
+    in-sentence positions of ``packed`` are shifted by ``config.position_offset`` (RoBERTa's
+    ``pad + 1``), padding gets position ``pad``.
     """
     seg = packed.segment_ids
     dtype = params["embeddings"]["word"].dtype
     neg = jnp.asarray(jnp.finfo(dtype).min, dtype)
     same = seg[:, None, :, None] == seg[:, None, None, :]  # (R, 1, C, C)
     bias = jnp.where(same, jnp.zeros((), dtype), neg)
-    return _encoder(params, packed.input_ids, packed.position_ids, bias, config=config, key=key)
+    positions = packed.position_ids
+    if config.position_offset:
+        positions = jnp.where(seg > 0, positions + config.position_offset, config.pad_token_id)
+    return _encoder(params, packed.input_ids, positions, bias, config=config, key=key, layers=layers)
 
 
-def pool(hidden: Array, attention_mask: Array, pooling: PoolingConfig) -> Array:
-    """Sentence-transformers pooling of (B, L, H) token states into (B, H) sentence embeddings."""
+def _pooler(h_cls: Array, pooler: dict | None) -> Array:
+    """BERT's pooler: tanh(W_p h_CLS + b_p)."""
+    if pooler is None:
+        raise ValueError("pooling 'cls' needs the checkpoint's pooler weights; use 'cls_before_pooler' without them")
+    return jnp.tanh(h_cls @ pooler["w"] + pooler["b"])
+
+
+def pool(hidden: Array, attention_mask: Array, pooling: PoolingConfig, pooler: dict | None = None) -> Array:
+    """Pool (B, L, H) token states into (B, H) sentence embeddings (:class:`PoolingConfig`).
+
+    ``hidden`` are the states :func:`bert_forward` returns for ``pooling.layers``;
+    ``pooler`` (``params["pooler"]``: ``w`` (H, H), ``b`` (H,)) is needed by ``cls`` only.
+    """
     m = attention_mask.astype(hidden.dtype)[..., None]  # (B, L, 1)
     if pooling.mode == "cls":
+        out = _pooler(hidden[:, 0], pooler)
+    elif pooling.mode == "cls_before_pooler":
         out = hidden[:, 0]
     elif pooling.mode == "max":
         out = jnp.max(jnp.where(m > 0, hidden, jnp.finfo(hidden.dtype).min), axis=1)
     else:
         total = jnp.sum(hidden * m, axis=1)
         count = jnp.maximum(jnp.sum(m, axis=1), 1e-9)  # sentence-transformers' clamp
-        out = total / (count if pooling.mode == "mean" else jnp.sqrt(count))
+        out = total / (jnp.sqrt(count) if pooling.mode == "mean_sqrt_len" else count)
     return _normalize(out) if pooling.normalize else out
 
 
-def pool_packed(hidden: Array, packed: Packed, pooling: PoolingConfig) -> Array:
+def pool_packed(hidden: Array, packed: Packed, pooling: PoolingConfig, pooler: dict | None = None) -> Array:
     """:func:`pool` for packed token states (R, C, H): (S, H), one row per slot (zeros if unused)."""
     H = hidden.shape[-1]
     S = packed.lengths.shape[0]
@@ -396,14 +510,17 @@ def pool_packed(hidden: Array, packed: Packed, pooling: PoolingConfig) -> Array:
         out = jax.ops.segment_max(flat, seg, num_segments=S + 1)[1:]
         out = jnp.where(packed.lengths[:, None] > 0, out, 0.0)
     else:
-        if pooling.mode == "cls":
+        first = pooling.mode in ("cls", "cls_before_pooler")
+        if first:
             flat = jnp.where(packed.position_ids.reshape(-1, 1) == 0, flat, 0.0)
         out = jax.ops.segment_sum(flat, seg, num_segments=S + 1)[1:]
         count = jnp.maximum(packed.lengths.astype(hidden.dtype)[:, None], 1e-9)
-        if pooling.mode == "mean":
-            out = out / count
+        if pooling.mode == "cls":
+            out = _pooler(out, pooler)
         elif pooling.mode == "mean_sqrt_len":
             out = out / jnp.sqrt(count)
+        elif not first:
+            out = out / count
     return _normalize(out) if pooling.normalize else out
 
 
@@ -417,60 +534,86 @@ def _normalize(x: Array) -> Array:
 def _eval_forward(params: dict, input_ids: Array, attention_mask: Array, *, config: BertConfig,
                   pooling: PoolingConfig) -> Array:
     """Eval-mode sentence embeddings, shared by every instance (compiled once per shape and config)."""
-    return pool(bert_forward(params, input_ids, attention_mask, config=config), attention_mask, pooling)
+    hidden = bert_forward(params, input_ids, attention_mask, config=config, layers=pooling.layers)
+    return pool(hidden, attention_mask, pooling, params.get("pooler"))
 
 
 @functools.partial(jax.jit, static_argnames=("config", "pooling"))
 def _eval_forward_packed(params: dict, packed: Packed, *, config: BertConfig, pooling: PoolingConfig) -> Array:
     """Eval-mode embeddings (S, H) of packed sentences (compiled once per (R, C, S))."""
-    return pool_packed(bert_forward_packed(params, packed, config=config), packed, pooling)
+    hidden = bert_forward_packed(params, packed, config=config, layers=pooling.layers)
+    return pool_packed(hidden, packed, pooling, params.get("pooler"))
 
 
 # --------------------------------------------------------------------------- weights
 
 
-def convert_weights(state: dict[str, np.ndarray], config: BertConfig, dtype=jnp.float32) -> dict:
-    """HF ``BertModel`` state dict (NumPy) -> gradlab's pytree (linear weights as (in, out))."""
-    pre = "bert." if any(k.startswith("bert.") for k in state) else ""
+def _strip_prefix(name: str) -> str:
+    for pre in ("bert.", "roberta."):
+        if name.startswith(pre):
+            return name[len(pre):]
+    return name
 
-    def get(name: str) -> np.ndarray:
-        if pre + name not in state:
-            raise ValueError(f"weight {pre + name!r} missing from the safetensors file")
-        return np.asarray(state[pre + name])
 
-    def lin(prefix: str) -> tuple[np.ndarray, np.ndarray]:
-        return get(prefix + ".weight").T, get(prefix + ".bias")
+def convert_weights(state: dict[str, np.ndarray], config: BertConfig, dtype=jnp.float32, *,
+                    pooler: bool = False) -> dict:
+    """HF ``BertModel`` / ``RobertaModel`` state dict (NumPy) -> gradlab's pytree.
+
+    Linear weights become (in, out). Names may carry a ``bert.`` or ``roberta.`` prefix (a
+    checkpoint of ``BertForMaskedLM`` and the like); other heads are ignored. Every weight's
+    shape is checked against ``config``. With ``pooler`` the pooler (``pooler.dense``) is
+    kept as ``params["pooler"] = {"w": (H, H), "b": (H,)}``; a missing one is an error.
+    """
+    state = {_strip_prefix(k): v for k, v in state.items()}
+    H, inter = config.hidden_size, config.intermediate_size
+
+    def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        if name not in state:
+            raise ValueError(f"weight {name!r} missing from the checkpoint")
+        a = np.asarray(state[name])
+        if a.shape != shape:
+            raise ValueError(f"weight {name!r} has shape {a.shape}; config.json implies {shape}")
+        return a
+
+    def lin(prefix: str, d_in: int, d_out: int) -> tuple[np.ndarray, np.ndarray]:
+        return get(prefix + ".weight", (d_out, d_in)).T, get(prefix + ".bias", (d_out,))
+
+    def ln(prefix: str) -> tuple[np.ndarray, np.ndarray]:
+        return get(prefix + ".weight", (H,)), get(prefix + ".bias", (H,))
 
     layers: list[dict[str, np.ndarray]] = []
     for i in range(config.num_hidden_layers):
         b = f"encoder.layer.{i}."
-        q_w, q_b = lin(b + "attention.self.query")
-        k_w, k_b = lin(b + "attention.self.key")
-        v_w, v_b = lin(b + "attention.self.value")
-        o_w, o_b = lin(b + "attention.output.dense")
-        i_w, i_b = lin(b + "intermediate.dense")
-        f_w, f_b = lin(b + "output.dense")
+        q_w, q_b = lin(b + "attention.self.query", H, H)
+        k_w, k_b = lin(b + "attention.self.key", H, H)
+        v_w, v_b = lin(b + "attention.self.value", H, H)
+        o_w, o_b = lin(b + "attention.output.dense", H, H)
+        i_w, i_b = lin(b + "intermediate.dense", H, inter)
+        f_w, f_b = lin(b + "output.dense", inter, H)
+        ln1_scale, ln1_bias = ln(b + "attention.output.LayerNorm")
+        ln2_scale, ln2_bias = ln(b + "output.LayerNorm")
         layers.append(
             dict(
                 q_w=q_w, q_b=q_b, k_w=k_w, k_b=k_b, v_w=v_w, v_b=v_b, o_w=o_w, o_b=o_b,
-                ln1_scale=get(b + "attention.output.LayerNorm.weight"),
-                ln1_bias=get(b + "attention.output.LayerNorm.bias"),
-                i_w=i_w, i_b=i_b, f_w=f_w, f_b=f_b,
-                ln2_scale=get(b + "output.LayerNorm.weight"),
-                ln2_bias=get(b + "output.LayerNorm.bias"),
+                ln1_scale=ln1_scale, ln1_bias=ln1_bias, i_w=i_w, i_b=i_b, f_w=f_w, f_b=f_b,
+                ln2_scale=ln2_scale, ln2_bias=ln2_bias,
             )
         )
     stacked = {k: np.stack([lay[k] for lay in layers]) for k in layers[0]}
+    ln_scale, ln_bias = ln("embeddings.LayerNorm")
     params = {
         "embeddings": dict(
-            word=get("embeddings.word_embeddings.weight"),
-            position=get("embeddings.position_embeddings.weight"),
-            token_type=get("embeddings.token_type_embeddings.weight"),
-            ln_scale=get("embeddings.LayerNorm.weight"),
-            ln_bias=get("embeddings.LayerNorm.bias"),
+            word=get("embeddings.word_embeddings.weight", (config.vocab_size, H)),
+            position=get("embeddings.position_embeddings.weight", (config.max_position_embeddings, H)),
+            token_type=get("embeddings.token_type_embeddings.weight", (config.type_vocab_size, H)),
+            ln_scale=ln_scale,
+            ln_bias=ln_bias,
         ),
         "layers": stacked,
     }
+    if pooler:
+        w, b = lin("pooler.dense", H, H)
+        params["pooler"] = {"w": w, "b": b}
     return jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype=dtype), params)
 
 
@@ -504,14 +647,18 @@ def pad_ids(ids: Sequence[Sequence[int]], max_len: int, pad_to: int | None = Non
 
 @dataclasses.dataclass
 class MiniLM:
-    """A sentence-transformers BERT model in JAX (all-MiniLM-L6-v2 by default).
+    """A BERT or RoBERTa sentence encoder in JAX (all-MiniLM-L6-v2 by default).
+
+    :func:`load_minilm` and :func:`load_transformer` make one; it is a
+    :class:`gradlab.real.PackedEncoder`.
 
     Attributes:
-      params: pytree of float arrays (trainable).
+      params: pytree of float arrays (trainable); ``params["pooler"]`` iff the pooling is ``cls``.
       config: :class:`BertConfig`.
-      pooling: :class:`PoolingConfig` (mean + normalize for all-MiniLM-L6-v2).
+      pooling: :class:`PoolingConfig` (avg + normalize for all-MiniLM-L6-v2).
       tokenizer: a ``tokenizers.Tokenizer`` (truncation at ``max_seq_length``, no padding).
-      max_seq_length: 256 (``sentence_bert_config.json``).
+      max_seq_length: 256 for all-MiniLM-L6-v2 (``sentence_bert_config.json``), else the
+        position table's length (:attr:`BertConfig.max_positions`).
     """
 
     params: dict
@@ -536,6 +683,11 @@ class MiniLM:
 
     # -- the model as a pure function ----------------------------------------------
     @property
+    def dim(self) -> int:
+        """Embedding dimension D (the hidden size)."""
+        return self.config.hidden_size
+
+    @property
     def frozen(self) -> None:
         """No frozen part: every weight is in ``params`` (the training-loop protocol)."""
         return None
@@ -548,8 +700,9 @@ class MiniLM:
 
     def apply(self, params: dict, input_ids: Array, attention_mask: Array, key: Array | None = None) -> Array:
         """Sentence embeddings (B, H) from token ids; dropout iff ``key`` is given. Pure, jittable."""
-        hidden = bert_forward(params, input_ids, attention_mask, config=self.config, key=key)
-        return pool(hidden, attention_mask, self.pooling)
+        hidden = bert_forward(params, input_ids, attention_mask, config=self.config, key=key,
+                              layers=self.pooling.layers)
+        return pool(hidden, attention_mask, self.pooling, params.get("pooler"))
 
     @property
     def _apply_jit(self):
@@ -592,7 +745,8 @@ class MiniLM:
     def forward_packed(self, params: dict, frozen: None, packed: Packed, key: Array | None = None) -> Array:
         """Sentence embeddings (S, H) of a :class:`Packed` batch; dropout iff ``key`` is given. Pure."""
         del frozen
-        return pool_packed(bert_forward_packed(params, packed, config=self.config, key=key), packed, self.pooling)
+        hidden = bert_forward_packed(params, packed, config=self.config, key=key, layers=self.pooling.layers)
+        return pool_packed(hidden, packed, self.pooling, params.get("pooler"))
 
 
 def encode_packed(embed, token_ids: Sequence[Sequence[int]], *, rows: int, max_len: int, dim: int) -> np.ndarray:
@@ -628,22 +782,77 @@ def load_minilm(path: str | Path | None = None, *, dtype=jnp.float32) -> MiniLM:
     Returns:
       A :class:`MiniLM`.
     """
-    st_numpy = require("safetensors.numpy", purpose="loading MiniLM weights")
-    tokenizers = require("tokenizers", purpose="tokenizing sentences")
-    src = model_zip_path() if path is None else Path(path)
+    return load_transformer(model_zip_path() if path is None else path, dtype=dtype)
+
+
+def _reader(src: Path):
+    """``read(name) -> bytes`` for a directory or a zip archive; KeyError if the file is absent."""
     if src.is_dir():
         def read(name: str) -> bytes:
             f = src / name
             if not f.is_file():
                 raise KeyError(name)
             return f.read_bytes()
-    elif src.is_file():
-        zf = zipfile.ZipFile(src)
 
-        def read(name: str) -> bytes:
-            return zf.read(name)
-    else:
-        raise FileNotFoundError(f"no model archive or directory at {src}")
+        return read
+    if src.is_file():
+        try:
+            zf = zipfile.ZipFile(src)
+        except zipfile.BadZipFile:
+            raise ValueError(f"{src} is neither a model directory nor a zip archive") from None
+        return zf.read
+    raise ValueError(f"no model directory or archive at {src}")
+
+
+def _read_state(read, src: Path, st_numpy) -> dict[str, np.ndarray]:
+    """The weights of ``model.safetensors`` or of the shards ``model.safetensors.index.json`` lists."""
+    try:
+        return dict(st_numpy.load(read("model.safetensors")))
+    except KeyError:
+        pass
+    try:
+        index = json.loads(read("model.safetensors.index.json").decode("utf-8"))
+    except KeyError:
+        raise ValueError(f"model.safetensors (or model.safetensors.index.json) missing from the model at {src}") from None
+    state: dict[str, np.ndarray] = {}
+    for shard in sorted(set(index.get("weight_map", {}).values())):
+        try:
+            state.update(st_numpy.load(read(shard)))
+        except KeyError:
+            raise ValueError(f"{shard} (listed in model.safetensors.index.json) missing from the model at {src}") from None
+    return state
+
+
+def load_transformer(path: str | Path, *, pooling: str | None = None, normalize: bool | None = None,
+                     dtype=jnp.float32) -> MiniLM:
+    """Load a BERT or RoBERTa checkpoint (HF or sentence-transformers layout) as a :class:`MiniLM`.
+
+    ``path`` is a directory or a zip archive holding ``config.json`` (``model_type`` one of
+    :data:`MODEL_TYPES`), the weights (``model.safetensors``, or ``model.safetensors.index.json``
+    and its shards) and ``tokenizer.json``; a sentence-transformers model also has
+    ``1_Pooling/config.json``, ``modules.json`` and ``sentence_bert_config.json``.
+
+    Args:
+      path: the checkpoint.
+      pooling: one of :data:`POOLINGS` (:class:`PoolingConfig`); None: the
+        sentence-transformers pooling if the model has one, else ``"avg"``.
+      normalize: L2-normalize the embeddings; None: as the sentence-transformers
+        ``modules.json`` says (``Normalize``), False for a plain HF checkpoint.
+      dtype: parameter and compute dtype (``jnp.float32``, or ``jnp.bfloat16``).
+
+    Returns:
+      A :class:`MiniLM` (the JAX BERT encoder, whatever the checkpoint); the pooler is in
+      ``params["pooler"]`` iff the pooling is ``"cls"``.
+
+    Raises:
+      FileNotFoundError: nothing at ``path``.
+      ValueError: a missing file or weight, an unsupported ``model_type``, a weight whose
+        shape disagrees with ``config.json``, a tokenizer with more ids than the embedding table.
+    """
+    st_numpy = require("safetensors.numpy", purpose="loading checkpoint weights")
+    tokenizers = require("tokenizers", purpose="tokenizing sentences")
+    src = Path(path)
+    read = _reader(src)
 
     def read_json(name: str, default: Any = None) -> Any:
         try:
@@ -653,13 +862,30 @@ def load_minilm(path: str | Path | None = None, *, dtype=jnp.float32) -> MiniLM:
                 return default
             raise ValueError(f"{name} missing from the model at {src}") from None
 
-    config = BertConfig.from_dict(read_json("config.json"))
-    pooling = PoolingConfig.from_files(read_json("1_Pooling/config.json"), read_json("modules.json", []))
-    st_cfg = read_json("sentence_bert_config.json", {"max_seq_length": 512})
-    max_len = int(min(st_cfg.get("max_seq_length", 512), config.max_position_embeddings))
-    state = st_numpy.load(read("model.safetensors"))
-    params = convert_weights(state, config, dtype=dtype)
-    tok = tokenizers.Tokenizer.from_str(read("tokenizer.json").decode("utf-8"))
+    try:
+        config = BertConfig.from_dict(read_json("config.json"))
+    except ValueError as exc:
+        raise ValueError(f"{src / 'config.json'}: {exc}") from None
+    st_pooling = read_json("1_Pooling/config.json", {})
+    base = PoolingConfig.from_files(st_pooling, read_json("modules.json", [])) if st_pooling else PoolingConfig(
+        "avg", False)
+    chosen = PoolingConfig(base.mode if pooling is None else pooling,
+                           base.normalize if normalize is None else bool(normalize))
+    st_cfg = read_json("sentence_bert_config.json", {"max_seq_length": config.max_positions})
+    max_len = int(min(st_cfg.get("max_seq_length", config.max_positions), config.max_positions))
+    try:
+        tok = tokenizers.Tokenizer.from_str(read("tokenizer.json").decode("utf-8"))
+    except KeyError:
+        raise ValueError(f"tokenizer.json missing from the model at {src}") from None
+    n_tok = tok.get_vocab_size(with_added_tokens=True)
+    if n_tok > config.vocab_size:
+        raise ValueError(f"tokenizer.json has {n_tok} ids but config.json vocab_size is {config.vocab_size} "
+                         f"(the embedding table's rows) in {src}")
+    state = _read_state(read, src, st_numpy)
+    if chosen.mode == "cls" and not any(_strip_prefix(k) == "pooler.dense.weight" for k in state):
+        raise ValueError(f"pooling 'cls' needs the pooler (pooler.dense.weight), absent from {src}; "
+                         "use cls_before_pooler")
+    params = convert_weights(state, config, dtype=dtype, pooler=chosen.mode == "cls")
     tok.no_padding()
     tok.enable_truncation(max_length=max_len)
-    return MiniLM(params, config, pooling, tok, max_len)
+    return MiniLM(params, config, chosen, tok, max_len)

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradlab.real._deps import require
+from gradlab.real.encoders import load_encoder
 
 __all__ = [
     "TrainConfig",
@@ -54,26 +55,6 @@ __all__ = [
 DEFAULT_LR = {"light": 1e-3, "minilm": 3e-5}
 
 
-def load_encoder(name: str, *, seed: int = 0, path: str | Path | None = None, **kwargs: Any):
-    """An encoder by name: ``"minilm"`` (all-MiniLM-L6-v2) or ``"light"`` (see :mod:`gradlab.real.light`).
-
-    Both follow the training-loop protocol: ``params`` (trainable pytree), ``frozen``,
-    ``forward(params, frozen, ids, mask, key)``, ``tokenize(sentences)``,
-    ``encode(sentences, params=...)``.
-    """
-    if name == "minilm":
-        from gradlab.real.minilm import load_minilm
-
-        if kwargs:
-            raise ValueError(f"minilm takes no options; got {sorted(kwargs)}")
-        return load_minilm(path)
-    if name == "light":
-        from gradlab.real.light import load_light
-
-        return load_light(path, seed=seed, **kwargs)
-    raise ValueError(f"unknown encoder {name!r}; choose from minilm, light")
-
-
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """What a training run does.
@@ -85,10 +66,11 @@ class TrainConfig:
         (e.g. from ``gradlab.loss_from_cosines`` or ``gradlab.compose``).
       loss_params: parameters of the loss (override a ``Loss``'s own).
       symmetric: average both directions of the loss.
-      encoder: ``"light"`` or ``"minilm"``.
+      encoder: ``"light"``, ``"minilm"`` or the path of a BERT / RoBERTa checkpoint
+        (:func:`gradlab.real.load_encoder`).
       steps: optimizer steps.
       batch_size: N sentences per step (two views each).
-      lr: Adam / AdamW learning rate (None: 1e-3 light, 3e-5 minilm).
+      lr: Adam / AdamW learning rate (None: 1e-3 light, 3e-5 minilm and checkpoints).
       eval_every: steps between STS-B dev evaluations (0: only at the end).
       seed: seeds the initial projection (light), batch order and dropout.
       corpus: ``"NewsArticles"``, ``"News100"``, or a path (zip/CSV/.txt/dir).
@@ -146,14 +128,14 @@ class TrainConfig:
             raise ValueError(f"weight_decay must be a finite number >= 0; got {self.weight_decay!r}")
         if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a finite number > 0; got {self.lr!r}")
-        if self.encoder not in DEFAULT_LR:
-            raise ValueError(f"unknown encoder {self.encoder!r}; choose from {', '.join(DEFAULT_LR)}")
+        if self.encoder not in DEFAULT_LR and not Path(self.encoder).exists():
+            raise ValueError(f"unknown encoder {self.encoder!r}: neither {', '.join(DEFAULT_LR)} nor an existing path")
         if self.max_sentences is not None and self.max_sentences < self.batch_size:
             raise ValueError(f"max_sentences={self.max_sentences} is smaller than batch_size={self.batch_size}")
 
     @property
     def learning_rate(self) -> float:
-        return float(self.lr if self.lr is not None else DEFAULT_LR[self.encoder])
+        return float(self.lr if self.lr is not None else DEFAULT_LR.get(self.encoder, DEFAULT_LR["minilm"]))
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

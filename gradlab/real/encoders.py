@@ -1,0 +1,135 @@
+"""One encoder interface and one loader: ``load_encoder("minilm" | "light" | PATH)``.
+
+Every encoder the training loop (:func:`gradlab.real.train`) and the STS-B evaluation use
+satisfies :class:`Encoder`: the trainable ``params``, a ``frozen`` part passed alongside, a
+pure ``forward`` for the two dropout views of SimCSE (Gao et al. 2021), tokenization, and
+``encode`` for evaluation. Transformer encoders also satisfy :class:`PackedEncoder` (their
+training batches are packed, :class:`gradlab.real.minilm.Packed`).
+
+Implementations: :class:`gradlab.real.minilm.MiniLM` (all-MiniLM-L6-v2 and any BERT or
+RoBERTa checkpoint) and :class:`gradlab.real.light.LightEncoder`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from gradlab.real import ENCODERS
+
+__all__ = ["Encoder", "PackedEncoder", "load_encoder"]
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """What training and evaluation need from a sentence encoder.
+
+    Attributes:
+      params: the trainable pytree (the optimizer's state follows its structure).
+      frozen: the non-trained arrays ``forward`` needs (None if there are none); passed
+        as an argument so that a jitted step does not bake them in as constants.
+      max_seq_length: truncation length in tokens.
+      dim: embedding dimension D.
+    """
+
+    params: Any
+
+    @property
+    def frozen(self) -> Any: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    max_seq_length: int
+
+    def forward(self, params: Any, frozen: Any, input_ids: Any, attention_mask: Any, key: Any = None) -> Any:
+        """Embeddings (B, D) of a padded batch; dropout iff ``key`` is given. Pure, jittable."""
+        ...
+
+    def token_ids(self, sentences: Sequence[str]) -> list[list[int]]:
+        """Unpadded token ids, truncated to ``max_seq_length``."""
+        ...
+
+    def tokenize(self, sentences: Sequence[str], pad_to: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(input_ids, attention_mask), both (B, L) int32, right-padded."""
+        ...
+
+    def encode(self, sentences: Sequence[str], *, batch_size: int = ..., params: Any = None) -> np.ndarray:
+        """Eval-mode embeddings (N, D) float32 (``params`` default: the encoder's own)."""
+        ...
+
+
+@runtime_checkable
+class PackedEncoder(Encoder, Protocol):
+    """An :class:`Encoder` whose training batches are packed sentences (no padding)."""
+
+    def pack(self, token_ids: Sequence[Sequence[int]], *, rows: int, width: int) -> Any:
+        """All of ``token_ids`` as one packed batch of (rows, width), slots in input order."""
+        ...
+
+    def forward_packed(self, params: Any, frozen: Any, packed: Any, key: Any = None) -> Any:
+        """Embeddings (S, D) of a packed batch; dropout iff ``key`` is given. Pure, jittable."""
+        ...
+
+
+def load_encoder(spec: str | Path, *, pooling: str | None = None, normalize: bool | None = None,
+                 dtype: Any = None, seed: int = 0, path: str | Path | None = None, **kwargs: Any) -> Encoder:
+    """An encoder by name or from a checkpoint path.
+
+    Args:
+      spec: ``"minilm"`` (all-MiniLM-L6-v2), ``"light"`` (:mod:`gradlab.real.light`), or the
+        path of a BERT / RoBERTa checkpoint: a HF-layout directory (``config.json``,
+        ``model.safetensors`` or sharded weights, ``tokenizer.json``) or a
+        sentence-transformers directory or zip (see
+        :func:`gradlab.real.minilm.load_transformer`).
+      pooling: transformer encoders: one of :data:`gradlab.real.minilm.POOLINGS` (SimCSE's
+        ``cls``, ``cls_before_pooler``, ``avg``, ``avg_first_last``, ``avg_top2``, and
+        sentence-transformers' ``max``, ``mean_sqrt_len``); None keeps the model's own
+        (MiniLM: mean) or ``avg`` for a plain HF checkpoint.
+      normalize: transformer encoders: L2-normalize the embeddings; None: MiniLM's
+        sentence-transformers ``Normalize`` (True), False for a plain HF checkpoint.
+      dtype: parameter and compute dtype, ``jnp.float32`` (None) or ``jnp.bfloat16``.
+      seed: seeds the light encoder's projection.
+      path: ``"minilm"`` / ``"light"``: another sentence-transformers model than the shipped one.
+      **kwargs: light encoder options (``dim``, ``dropout``, ``max_seq_length``).
+
+    Returns:
+      An :class:`Encoder`.
+
+    Raises:
+      ValueError: an unknown name, a nonexistent path, options the encoder does not take,
+        or a defective checkpoint (one line naming the problem).
+
+    Examples:
+      >>> enc = load_encoder("path/to/bert-base-uncased", pooling="avg_first_last")  # doctest: +SKIP
+      >>> enc.encode(["A man is playing a guitar."]).shape  # doctest: +SKIP
+      (1, 768)
+      >>> load_encoder("path/to/nothing")
+      Traceback (most recent call last):
+      ...
+      ValueError: unknown encoder 'path/to/nothing': neither minilm, light nor an existing path
+    """
+    import jax.numpy as jnp
+
+    from gradlab.real.minilm import load_transformer, model_zip_path
+
+    dtype = jnp.float32 if dtype is None else dtype
+    name = str(spec)
+    if name == "light":
+        if pooling is not None or normalize is not None:
+            raise ValueError("the light encoder takes no pooling / normalize (it mean-pools token embeddings)")
+        from gradlab.real.light import load_light
+
+        return load_light(path, seed=seed, dtype=dtype, **kwargs)
+    if kwargs:
+        raise ValueError(f"{name if name == 'minilm' else 'a checkpoint'} takes no options {sorted(kwargs)}")
+    if name == "minilm":
+        src = model_zip_path() if path is None else Path(path)
+    else:
+        src = Path(spec)
+        if not src.exists():
+            raise ValueError(f"unknown encoder {name!r}: neither {', '.join(ENCODERS)} nor an existing path")
+    return load_transformer(src, pooling=pooling, normalize=normalize, dtype=dtype)
