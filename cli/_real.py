@@ -158,17 +158,9 @@ def stsb(
 
 
 def _sts_encoder(encoder: str, seed: int, dim: int, pooling: str | None, checkpoint: Path | None):
-    # --encoder minilm | light | PATH: a name is normalized, anything else goes to the loader as is.
-    name = encoder.strip().lower() if encoder.strip().lower() in ENCODERS else encoder
-    if pooling is None:
-        return _encoder(name, seed, dim, checkpoint=checkpoint)
-    import inspect
-
-    from gradlab.real.train import load_encoder
-
-    if not all("pooling" in inspect.signature(f).parameters for f in (load_encoder, _encoder)):
-        raise fail("--pooling needs a checkpoint encoder")
-    return _encoder(name, seed, dim, checkpoint=checkpoint, pooling=pooling)
+    # --encoder minilm | light | PATH, as for stsb and train
+    spec = _encoder_spec(encoder)
+    return _encoder(spec, seed, dim, checkpoint=checkpoint, pooling=_pooling(pooling, spec))
 
 
 def _sts_table(res: dict) -> str:
