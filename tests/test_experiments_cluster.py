@@ -311,3 +311,43 @@ def test_dask_worker_killed_mid_run_is_rescheduled_with_identical_numbers(tmp_pa
         launcher.join(timeout=600)
     assert got[spec[0].id]["status"] == "done", got
     assert result_numbers(out, spec) == result_numbers(tmp_path / "local", spec)
+
+
+# --------------------------------------------------------------------------- the extra and the cache
+def test_plain_import_never_loads_the_cluster_packages():
+    code = ("import sys, gradlab, gradlab.experiments as ge; ge.run_study, ge.make_executor, ge.execute; "
+            "print(sorted(m for m in ('submitit', 'distributed', 'dask') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("executor, module", [("submitit", "submitit"), ("dask", "distributed")])
+def test_a_missing_extra_is_one_line_naming_the_install(tmp_path, monkeypatch, executor, module):
+    from gradlab.experiments import make_executor
+
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    with pytest.raises(ValueError, match=r'pip install "gradlab\[cluster\]"'):
+        make_executor(executor, tmp_path)
+    r = run("experiment", "fig9", "--quick", "--executor", executor, "--out", tmp_path / "e")
+    assert r.exit_code == 2 and 'pip install "gradlab[cluster]"' in r.stderr and "\n" not in r.stderr.strip()
+    assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize("setting", ["dir", "off", "enabled"])
+def test_workers_get_the_launchers_compilation_cache(tmp_path, monkeypatch, setting):
+    from gradlab import _cache
+
+    seen = []
+    # the cache this process switched on (gradlab.enable_cache, as the CLI does) wins over the variable
+    monkeypatch.setitem(_cache._ACTIVE, "dir", tmp_path / "enabled" if setting == "enabled" else None)
+    monkeypatch.setitem(_cache._ACTIVE, "off", False)
+    monkeypatch.setattr(_worker, "_train_in", stand_in_train)
+    monkeypatch.setattr(_worker, "use_compile_cache", seen.append)
+    monkeypatch.setenv("GRADLAB_CACHE_DIR", str(tmp_path / "shared-cache") if setting == "dir" else "off")
+    execute(SPECS[:1], tmp_path / "exp", jobs=1)
+    assert seen == [{"dir": str(tmp_path / "shared-cache"), "off": "off", "enabled": str(tmp_path / "enabled")}[setting]]
+    assert not (tmp_path / "exp" / ".jax_cache").exists()
+    monkeypatch.setitem(_cache._ACTIVE, "off", True)  # gradlab --no-cache: the workers go without too
+    execute(SPECS[1:2], tmp_path / "exp", jobs=1)
+    assert seen[-1] == "off"
