@@ -133,6 +133,48 @@ def test_submitit_local_executor_runs_a_study_in_job_processes(tmp_path, child_e
     assert (out / ".submitit").is_dir()
 
 
+def test_submitit_checkpoint_releases_the_lease_and_resubmits_the_same_call(tmp_path):
+    pytest.importorskip("submitit")
+    from submitit.helpers import DelayedSubmission
+
+    lease = acquire_lease(tmp_path, SPECS[0].id)
+    _worker._HELD[SPECS[0].id] = lease
+    try:
+        fn = _worker.RemoteRun()
+        again = fn.checkpoint(SPECS[0].to_dict(), str(tmp_path), "probe", "off", 1)
+    finally:
+        _worker._HELD.clear()
+    assert isinstance(again, DelayedSubmission) and again.function is fn
+    assert again.args == (SPECS[0].to_dict(), str(tmp_path), "probe", "off", 1)
+    assert read_lease(tmp_path, SPECS[0].id) is None and not lease.held()  # the requeued job can claim it
+
+
+@pytest.mark.slow
+def test_submitit_job_at_its_time_limit_is_requeued_and_completes(tmp_path, child_env):
+    pytest.importorskip("submitit")
+    from gradlab.experiments import make_executor
+
+    out = tmp_path / "exp"
+    (out / "runs").mkdir(parents=True)
+    (out / "gate").write_text("")
+    spec = SPECS[0]
+    # a 60 s limit; submitit's local executor signals 30 s before it: checkpoint, then requeue
+    ex = make_executor("submitit", out, jobs=1, options={"cluster": "local", "timeout_min": 1})
+    ex.fn = PatchedRun()
+    got = {}
+    launcher = threading.Thread(target=lambda: got.update(execute([spec], out, executor=ex)))
+    launcher.start()
+    try:
+        wait_for(lambda: len(executions(out)) >= 2, "the job to be signalled and requeued")
+    finally:
+        (out / "go").write_text("")
+        launcher.join(timeout=TIMEOUT)
+    assert got[spec.id]["status"] == "done" and got[spec.id]["best_dev"] == _fake_dev(spec)
+    log = executions(out)
+    assert {line.split()[0] for line in log} == {spec.id} and len({line.split()[1] for line in log}) == len(log)
+    assert read_lease(out, spec.id) is None
+
+
 def test_missing_extra_and_bad_options_are_one_line_errors(tmp_path):
     from gradlab.experiments import make_executor, parse_executor_option
 
