@@ -393,3 +393,20 @@ def test_workers_get_the_launchers_compilation_cache(tmp_path, monkeypatch, sett
     monkeypatch.setitem(_cache._ACTIVE, "off", True)  # gradlab --no-cache: the workers go without too
     execute(SPECS[1:2], tmp_path / "exp", jobs=1)
     assert seen[-1] == "off"
+
+
+@pytest.mark.slow
+@needs_real
+def test_local_pool_worker_killed_mid_run_is_retried_in_the_same_launch(tmp_path, real_env):
+    spec = REAL[:1]
+    execute(spec, tmp_path / "reference", jobs=2)
+    out = tmp_path / "exp"
+    got = {}
+    launcher = threading.Thread(target=lambda: got.update(execute(spec, out, jobs=2, backoff_s=0)))
+    launcher.start()
+    lease = wait_for(lambda: read_lease(out, spec[0].id), "the run's lease", timeout=300)
+    assert lease["pid"] != os.getpid()
+    os.kill(lease["pid"], signal.SIGKILL)  # BrokenProcessPool: a fresh pool redoes the run
+    launcher.join(timeout=600)
+    assert got[spec[0].id]["status"] == "done", got
+    assert result_numbers(out, spec) == result_numbers(tmp_path / "reference", spec)
