@@ -27,7 +27,7 @@ ENV_DIR = "GRADLAB_CACHE_DIR"
 #: Environment variable that bounds the cache size in bytes.
 ENV_MAX = "GRADLAB_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 2**30
-_ACTIVE: dict = {"dir": None}
+_ACTIVE: dict = {"dir": None, "off": False}
 _OFF = ("off", "0", "false", "no", "none", "")
 
 
@@ -135,14 +135,31 @@ def enable_cache(directory: str | os.PathLike | None = None, *, max_size: int | 
             raise ValueError(f"cannot create the compilation cache directory {str(path)!r} "
                              f"({exc.strerror or exc}); set {ENV_DIR}=off or another directory") from None
     _apply(settings)
-    _ACTIVE["dir"] = path
+    _ACTIVE["dir"], _ACTIVE["off"] = path, path is None
     return path
 
 
 def disable_cache() -> None:
     """Switch the persistent compilation cache off for this process."""
     _apply(_settings(None, DEFAULT_MAX_BYTES))
-    _ACTIVE["dir"] = None
+    _ACTIVE["dir"], _ACTIVE["off"] = None, True
+
+
+def worker_setting() -> str:
+    """The cache location a launcher hands to its worker processes (``gradlab.experiments``).
+
+    The directory this process switched on (``enable_cache``), ``"off"`` if it switched the
+    cache off, else what ``cache_dir()`` resolves (``"off"`` when that is off), so the CLI, the
+    library and every worker of a study use one cache.
+
+    Examples:
+      >>> disable_cache(); worker_setting()
+      'off'
+    """
+    if _ACTIVE["off"]:
+        return "off"
+    path = _ACTIVE["dir"] or cache_dir()
+    return "off" if path is None else str(path)
 
 
 def _apply(settings: dict) -> None:

@@ -133,6 +133,48 @@ def test_submitit_local_executor_runs_a_study_in_job_processes(tmp_path, child_e
     assert (out / ".submitit").is_dir()
 
 
+def test_submitit_checkpoint_releases_the_lease_and_resubmits_the_same_call(tmp_path):
+    pytest.importorskip("submitit")
+    from submitit.helpers import DelayedSubmission
+
+    lease = acquire_lease(tmp_path, SPECS[0].id)
+    _worker._HELD[SPECS[0].id] = lease
+    try:
+        fn = _worker.RemoteRun()
+        again = fn.checkpoint(SPECS[0].to_dict(), str(tmp_path), "probe", "off", 1)
+    finally:
+        _worker._HELD.clear()
+    assert isinstance(again, DelayedSubmission) and again.function is fn
+    assert again.args == (SPECS[0].to_dict(), str(tmp_path), "probe", "off", 1)
+    assert read_lease(tmp_path, SPECS[0].id) is None and not lease.held()  # the requeued job can claim it
+
+
+@pytest.mark.slow
+def test_submitit_job_at_its_time_limit_is_requeued_and_completes(tmp_path, child_env):
+    pytest.importorskip("submitit")
+    from gradlab.experiments import make_executor
+
+    out = tmp_path / "exp"
+    (out / "runs").mkdir(parents=True)
+    (out / "gate").write_text("")
+    spec = SPECS[0]
+    # a 60 s limit; submitit's local executor signals 30 s before it: checkpoint, then requeue
+    ex = make_executor("submitit", out, jobs=1, options={"cluster": "local", "timeout_min": 1})
+    ex.fn = PatchedRun()
+    got = {}
+    launcher = threading.Thread(target=lambda: got.update(execute([spec], out, executor=ex)))
+    launcher.start()
+    try:
+        wait_for(lambda: len(executions(out)) >= 2, "the job to be signalled and requeued")
+    finally:
+        (out / "go").write_text("")
+        launcher.join(timeout=TIMEOUT)
+    assert got[spec.id]["status"] == "done" and got[spec.id]["best_dev"] == _fake_dev(spec)
+    log = executions(out)
+    assert {line.split()[0] for line in log} == {spec.id} and len({line.split()[1] for line in log}) == len(log)
+    assert read_lease(out, spec.id) is None
+
+
 def test_missing_extra_and_bad_options_are_one_line_errors(tmp_path):
     from gradlab.experiments import make_executor, parse_executor_option
 
@@ -311,3 +353,60 @@ def test_dask_worker_killed_mid_run_is_rescheduled_with_identical_numbers(tmp_pa
         launcher.join(timeout=600)
     assert got[spec[0].id]["status"] == "done", got
     assert result_numbers(out, spec) == result_numbers(tmp_path / "local", spec)
+
+
+# --------------------------------------------------------------------------- the extra and the cache
+def test_plain_import_never_loads_the_cluster_packages():
+    code = ("import sys, gradlab, gradlab.experiments as ge; ge.run_study, ge.make_executor, ge.execute; "
+            "print(sorted(m for m in ('submitit', 'distributed', 'dask') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("executor, module", [("submitit", "submitit"), ("dask", "distributed")])
+def test_a_missing_extra_is_one_line_naming_the_install(tmp_path, monkeypatch, executor, module):
+    from gradlab.experiments import make_executor
+
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    with pytest.raises(ValueError, match=r'pip install "gradlab\[cluster\]"'):
+        make_executor(executor, tmp_path)
+    r = run("experiment", "fig9", "--quick", "--executor", executor, "--out", tmp_path / "e")
+    assert r.exit_code == 2 and 'pip install "gradlab[cluster]"' in r.stderr and "\n" not in r.stderr.strip()
+    assert not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize("setting", ["dir", "off", "enabled"])
+def test_workers_get_the_launchers_compilation_cache(tmp_path, monkeypatch, setting):
+    from gradlab import _cache
+
+    seen = []
+    # the cache this process switched on (gradlab.enable_cache, as the CLI does) wins over the variable
+    monkeypatch.setitem(_cache._ACTIVE, "dir", tmp_path / "enabled" if setting == "enabled" else None)
+    monkeypatch.setitem(_cache._ACTIVE, "off", False)
+    monkeypatch.setattr(_worker, "_train_in", stand_in_train)
+    monkeypatch.setattr(_worker, "use_compile_cache", seen.append)
+    monkeypatch.setenv("GRADLAB_CACHE_DIR", str(tmp_path / "shared-cache") if setting == "dir" else "off")
+    execute(SPECS[:1], tmp_path / "exp", jobs=1)
+    assert seen == [{"dir": str(tmp_path / "shared-cache"), "off": "off", "enabled": str(tmp_path / "enabled")}[setting]]
+    assert not (tmp_path / "exp" / ".jax_cache").exists()
+    monkeypatch.setitem(_cache._ACTIVE, "off", True)  # gradlab --no-cache: the workers go without too
+    execute(SPECS[1:2], tmp_path / "exp", jobs=1)
+    assert seen[-1] == "off"
+
+
+@pytest.mark.slow
+@needs_real
+def test_local_pool_worker_killed_mid_run_is_retried_in_the_same_launch(tmp_path, real_env):
+    spec = REAL[:1]
+    execute(spec, tmp_path / "reference", jobs=2)
+    out = tmp_path / "exp"
+    got = {}
+    launcher = threading.Thread(target=lambda: got.update(execute(spec, out, jobs=2, backoff_s=0)))
+    launcher.start()
+    lease = wait_for(lambda: read_lease(out, spec[0].id), "the run's lease", timeout=300)
+    assert lease["pid"] != os.getpid()
+    os.kill(lease["pid"], signal.SIGKILL)  # BrokenProcessPool: a fresh pool redoes the run
+    launcher.join(timeout=600)
+    assert got[spec[0].id]["status"] == "done", got
+    assert result_numbers(out, spec) == result_numbers(tmp_path / "reference", spec)

@@ -94,6 +94,7 @@ def execute(
       KeyboardInterrupt: after cancelling what was submitted; finished runs stay committed,
         the runs in flight leave nothing behind, and the next call resumes.
     """
+    from gradlab._cache import worker_setting
     from gradlab.experiments._executors import make_executor
 
     if jobs is not None and int(jobs) < 1:
@@ -112,7 +113,7 @@ def execute(
         probe = write_probe(out)
         try:
             # workers get the absolute path: a Dask worker's working directory is not the launcher's
-            reasons = _rounds(runner, todo, os.path.abspath(out), probe, _cache_setting(), progress, total, retries, backoff_s)
+            reasons = _rounds(runner, todo, os.path.abspath(out), probe, worker_setting(), progress, total, retries, backoff_s)
         except BaseException:
             runner.cancel()
             raise
@@ -140,14 +141,6 @@ def write_probe(out) -> str:
     token = uuid.uuid4().hex
     atomic_write_text(os.path.join(out, f"{PROBE}{token}"), token)
     return token
-
-
-def _cache_setting() -> str:
-    """The launcher's compilation cache directory for its workers (``"off"`` when switched off)."""
-    from gradlab._cache import _ACTIVE, cache_dir
-
-    path = _ACTIVE["dir"] or cache_dir()
-    return "off" if path is None else str(path)
 
 
 def _rounds(runner, todo, out, probe, cache, progress, total, retries, backoff_s) -> dict[str, str]:
