@@ -271,7 +271,7 @@ def test_cli_without_senteval_uses_shipped_stsb(tmp_path):
 @pytest.mark.parametrize("with_dir, args, needles", [
     (True, ["--tasks", "STS12,STS99"], ["STS99", "STS12, STS13, STS14, STS15, STS16, STSBenchmark, SICKRelatedness"]),
     (False, ["--tasks", "STS12,STSBenchmark"], ["STS12", "--senteval"]),
-    (True, ["--pooling", "cls"], ["--pooling needs a checkpoint encoder"]),
+    (True, ["--encoder", "light", "--pooling", "cls"], ["--pooling applies to transformer encoders"]),
     (True, ["--batch-size", "0"], ["--batch-size"]),
     (True, ["--encoder", "no/such/checkpoint"], ["no/such/checkpoint"]),
 ])
@@ -287,7 +287,7 @@ def test_cli_option_errors(senteval, tmp_path, with_dir, args, needles):
 
 
 def test_cli_pooling_reaches_a_loader_that_takes_it(senteval, tmp_path):
-    """Once load_encoder and the CLI's _encoder accept pooling=, --pooling is passed through."""
+    """--pooling is checked and passed through to the encoder the CLI loads."""
     calls = []
 
     def loader(name, *, seed=0, path=None, pooling=None, **kwargs):

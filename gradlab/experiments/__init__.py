@@ -45,7 +45,7 @@ _LAZY = {
     "run_state": "gradlab.experiments._store",
     "execute": "gradlab.experiments._sweep",
     "plan": "gradlab.experiments._sweep",
-    "default_jobs": "gradlab.experiments._sweep",
+    "default_jobs": "gradlab.experiments._executors",
     "run_status": "gradlab.experiments._store",
     "read_record": "gradlab.experiments._store",
     "run_dir": "gradlab.experiments._store",

@@ -14,16 +14,33 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXECUTORS", "make_executor", "parse_executor_option", "LocalExecutor", "SubmititExecutor", "DaskExecutor"]
+__all__ = ["EXECUTORS", "make_executor", "parse_executor_option", "default_jobs", "LocalExecutor", "SubmititExecutor",
+           "DaskExecutor"]
 
 EXECUTORS = ("local", "submitit", "dask")
 #: One call: (spec dict, out, probe token, cache directory, threads per worker).
 Call = tuple[dict[str, Any], str, "str | None", "str | None", "int | None"]
+
+
+def default_jobs() -> int:
+    """The number of cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _init_worker(threads: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it terminates us on Ctrl-C
+    from gradlab.experiments._worker import limit_threads
+
+    limit_threads(threads)
 
 
 def _need(module: str):
@@ -85,8 +102,6 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, jobs: int | None = None, **options: Any):
-        from gradlab.experiments._sweep import default_jobs
-
         if options:
             raise ValueError(f"the local executor takes no options; got {', '.join(sorted(options))}")
         self.jobs = default_jobs() if jobs is None else int(jobs)
@@ -113,7 +128,6 @@ class LocalExecutor:
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
         from gradlab.experiments._spec import RunSpec
-        from gradlab.experiments._sweep import _init_worker
         from gradlab.experiments._worker import run_one
 
         self._pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(calls)), mp_context=mp.get_context("spawn"),
@@ -161,8 +175,6 @@ class SubmititExecutor:
 
     def __init__(self, folder: str | os.PathLike, jobs: int | None = None, **options: Any):
         submitit = _need("submitit")
-        from gradlab.experiments._sweep import default_jobs
-
         options = dict(options)
         cluster = options.pop("cluster", None) or ("slurm" if shutil.which("sbatch") else "local")
         self.poll_s = float(options.pop("poll_s", 2.0 if cluster == "slurm" else 0.2))
@@ -229,8 +241,6 @@ class DaskExecutor:
 
     def __init__(self, address: str | None = None, jobs: int | None = None, **options: Any):
         distributed = _need("distributed")
-        from gradlab.experiments._sweep import default_jobs
-
         options = dict(options)
         self.resources = options.pop("resources", None)
         if self.resources is not None and not isinstance(self.resources, Mapping):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,15 +19,7 @@ from gradlab.experiments._spec import RunSpec
 from gradlab.experiments._store import clean_stale, read_record
 from gradlab.experiments._worker import PROBE
 
-__all__ = ["execute", "plan", "default_jobs", "write_probe"]
-
-
-def default_jobs() -> int:
-    """The number of cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+__all__ = ["execute", "plan", "write_probe"]
 
 
 def plan(specs: Sequence[RunSpec], out, *, retry_failed: bool = False) -> tuple[list[RunSpec], list[RunSpec]]:
@@ -43,13 +34,6 @@ def plan(specs: Sequence[RunSpec], out, *, retry_failed: bool = False) -> tuple[
         if rec is None or (retry_failed and rec["status"] == "failed"):
             todo.append(s)
     return unique, sorted(todo, key=lambda s: s.seed)
-
-
-def _init_worker(threads: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it terminates us on Ctrl-C
-    from gradlab.experiments._worker import limit_threads
-
-    limit_threads(threads)
 
 
 def execute(
