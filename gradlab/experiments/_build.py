@@ -865,8 +865,7 @@ def build_nie2023(ctx: Context) -> None:
     from gradlab import plot
 
     losses = [*NIE2023_LOSSES, *({"loss": "mpt", "params": {"m": m}} for m in NIE2023_MPT_MARGINS)]
-    rows, panels = [], {"alignment (Wang & Isola)": {}, "uniformity (Wang & Isola)": {},
-                        "distance gap (Nie et al. 2023 Fig. 3)": {}}
+    rows, panels = [], {"alignment": {}, "uniformity": {}, "distance gap": {}}
     for loss in losses:
         label = TITLES[loss] if isinstance(loss, str) else f"MPT (m = {loss['params']['m']:g})"
         key = loss if isinstance(loss, str) else f"mpt[m={loss['params']['m']:g}]"
@@ -881,7 +880,8 @@ def build_nie2023(ctx: Context) -> None:
                      _fmt(_vals(runs, _last("uniform")), 3), _fmt(_vals(runs, _first("distance_gap")), 3),
                      _fmt(_vals(runs, _last("distance_gap")), 3), _failures(runs) or "ok"])
     ctx.figure("nie2023", plot.step_series(panels, ncols=3, suptitle="Nie et al. 2023 Figs. 1 and 3 at CPU scale: "
-                                                                     "monitored training batches"))
+                                                                     "alignment, uniformity (Wang & Isola 2020) and "
+                                                                     "the distance gap on the training batches"))
 
     def test_of(loss):
         return _vals(ctx.runs(loss), "test_after")

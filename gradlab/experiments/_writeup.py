@@ -6,7 +6,7 @@ template whose numbers are placeholders into those files:
 
 * ``{{fig6:m=0.3.best_dev.mean|.2f}}``: the number ``m=0.3.best_dev.mean`` of study ``fig6``,
   formatted with ``.2f`` (any ``format`` spec; without one, ``g``-style to 4 significant
-  digits); a list is joined with ", ";
+  digits); a list is joined with ", ", a mapping written ``k = v, ...``;
 * ``{{claims}}``: the table of every claim, in study order, with its verdict, the test that
   decides it, and where its evidence lies.
 
@@ -42,6 +42,8 @@ def load_numbers(directory: str | Path) -> dict[str, dict[str, Any]]:
 
 
 def _text(value: Any, spec: str | None) -> str:
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k} = {_text(v, spec)}" for k, v in value.items())
     if isinstance(value, (list, tuple)):
         return ", ".join(_text(v, spec) for v in value)
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
