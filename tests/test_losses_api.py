@@ -20,17 +20,19 @@ import pytest
 import gradlab
 import gradlab.losses as L
 from gradlab.losses import (
+    TRIPLET_METRICS,
     Loss,
     LossSpec,
-    _functional,
+    _functional,  # private modules on purpose: their doctests (and function_name) run here
     _loss,
     _ops,
     _registry,
     get_loss,
     get_spec,
     list_losses,
+    threshold_angle,
+    triplet_gate,
 )
-from gradlab.losses._ops import TRIPLET_METRICS, threshold_angle, triplet_gate
 from tests._batches import batch
 
 
@@ -296,6 +298,7 @@ def _log_mean_gaussian_loop(a, b, t, pairs):
 def test_uniformity_parametrizations_equal_the_loop_reference():
     import dataclasses
 
+    # private on purpose: the three homes of one uniformity are compared
     from gradlab.losses._ineffective import mhe_uniformity, uniformity_batch
     from gradlab.monitor._monitor import make_config
     from gradlab.monitor._stats import batch_statistics_fn

@@ -9,7 +9,7 @@ figures / Result bundles / ``results.md`` built from them (``STUDIES``). ``run_s
 executes only the missing runs (in ``jobs`` processes) and rebuilds the outputs.
 
 Public names:
-  RunSpec, canonical_loss, resolve_loss, loss_label, SCHEMA_VERSION        (a run)
+  RunSpec, canonical_loss, loss_label, SCHEMA_VERSION       (a run; gradlab.resolve_loss resolves its loss)
   Scale, STUDIES, study_runs, baseline                                     (the studies)
   run_study, execute, plan, default_jobs                                    (running)
   run_status, read_record, run_dir                                          (the store)
@@ -23,7 +23,6 @@ from gradlab._lazy import attach
 _LAZY = {
     "RunSpec": "gradlab.experiments._spec",
     "canonical_loss": "gradlab.experiments._spec",
-    "resolve_loss": "gradlab.experiments._spec",
     "loss_label": "gradlab.experiments._spec",
     "SCHEMA_VERSION": "gradlab.experiments._spec",
     "Scale": "gradlab.experiments._studies",

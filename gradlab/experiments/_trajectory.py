@@ -41,7 +41,7 @@ def run_loss(run: str | Path):
     d = Path(run)
     d = d if d.is_dir() else d.parent
     if (d / "config.json").is_file():
-        from gradlab.experiments._spec import resolve_loss
+        from gradlab.design import resolve_loss
 
         cfg = load_json(d / "config.json")
         if isinstance(cfg, dict) and "loss" in cfg:
@@ -95,8 +95,7 @@ def write_trajectory(run: str | Path, out: str | Path, *, grid: int = 50, batche
 
     Writes ``on_map.<fmt>`` and the Result bundles ``on_map_gd``, ``on_map_ratio``, ``on_map_path``.
     """
-    from gradlab.plot import save_figure, trajectory_on_maps
-    from gradlab.plot._figures import loss_title
+    from gradlab.plot import loss_title, save_figure, trajectory_on_maps
 
     path = run_path(run)
     loss, batch_size = run_loss(run)
