@@ -122,27 +122,27 @@ def _rho2023_fig1(fid, writer, quick, seed):
     from gradlab import margins, plot
 
     theta, q = _margin_axes(quick)
-    d = margins.free_gradient_grid(theta, q, tau=0.25, beta=1.0, dtype=np.float32)
-    writer.figure(fid, plot.margin_gradients(d, tau=0.25, beta=1.0) if writer.plot else None)
+    d = margins.free_gradient_grid(theta, q, tau=defaults.RHO2023_TAU, beta=defaults.RHO2023_BETA, dtype=np.float32)
+    writer.figure(fid, plot.margin_gradients(d, tau=defaults.RHO2023_TAU, beta=defaults.RHO2023_BETA) if writer.plot else None)
     writer.data(fid, _dict_arrays(d), dims={"positive": ["theta", "q"], "negative": ["theta", "q"]},
-                extra_meta={"tau": 0.25, "beta": 1.0, "reference": "Rho et al. 2023 Fig. 1, Eq. 14"})
+                extra_meta={"tau": defaults.RHO2023_TAU, "beta": defaults.RHO2023_BETA, "reference": "Rho et al. 2023 Fig. 1, Eq. 14"})
 
 
 def _rho2023_fig2(fid, writer, quick, seed):
     from gradlab import margins, plot
 
     theta, q = _margin_axes(quick)
-    d = margins.multiplier_grid(theta, q, tau=0.25, beta=1.0, m1=0.4, dtype=np.float32)
-    writer.figure(fid, plot.margin_multipliers(d, tau=0.25, m1=0.4) if writer.plot else None)
+    d = margins.multiplier_grid(theta, q, tau=defaults.RHO2023_TAU, beta=defaults.RHO2023_BETA, m1=0.4, dtype=np.float32)
+    writer.figure(fid, plot.margin_multipliers(d, tau=defaults.RHO2023_TAU, m1=0.4) if writer.plot else None)
     dims = {k: ["theta_pos", "q_pos"] for k in ("angular", "ratio_pos", "ratio_neg", "total_pos")}
     writer.data(fid, _dict_arrays(d), dims=dims,
-                extra_meta={"tau": 0.25, "beta": 1.0, "m1": 0.4, "reference": "Rho et al. 2023 Fig. 2, Theorem 4.1"})
+                extra_meta={"tau": defaults.RHO2023_TAU, "beta": defaults.RHO2023_BETA, "m1": 0.4, "reference": "Rho et al. 2023 Fig. 2, Theorem 4.1"})
 
 
 #: Rho et al. 2023 Fig. 8's panels vary m1 and τ without listing the values; ours: the m1 of
 #: Sec. 5.4 / Table 8 and around it, and τ around App. C's 0.25.
 RHO2023_FIG8_M1 = (0.2, 0.4, 0.8, 1.6)
-RHO2023_FIG8_TAU = (0.1, 0.25, 0.5)
+RHO2023_FIG8_TAU = (0.1, defaults.RHO2023_TAU, 0.5)
 
 
 def _rho2023_fig8(fid, writer, quick, seed):
@@ -172,8 +172,8 @@ FIGURES: dict[str, Figure] = {
                          _norms("pos", ("dcl+", "mpt", "met", "mat"), ncols=4)),
     "nie2023_fig4": Figure("Nie et al. 2023 Fig. 4", "uniformity-part norms (one negative): InfoNCE ×4 K, uniformity, DCL, DCL+, MPT, MET, MAT",
                         _norms("neg", ("infonce", "uniform", "dcl", "dcl+", "mpt", "met", "mat"), ncols=5)),
-    "rho2023_fig1": Figure("Rho et al. 2023 Fig. 1", "gradient magnitudes without margins (β = 1, τ = 0.25)", _rho2023_fig1),
-    "rho2023_fig2": Figure("Rho et al. 2023 Fig. 2", "angular-margin multipliers (β = 1, τ = 0.25, m1 = 0.4)", _rho2023_fig2),
+    "rho2023_fig1": Figure("Rho et al. 2023 Fig. 1", f"gradient magnitudes without margins (β = {defaults.RHO2023_BETA:g}, τ = {defaults.RHO2023_TAU:g})", _rho2023_fig1),
+    "rho2023_fig2": Figure("Rho et al. 2023 Fig. 2", f"angular-margin multipliers (β = {defaults.RHO2023_BETA:g}, τ = {defaults.RHO2023_TAU:g}, m1 = 0.4)", _rho2023_fig2),
     "rho2023_fig8": Figure("Rho et al. 2023 Fig. 8", "(p − βq)/(p − βq̃) for several m1 and τ", _rho2023_fig8),
 }
 
