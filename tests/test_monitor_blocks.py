@@ -11,8 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from gradlab.losses import compose, get_loss
-from gradlab.losses._ops import offdiag_kernel
+from gradlab.losses import compose, get_loss, offdiag_kernel
 from gradlab.monitor import analyze
 
 

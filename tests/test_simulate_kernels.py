@@ -15,6 +15,8 @@ from scipy import stats
 
 import gradlab
 from gradlab.simulate import Protocol, gd_map, sample_angles
+
+# private on purpose: the sampling and trigonometry kernels are the point of this file
 from gradlab.simulate._sampling import (
     COMMON_TAG,
     common_draws,

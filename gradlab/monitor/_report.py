@@ -35,7 +35,7 @@ import numpy as np
 
 from gradlab.io import atomic_write_text, save_npz_atomic
 from gradlab.monitor._sinks import flatten, log_format, read_log
-from gradlab.plot._monitor import series_keys
+from gradlab.plot import series_keys
 
 __all__ = ["report", "log_series"]
 
