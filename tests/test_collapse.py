@@ -15,6 +15,8 @@ from gradlab.collapse import (
     infonce_extra_gradient,
 )
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 
 def _unit_rows(x):
     return [np.asarray(r, float) / math.sqrt(float(np.dot(r, r))) for r in x]

@@ -29,6 +29,8 @@ from gradlab.losses import (
     undefined_mask,
 )
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 COSINE_LOSSES = [n for n in list_losses() if get_spec(n).kind == "cosine"]
 
 
@@ -313,6 +315,7 @@ def test_monitor_accepts_user_and_composed_losses():
 LOSS_FILE = '''
 import jax
 import jax.numpy as jnp
+
 
 
 def focal(c_pos, c_neg, *, tau=0.05, gamma=2.0):

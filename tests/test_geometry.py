@@ -7,6 +7,8 @@ import pytest
 
 from gradlab import geometry as g
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 
 def test_normalize_and_zero_rows():
     x = jnp.array([[3.0, 4.0], [0.0, 0.0]])

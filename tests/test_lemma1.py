@@ -5,6 +5,8 @@ import pytest
 
 from gradlab.lemma1 import lemma1_bounds, lemma1_sphere_check
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 
 def test_bounds_are_the_roots_of_the_tangent_plane_condition():
     rng = np.random.default_rng(0)

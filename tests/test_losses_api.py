@@ -35,6 +35,8 @@ from gradlab.losses import (
 )
 from tests._batches import batch
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 
 def _np_infonce(h, hp, tau):
     """mean_i [log Σ_k e^{C_ik/τ} − C_ii/τ], C = h hp^T on unit rows (loop)."""

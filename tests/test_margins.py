@@ -21,6 +21,8 @@ from gradlab import losses as L
 from gradlab import margins as M
 from gradlab.losses import angular_factor
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 # --- loop-based NumPy references (Rho et al. 2023 Eqs. 4–5) -----------------------------------------
 
 

@@ -13,6 +13,8 @@ from gradlab.monitor._collapse import (
     CollapseWindow,  # private on purpose: the window behind the monitor
 )
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 CFG = dict(losses=["infonce"], taus=(0.05,), lambdas=(0.5,), ratio_losses=[])
 
 

@@ -17,6 +17,8 @@ import pytest
 import gradlab
 from gradlab.monitor import ParadigmMonitor, analyze
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 TAUS = (0.3, 0.05, 0.01)
 LAMBDAS = (0.1, 0.5)
 LOSS_PARAMS = {

@@ -24,6 +24,8 @@ import gradlab
 from gradlab import norms
 from gradlab.geometry import normalize
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 K = 3  # negatives in the embedding witness (N = K + 1 anchors, D = 2N + 1)
 
 

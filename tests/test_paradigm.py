@@ -11,6 +11,8 @@ import gradlab
 from gradlab.geometry import normalize
 from gradlab.paradigm import Components, reconstruct
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 
 def _batch(seed, n=6, d=20):
     rng = np.random.default_rng(seed)

@@ -23,6 +23,8 @@ from gradlab.simulate import (
 # private on purpose: the quadrature's building blocks are checked against scipy one by one
 from gradlab.simulate._quadrature import mean_gd_exact, prob_angle_below, threshold_angle
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 SMALL = Protocol(grid=(4, 5), batches=40, batch_size=10, dtype="float64")
 
 # The losses that read their negatives through one reduction (Li et al. 2024 Table 1 and

@@ -27,6 +27,8 @@ from gradlab.simulate._sampling import (
 )
 from gradlab.simulate._trig import COS_F32_LIMIT, cos_f32, cos_for
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 
 # --- cos_f32 -----------------------------------------------------------------------------
 def _ulp_error(got, x):
