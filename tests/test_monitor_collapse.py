@@ -13,8 +13,6 @@ from gradlab.monitor._collapse import (
     CollapseWindow,  # private on purpose: the window behind the monitor
 )
 
-pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
-
 CFG = dict(losses=["infonce"], taus=(0.05,), lambdas=(0.5,), ratio_losses=[])
 
 
@@ -91,6 +89,7 @@ def test_embedding_std_isotropic_gaussian():
     assert abs(got - 1 / math.sqrt(d)) < 5 * math.sqrt(1 / (2 * d * n))
 
 
+@pytest.mark.x64
 def test_embedding_std_one_hot_rows_closed_form():
     """Rows e_{i mod D}: every coordinate is Bernoulli(1/D) over rows; the std (ddof 1) is exact."""
     n, d = 60, 6
