@@ -8,12 +8,9 @@ rows the block holds: ``losses._ops.offdiag_kernel`` locates the positive's colu
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from gradlab.losses import compose, get_loss, offdiag_kernel
 from gradlab.monitor import analyze
-
-pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
 
 
 def _views(n=150, d=12, seed=0):
