@@ -18,33 +18,6 @@ from jax import Array
 from gradlab.losses._loss import Loss
 from gradlab.losses._registry import LossSpec, get_spec, list_losses
 
-__all__ = [
-    "function_name",
-    "infonce",
-    "arccon",
-    "mpt",
-    "met",
-    "mat",
-    "dcl",
-    "dcl_plus",
-    "alignment",
-    "uniformity",
-    "align_uniform",
-    "align_mhe",
-    "align_mhs",
-    "barlow_twins",
-    "barlow_twins_pearson",
-    "vicreg",
-    "vicreg_nc",
-    "margin_infonce",
-    "mmhe",
-    "mmhs",
-    "mb",
-    "mv",
-    "baseline",
-]
-
-
 
 def function_name(loss_name: str) -> str:
     """The Python name of a loss's function: ``"dcl+"`` -> ``"dcl_plus"``, other non-identifier characters -> ``_``."""
@@ -220,6 +193,8 @@ def baseline(h, h_prime, *, m=_D["baseline"]["m"], tau=_D["baseline"]["tau"], r=
     return _value("baseline", h, h_prime, symmetric, m=m, tau=tau, r=r)
 
 
-_MISSING = sorted({function_name(n) for n in list_losses()} - set(__all__))
-if _MISSING:  # a newly registered loss needs its function here
+#: ``function_name`` and one function per registered loss, in registry order.
+__all__ = ["function_name", *(function_name(n) for n in list_losses())]
+_MISSING = [n for n in __all__ if n not in globals()]
+if _MISSING:  # a newly registered loss needs its def here
     raise RuntimeError(f"no function for registered loss(es): {', '.join(_MISSING)}")
