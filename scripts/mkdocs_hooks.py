@@ -4,10 +4,14 @@
 - ``gallery.md``: the figure gallery, from ``figures/README.md`` (one home for the index of
   figures), each figure shown with the command that regenerates it.
 - ``figures/*.png``: copied into the site so the gallery can show them.
+- ``api/*.md``: they name public objects only (``::: gradlab.monitor.analyze``); a name of a lazy
+  package (``gradlab``, ``gradlab.monitor``, ...: its ``_LAZY`` table), which a static reader
+  cannot see, is pointed at the module that defines it, its heading the public name.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -82,6 +86,29 @@ def _gallery() -> str:
     parts += ["", *after]
     # Links out of figures/ into the repository (../examples/...) have no page on the site: keep the path.
     return _OUTSIDE.sub(lambda m: f"`{m['path']}`", "\n".join(parts)).rstrip() + "\n"
+
+
+_TARGET = re.compile(r"^::: (gradlab(?:\.[a-z]\w*)*)\.(\w+)\n(    options:\n)?", re.M)
+
+
+def _lazy_target(match: re.Match) -> str:
+    package, name, options = match.group(1), match.group(2), match.group(3)
+    try:
+        lazy = getattr(importlib.import_module(package), "_LAZY", {})
+    except ImportError:
+        lazy = {}
+    if name not in lazy:
+        return match.group(0)
+    return f"::: {lazy[name]}.{name}\n    options:\n      show_root_full_path: false\n"
+
+
+def on_page_markdown(markdown, page, config, files):
+    """API pages: the public names of lazy packages, pointed at their defining modules."""
+    if not page.file.src_uri.startswith("api/"):
+        return markdown
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return _TARGET.sub(_lazy_target, markdown)
 
 
 def on_files(files, config):
