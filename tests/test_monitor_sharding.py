@@ -10,8 +10,6 @@ import textwrap
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
-
 CFG = dict(losses=("infonce", "mat"), ratio_losses=("arccon",), taus=(0.05,), lambdas=(0.5,),
            histograms=True, hist_bins=16)
 

@@ -16,8 +16,6 @@ import gradlab
 from gradlab.losses import get_spec
 from tests._batches import batch
 
-pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
-
 ALL = gradlab.list_losses()
 
 
