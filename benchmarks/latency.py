@@ -1,4 +1,4 @@
-"""Latency benchmark (issue 15): what a user waits for, whole processes, side by side in one run.
+"""Latency benchmark: what a user waits for, whole processes, side by side in one run.
 
 Rows, each a fresh process (median of ``--repeat`` runs, interleaved so that the machine's
 load hits every row alike):
@@ -7,6 +7,8 @@ load hits every row alike):
   heatmap warm     the same command again, cache filled by the cold run
   heatmap no cache the same with --no-cache (what every run cost before the cache)
   figures warm     gradlab figures (12 figures, paper fidelity), cache filled by a first run
+  refuse too big   gradlab heatmap --grid 100000 --batches 100000: refused by the memory check
+                   before any work (exit 2, one line)
   import ...       seconds to import gradlab, gradlab.simulate, gradlab_cli.app in a fresh process
 Columns: seconds, × the bare start, target.
 
@@ -39,18 +41,20 @@ CLI = "import sys; from gradlab_cli.app import main; main(sys.argv[1:])"
 BARE = "import jax; jax.numpy.ones(1).block_until_ready()"
 IMPORT = "import time; t = time.perf_counter(); import {mod}; print(time.perf_counter() - t)"
 HEATMAP = ["heatmap", "--loss", "infonce", "--no-plot"]
-TARGETS = {"heatmap warm": "≤ 1.5×", "heatmap cold": "≤ 2.5×", "figures warm": "≤ 15 s"}
+TOO_BIG = ["heatmap", "--loss", "arccon", "--grid", "100000", "--batches", "100000", "--no-plot"]
+TARGETS = {"heatmap warm": "≤ 1.5×", "heatmap cold": "≤ 2.5×", "figures warm": "≤ 15 s", "refuse too big": "≤ 5 s"}
 
 
 def _env(cache: Path | str) -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "GRADLAB_CACHE_DIR": str(cache), "MPLBACKEND": "Agg"}
 
 
-def _time(args: list[str], env: dict, cwd: Path) -> float:
+def _time(args: list[str], env: dict, cwd: Path, *, code: int = 0) -> float:
+    """Seconds of one process that must exit with ``code``."""
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
+    if proc.returncode != code:
         raise SystemExit(f"failed: {' '.join(args)}\n{proc.stderr[-2000:]}")
     return elapsed
 
@@ -71,6 +75,7 @@ def measure(repeat: int, figures: bool, work: Path) -> dict[str, list[float]]:
         add("heatmap cold", _time(["-c", CLI, *HEATMAP, "--out", out], _env(cache), work))
         add("heatmap warm", _time(["-c", CLI, *HEATMAP, "--out", out], _env(cache), work))
         add("heatmap no cache", _time(["-c", CLI, "--no-cache", *HEATMAP, "--out", out], _env(cache), work))
+        add("refuse too big", _time(["-c", CLI, *TOO_BIG, "--out", work / "refused"], _env("off"), work, code=2))
         for mod in ("gradlab", "gradlab.simulate", "gradlab_cli.app"):
             add(f"import {mod}", _import_time(mod, _env("off"), work))
     if figures:

@@ -129,11 +129,11 @@ def compose_blocks(raw: str) -> str:
 
 def resolve_loss(loss: str | None, compose: str | None, params: dict, *, symmetric: bool = False):
     """The ``Loss`` of ``--loss`` (a name, FILE.py:FUNCTION, module:FUNCTION) or ``--compose``; errors are one line."""
-    from gradlab.design import load_loss
+    from gradlab import design
 
     if (loss is None) == (compose is None):
         raise fail("give exactly one of --loss and --compose")
-    return load_loss(loss if compose is None else f"compose:{compose}", params=params, symmetric=symmetric)
+    return design.resolve_loss(loss if compose is None else f"compose:{compose}", params=params, symmetric=symmetric)
 
 
 LOSS_HELP = ("A registered loss (see 'gradlab losses'), path/to/file.py:FUNCTION or package.module:FUNCTION "

@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 from gradlab_cli._common import CONTEXT, Debug, Formats, NoPlot, Out
 
+from gradlab import defaults
+
 
 def _flat_arrays(tree, prefix=""):
     import numpy as np
@@ -29,10 +31,10 @@ def _flat_arrays(tree, prefix=""):
 def track(
     embeddings: Annotated[Path, typer.Argument(help="An .npz holding two views 'h' and 'h_prime' of shape (M, D).")],
     batch_size: Annotated[int, typer.Option("--batch-size", "-N", help="N per batch (the paper: 128, App. A.2).")] = 128,
-    tau: Annotated[list[float] | None, typer.Option("--tau", help="Temperature of the hardest-negative share (repeatable; default 0.3 0.1 0.05 0.03 0.01 0.005).")] = None,
-    lam: Annotated[list[float] | None, typer.Option("--lambda", help="Lemma-1 step size λ (repeatable; default 0.1 0.5 1).")] = None,
+    tau: Annotated[list[float] | None, typer.Option("--tau", help=f"Temperature of the hardest-negative share (repeatable; default {' '.join(f'{t:g}' for t in defaults.TAUS)}).")] = None,
+    lam: Annotated[list[float] | None, typer.Option("--lambda", help=f"Lemma-1 step size λ (repeatable; default {' '.join(f'{x:g}' for x in defaults.MONITOR_LAMS)}).")] = None,
     margin: Annotated[float, typer.Option("--margin", help="Margin m of the baseline's GD gate (Li et al. 2024 Eq. 5).")] = 0.3,
-    rankme_window: Annotated[int, typer.Option("--rankme-window", help="Rows per RankMe / α-ReQ window (tumbling, over the batches in order).")] = 4096,
+    rankme_window: Annotated[int, typer.Option("--rankme-window", help="Rows per RankMe / α-ReQ window (tumbling, over the batches in order).")] = defaults.RANKME_WINDOW,
     tensorboard: Annotated[Path | None, typer.Option("--tensorboard", help="Also write each batch's statistics as TensorBoard events into this directory (step = batch index; needs the tensorboard extra).")] = None,
     out: Out = Path("."),
     fmt: Formats = None,

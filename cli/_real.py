@@ -28,6 +28,8 @@ from gradlab_cli._common import (
     resolve_loss,
 )
 
+from gradlab import defaults
+
 ENCODERS = ("minilm", "light")
 SPLITS = ("train", "dev", "test")
 
@@ -306,7 +308,7 @@ def train(
         if loss != "infonce":
             raise fail(f"--transform rescales InfoNCE's gradient: use --loss infonce (got {loss!r})")
         apply_transform(transform, symmetric=symmetric, **params)  # unknown names / params: one line
-        the_loss = get_loss("infonce", tau=params.get("tau", 0.25))
+        the_loss = get_loss("infonce", tau=params.get("tau", defaults.RHO2023_TAU))
     registered = transform is not None or (compose is None and ":" not in loss)
     cfg = TrainConfig(
         loss=the_loss.name if registered else the_loss, loss_params=dict(params), symmetric=symmetric, encoder=encoder, steps=steps,

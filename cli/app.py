@@ -220,11 +220,11 @@ def _alpha_law(raw: str) -> str | float:
         raise typer.BadParameter(f"'uniform' or an angle: {exc.message}") from None
 
 
-Grid = Annotated[int, typer.Option("--grid", help="Points per μ axis (the paper: 100).")]
-Batches = Annotated[int, typer.Option("--batches", help="Batches per (μ_pos, μ_neg) cell (the paper: 1000).")]
-BatchSize = Annotated[int, typer.Option("--batch-size", "-N", help="N: 1 positive + N-1 negatives (the paper: 128).")]
-SigmaPos = Annotated[float, typer.Option("--sigma-pos", help="σ_pos of θ_ii' (the paper: 0.05; 0 draws every angle at its mean).")]
-SigmaNeg = Annotated[float, typer.Option("--sigma-neg", help="σ_neg of θ_ij' (the paper: 0.10).")]
+Grid = Annotated[int, typer.Option("--grid", help=f"Points per μ axis (the paper: {defaults.GRID}).")]
+Batches = Annotated[int, typer.Option("--batches", help=f"Batches per (μ_pos, μ_neg) cell (the paper: {defaults.BATCHES}).")]
+BatchSize = Annotated[int, typer.Option("--batch-size", "-N", help=f"N: 1 positive + N-1 negatives (the paper: {defaults.BATCH_SIZE}).")]
+SigmaPos = Annotated[float, typer.Option("--sigma-pos", help=f"σ_pos of θ_ii' (the paper: {defaults.SIGMA_POS:g}; 0 draws every angle at its mean).")]
+SigmaNeg = Annotated[float, typer.Option("--sigma-neg", help=f"σ_neg of θ_ij' (the paper: {defaults.SIGMA_NEG:.2f}).")]
 MuPosRange = Annotated[tuple[float, float], typer.Option("--mu-pos-range", parser=number, metavar="LO HI", help="LO HI of μ_pos, radians within [0, pi]; pi allowed (pi/20 pi/2).")]
 MuNegRange = Annotated[tuple[float, float], typer.Option("--mu-neg-range", parser=number, metavar="LO HI", help="LO HI of μ_neg, radians within [0, pi] (pi/20 pi).")]
 Seed = Annotated[int, typer.Option("--seed", help="Root seed in [0, 2**31 - 1]: fixes every number bit for bit.")]
@@ -257,11 +257,11 @@ def heatmap(
     loss: Annotated[str | None, typer.Option("--loss", "-l", help=LOSS_HELP)] = None,
     compose: Compose = None,
     component: Annotated[Component, typer.Option("--component", "-c", help="gd (Figs. 2, 10), ratio (Fig. 4), weight (hardest-negative share where GD >= --gd-threshold) or norm (Nie et al. 2023's closed-form norm at the mean angles).")] = Component.gd,
-    grid: Grid = 100,
-    batches: Batches = 1000,
-    batch_size: BatchSize = 128,
-    sigma_pos: SigmaPos = 0.05,
-    sigma_neg: SigmaNeg = 0.10,
+    grid: Grid = defaults.GRID,
+    batches: Batches = defaults.BATCHES,
+    batch_size: BatchSize = defaults.BATCH_SIZE,
+    sigma_pos: SigmaPos = defaults.SIGMA_POS,
+    sigma_neg: SigmaNeg = defaults.SIGMA_NEG,
     mu_pos_range: MuPosRange = ("pi/20", "pi/2"),
     mu_neg_range: MuNegRange = ("pi/20", "pi"),
     seed: Seed = 0,
@@ -323,11 +323,11 @@ def weight(
     mu_pos: Annotated[float, typer.Option("--mu-pos", parser=angle, help="Fixed μ_pos, radians within [0, pi] (pi allowed).")] = "pi/6",
     loss: Annotated[str, typer.Option("--loss", "-l", help="A loss with a temperature tau: " + LOSS_HELP)] = "infonce",
     gd_gate: Annotated[float | None, typer.Option("--gd-gate", help="Count only batches with GD >= this.")] = None,
-    grid: Grid = 100,
-    batches: Batches = 1000,
-    batch_size: BatchSize = 128,
-    sigma_pos: SigmaPos = 0.05,
-    sigma_neg: SigmaNeg = 0.10,
+    grid: Grid = defaults.GRID,
+    batches: Batches = defaults.BATCHES,
+    batch_size: BatchSize = defaults.BATCH_SIZE,
+    sigma_pos: SigmaPos = defaults.SIGMA_POS,
+    sigma_neg: SigmaNeg = defaults.SIGMA_NEG,
     mu_neg_range: MuNegRange = ("pi/20", "pi"),
     seed: Seed = 0,
     mode: ModeOpt = Mode.common,
@@ -381,11 +381,11 @@ def lemma1(
     embeddings: Annotated[Path | None, typer.Option("--embeddings", help="An .npz with two views 'h' and 'h_prime' (N, D): the distribution from real embeddings.")] = None,
     dist_mu_pos: Annotated[float, typer.Option("--dist-mu-pos", parser=angle, help="μ_pos of the simulated distribution (pi allowed).")] = "pi/6",
     dist_mu_neg: Annotated[float, typer.Option("--dist-mu-neg", parser=angle, help="μ_neg of the simulated distribution.")] = "pi/3",
-    grid: Grid = 100,
-    batches: Batches = 1000,
-    batch_size: BatchSize = 128,
-    sigma_pos: SigmaPos = 0.05,
-    sigma_neg: SigmaNeg = 0.10,
+    grid: Grid = defaults.GRID,
+    batches: Batches = defaults.BATCHES,
+    batch_size: BatchSize = defaults.BATCH_SIZE,
+    sigma_pos: SigmaPos = defaults.SIGMA_POS,
+    sigma_neg: SigmaNeg = defaults.SIGMA_NEG,
     mu_pos_range: MuPosRange = ("pi/20", "pi/2"),
     mu_neg_range: MuNegRange = ("pi/20", "pi"),
     seed: Seed = 0,
@@ -478,11 +478,11 @@ def norms(
 
       gradlab norms --loss my_losses.py:focal --loss infonce --part pos
     """
+    from gradlab import design
     from gradlab import norms as gn
-    from gradlab.design import load_loss
 
     names = list(loss) if loss else list(gn.NORM_LOSSES)
-    losses = [load_loss(n) if ":" in n else n for n in names]  # a user loss: its own defaults, then --param
+    losses = [design.resolve_loss(n) if ":" in n else n for n in names]  # a user loss: its own defaults, then --param
     ks = list(negatives) if negatives else None
     if ks is not None and any(k < 1 for k in ks):
         raise fail(f"--negatives must be >= 1; got {min(ks)}")

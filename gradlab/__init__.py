@@ -7,7 +7,7 @@ Import is cheap: submodules (and JAX itself) load on first use of a public name.
 
 from __future__ import annotations
 
-from gradlab._lazy import attach
+from gradlab._lazy import attach as _attach
 from gradlab._version import __version__
 
 # public name -> module that defines it
@@ -18,7 +18,7 @@ _LAZY = {
     "Loss": "gradlab.losses",
     "loss_from_cosines": "gradlab.losses",
     "compose": "gradlab.losses",
-    "load_loss": "gradlab.design",
+    "resolve_loss": "gradlab.design",
     "Components": "gradlab.paradigm",
     "Decomposition": "gradlab.paradigm",
     "decompose": "gradlab.paradigm",
@@ -32,4 +32,4 @@ _SUBMODULES = {"defaults", "geometry", "losses", "paradigm", "simulate", "lemma1
 __all__ = ["__version__", *sorted(_LAZY)]
 
 
-__getattr__, __dir__ = attach(__name__, _LAZY, _SUBMODULES)
+__getattr__, __dir__ = _attach(__name__, _LAZY, _SUBMODULES)

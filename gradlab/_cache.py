@@ -90,10 +90,6 @@ def _max_bytes(max_size: int | None, environ) -> int:
 def _settings(path: Path | None, max_bytes: int) -> dict:
     if path is None:
         return {"jax_enable_compilation_cache": False}
-    try:
-        import filelock  # noqa: F401 - JAX needs it to bound (and lock) the cache
-    except ImportError:  # pragma: no cover - a dependency; without it JAX cannot evict
-        max_bytes = -1
     return {
         "jax_enable_compilation_cache": True,
         "jax_compilation_cache_dir": str(path),

@@ -4,9 +4,9 @@ Each constant names where it comes from. Values marked *ours* are choices of thi
 project where the papers give no number; every consumer (``gradlab.simulate``,
 ``gradlab.monitor``, ``gradlab.lemma1``, the CLI) imports them from here.
 
-The Monte-Carlo protocol itself (σ_pos, σ_neg, grids, batch shape) lives in
-``gradlab.simulate.Protocol``; the per-loss hyper-parameters live in the loss registry
-(``gradlab.losses.get_spec(name).defaults``).
+The Monte-Carlo protocol's defaults (σ_pos, σ_neg, grids, batch shape) are here and
+``gradlab.simulate.Protocol`` reads them; the per-loss hyper-parameters live in the loss
+registry (``gradlab.losses.get_spec(name).defaults``), the one place a loss is described.
 
 Examples:
   >>> from gradlab import defaults
@@ -19,6 +19,13 @@ from __future__ import annotations
 import math
 
 __all__ = [
+    "GRID",
+    "MU_POS_RANGE",
+    "MU_NEG_RANGE",
+    "SIGMA_POS",
+    "SIGMA_NEG",
+    "BATCHES",
+    "BATCH_SIZE",
     "TAUS",
     "WEIGHT_MU_POS",
     "GD_THRESHOLD",
@@ -27,7 +34,8 @@ __all__ = [
     "LEMMA1_RATIOS",
     "LEMMA1_MU_POS",
     "LEMMA1_MU_NEG",
-    "QUANTILES",
+    "MIN_RATIO_QUANTILES",
+    "MONITOR_QUANTILES",
     "MONITOR_LOSSES",
     "MONITOR_RATIO_LOSSES",
     "MONITOR_LAMS",
@@ -35,7 +43,20 @@ __all__ = [
     "NORM_INFONCE_NEGATIVES",
     "RANKME_EPS",
     "RANKME_WINDOW",
+    "RHO2023_TAU",
+    "RHO2023_BETA",
 ]
+
+#: The Monte-Carlo protocol of Li et al. 2024 App. A.1: a G × G grid of (μ_pos, μ_neg)
+#: (100 points per axis), μ_pos ∈ [π/20, π/2], μ_neg ∈ [π/20, π], θ_ii' ~ N(μ_pos, 0.05²),
+#: θ_ij' ~ N(μ_neg, 0.1²), B = 1000 batches of N = 128 (1 positive, N − 1 negatives) per cell.
+GRID = 100
+MU_POS_RANGE = (math.pi / 20, math.pi / 2)
+MU_NEG_RANGE = (math.pi / 20, math.pi)
+SIGMA_POS = 0.05
+SIGMA_NEG = 0.10
+BATCHES = 1000
+BATCH_SIZE = 128
 
 #: The six temperatures of the hardest-negative share, Li et al. 2024 Figs. 3 and 7.
 TAUS = (0.3, 0.1, 0.05, 0.03, 0.01, 0.005)
@@ -64,8 +85,15 @@ LEMMA1_RATIOS = (1.0, 1.25, 1.5, 1.75, 2.0)
 LEMMA1_MU_POS = math.pi / 6
 LEMMA1_MU_NEG = math.pi / 3
 
-#: Quantiles reported by the minimum-ratio summaries: *ours*.
-QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+#: Quantiles of the minimum-ratio distribution (the simulated and the monitored Fig. 8a of
+#: Li et al. 2024, ``lemma1.summarize_min_ratio``): *ours*; the sample is large (every
+#: anchor of every batch), so the 5 % tails are well estimated.
+MIN_RATIO_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+#: Quantiles of the per-step Lemma-1 record of the training monitor (``q10`` … ``q90``):
+#: *ours*; one step sees one batch of N anchors (N = 64 in the studies), where a 5 % tail
+#: is three values, so the monitor reports 10 % tails.
+MONITOR_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 #: Losses whose GD the training monitor records: the effective losses of Li et al. 2024
 #: Fig. 2 (InfoNCE, ArcCon, MPT, MET, MAT).
@@ -92,3 +120,8 @@ RANKME_EPS = 1e-7
 #: Rows in the monitor's RankMe / α-ReQ window: *ours*. RankMe needs many rows compared
 #: with D (768 for MiniLM), so the monitor pools recent batches up to this many rows.
 RANKME_WINDOW = 4096
+
+#: Rho et al. 2023 App. C: τ = 0.25 (C.1, MoCov3 and SimCLR) and Eq. 3's β = 1 (MoCo / SimCLR):
+#: the defaults of their margins, transforms and figures.
+RHO2023_TAU = 0.25
+RHO2023_BETA = 1.0

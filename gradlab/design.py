@@ -1,12 +1,21 @@
-"""Design a loss: resolve any loss a user names — registered, composed, or their own function.
+"""Design a loss: resolve any loss a user names — registered, composed, transformed, or their own function.
 
-One entry point, ``load_loss(text, params=...)``, used by the CLI (``--loss``), training
-(``TrainConfig.loss``) and anything else that takes a loss by name:
+One entry point, ``resolve_loss(spec, params=...)`` (also ``gradlab.resolve_loss``), used by the
+CLI (``--loss``), training (``TrainConfig.loss``), the experiments (their loss dicts), the
+simulator (``gradlab.simulate``) and the monitor (``gradlab.monitor``). A spec is any of:
 
+* a ``gradlab.Loss`` (its parameters replaced by ``params``);
 * a registered name: ``"infonce"`` (``gradlab.get_loss``);
 * a composition: ``"compose:gd=indicator,weight=softmax,ratio=static"`` (``gradlab.compose``);
+* a Rho et al. 2023 gradient transform: ``"transform:emphasize"``
+  (``gradlab.losses.apply_transform``; a ``GradientTransform``, not a ``Loss``);
 * a user function in a file: ``"path/to/file.py:function"``;
-* a user function in an importable module: ``"package.module:function"``.
+* a user function in an importable module: ``"package.module:function"``;
+* an experiment's loss dict: ``{"loss": name, "params": {...}}``,
+  ``{"compose": {"gd": ..., "weight": ..., "ratio": ...}, "params": {...}}`` or
+  ``{"user": "file.py:function", "sha256": ..., "params": {...}}`` (a given ``sha256``
+  must be the file's: a run never executes another loss than the one its id names;
+  ``gradlab.experiments.canonical_loss`` writes it).
 
 The function is either a ``gradlab.Loss`` (e.g. built with ``gradlab.loss_from_cosines``
 in that file) or a plain ``fn(c_pos, c_neg, *, p1=default, ...)``: its keyword
@@ -27,10 +36,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gradlab.losses import Loss, compose, get_loss, loss_from_cosines
-from gradlab.losses._user import probe
+from gradlab.losses import (
+    GradientTransform,
+    Loss,
+    apply_transform,
+    compose,
+    get_loss,
+    loss_from_cosines,
+    probe,
+)
 
-__all__ = ["load_loss", "resolve_loss", "parse_compose", "loss_from_cosines", "compose"]
+__all__ = ["resolve_loss", "loss_source", "parse_compose", "loss_from_cosines", "compose"]
+
+_SPELLINGS = ("a gradlab Loss, a registered name, compose:gd=...,weight=...,ratio=..., transform:NAME, "
+              "FILE.py:FUNCTION, module:FUNCTION or a loss dict")
 
 _MODULES: dict[tuple[str, int], Any] = {}
 _FROM_FUNCTIONS: dict[tuple[int, str], Loss] = {}
@@ -56,6 +75,23 @@ def parse_compose(text: str) -> dict[str, str]:
     if missing:
         raise ValueError(f"compose needs {', '.join(missing)} too; got {text!r}")
     return out
+
+
+def loss_source(text: str) -> tuple[str, str | None]:
+    """``FILE.py:FUNCTION`` with an absolute path and the file's SHA-256; ``module:FUNCTION`` as is (no hash).
+
+    Raises:
+      ValueError: the file is missing or unreadable.
+    """
+    source, _, attr = text.rpartition(":")
+    if not source.endswith(".py"):
+        return text, None
+    path = Path(source).expanduser().resolve()
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ValueError(f"loss file not found or unreadable: {source!r} ({exc.strerror})") from None
+    return f"{path}:{attr}", digest
 
 
 def _import_file(path: Path):
@@ -123,28 +159,12 @@ def _from_function(fn, name: str, where: str, params: Mapping[str, float]) -> Lo
     return _FROM_FUNCTIONS[key].replace(**params)
 
 
-def load_loss(text: str, *, params: Mapping[str, float] | None = None, symmetric: bool = False) -> Loss:
-    """A configured ``Loss`` from a name, a composition, ``FILE.py:FUNCTION`` or ``module:FUNCTION``.
-
-    Args:
-      text: see the module doc.
-      params: parameter overrides (``--param``).
-      symmetric: average both directions in ``loss(h, h_prime)``.
-
-    Raises:
-      ValueError: one line naming what is wrong (unknown name, missing file or function,
-        wrong signature, output shape, non-finite output on the probe batch).
-
-    Examples:
-      >>> load_loss("compose:gd=indicator,weight=softmax,ratio=static", params={"m": 0.2})
-      Loss('baseline', m=0.2, tau=0.05, r=1)
-    """
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"a loss must be a name, compose:..., FILE.py:FUNCTION or module:FUNCTION; got {text!r}")
-    params = dict(params or {})
+def _from_text(text: str, params: dict[str, float], symmetric: bool) -> Loss | GradientTransform:
     text = text.strip()
     if text.startswith("compose:"):
         return compose(**parse_compose(text[len("compose:"):]), symmetric=symmetric, **params)
+    if text.startswith("transform:"):
+        return apply_transform(text[len("transform:"):].strip(), symmetric=symmetric, **params)
     if ":" not in text:
         return get_loss(text, symmetric=symmetric, **params)
     source, _, attr = text.rpartition(":")
@@ -163,12 +183,72 @@ def load_loss(text: str, *, params: Mapping[str, float] | None = None, symmetric
         raise ValueError(f"{text}: {attr!r} is a {type(obj).__name__}, not a function or a gradlab Loss")
     if loss.spec.kind == "cosine":
         probe(loss)
-    loss = Loss.from_spec(loss.spec, symmetric=symmetric, **loss.params)
-    return loss
+    return Loss.from_spec(loss.spec, symmetric=symmetric, **loss.params)
 
 
-def resolve_loss(loss, *, params: Mapping[str, float] | None = None, symmetric: bool = False) -> Loss:
-    """A ``Loss`` from a ``Loss`` (parameters replaced) or any text ``load_loss`` reads."""
-    if isinstance(loss, Loss):
-        return Loss.from_spec(loss.spec, symmetric=symmetric, **{**loss.params, **dict(params or {})})
-    return load_loss(loss, params=params, symmetric=symmetric)
+def _from_dict(spec: Mapping[str, Any], params: dict[str, float], symmetric: bool) -> Loss | GradientTransform:
+    keys = set(spec)
+    heads = keys & {"loss", "compose", "user"}
+    if len(heads) != 1 or keys - {"loss", "compose", "user", "params", "sha256"} or ("sha256" in keys and "user" not in keys):
+        raise ValueError(f"a loss dict has one of 'loss', 'compose', 'user' and optional 'params' "
+                         f"('sha256' with 'user'); got keys {sorted(keys)}")
+    given = spec.get("params") or {}
+    if not isinstance(given, Mapping):
+        raise TypeError(f"a loss dict's 'params' must be a dict of numbers; got {type(given).__name__}")
+    params = {**given, **params}
+    if "compose" in spec:
+        parts = spec["compose"]
+        if not isinstance(parts, Mapping):
+            raise TypeError(f"'compose' must be a dict such as {{'gd': ..., 'weight': ..., 'ratio': ...}}; got {parts!r}")
+        return compose(**parts, symmetric=symmetric, **params)
+    text = spec["loss"] if "loss" in spec else spec["user"]
+    if not isinstance(text, str) or not text.strip():
+        raise TypeError(f"a loss dict's {next(iter(heads))!r} must be a non-empty string; got {text!r}")
+    if spec.get("sha256") is not None:
+        text, digest = loss_source(text)
+        if digest != spec["sha256"]:
+            raise ValueError(f"{text}: the file changed since this run was named (sha256 {str(digest)[:12]}…, "
+                             f"expected {str(spec['sha256'])[:12]}…)")
+    return _from_text(text, params, symmetric)
+
+
+def resolve_loss(spec: Loss | str | Mapping[str, Any], *, params: Mapping[str, float] | None = None,
+                 symmetric: bool | None = None) -> Loss | GradientTransform:
+    """The configured loss a spec names: the one door from a name, text or dict to a ``Loss``.
+
+    Args:
+      spec: a ``Loss``, a registered name, ``"compose:gd=...,weight=...,ratio=..."``,
+        ``"transform:NAME"``, ``"FILE.py:FUNCTION"``, ``"module:FUNCTION"`` or a loss dict
+        (see the module doc).
+      params: parameter overrides (``--param``); they win over a loss dict's ``params``.
+      symmetric: average both directions in ``loss(h, h_prime)``; None keeps a given
+        ``Loss``'s own setting (False for everything else).
+
+    Returns:
+      A ``Loss``; a ``GradientTransform`` (``gradlab.losses.apply_transform``) for ``transform:NAME``.
+
+    Raises:
+      ValueError: one line naming what is wrong (unknown name, missing file or function,
+        wrong signature, output shape, non-finite output on the probe batch).
+      TypeError: a spec of another type.
+
+    Examples:
+      >>> resolve_loss("compose:gd=indicator,weight=softmax,ratio=static", params={"m": 0.2})
+      Loss('baseline', m=0.2, tau=0.05, r=1)
+      >>> resolve_loss({"loss": "infonce", "params": {"tau": 0.1}})
+      Loss('infonce', tau=0.1)
+      >>> resolve_loss("transform:emphasize", params={"s": 2.0}).name
+      'emphasize'
+    """
+    params = dict(params or {})
+    if isinstance(spec, Loss):
+        keep = spec.symmetric if symmetric is None else symmetric
+        return Loss.from_spec(spec.spec, symmetric=keep, **{**spec.params, **params})
+    symmetric = bool(symmetric)
+    if isinstance(spec, Mapping):
+        return _from_dict(spec, params, symmetric)
+    if not isinstance(spec, str):
+        raise TypeError(f"a loss is {_SPELLINGS}; got {type(spec).__name__}")
+    if not spec.strip():
+        raise ValueError(f"a loss is {_SPELLINGS}; got {spec!r}")
+    return _from_text(spec, params, symmetric)

@@ -22,7 +22,7 @@ from jax.typing import ArrayLike
 from gradlab import defaults
 from gradlab.geometry import safe_arccos, safe_sqrt
 
-__all__ = ["lemma1_bounds", "SphereCheck", "sphere_cosines", "lemma1_sphere_check"]
+__all__ = ["lemma1_bounds", "SphereCheck", "sphere_cosines", "lemma1_sphere_check", "summarize_min_ratio"]
 
 
 def lemma1_bounds(theta_pos: ArrayLike, theta_neg: ArrayLike, alpha: ArrayLike, lam: ArrayLike):
@@ -153,7 +153,7 @@ def lemma1_sphere_check(theta_pos: ArrayLike, theta_neg: ArrayLike, alpha: Array
 DEFAULT_BIN_EDGES = tuple(float(x) for x in np.linspace(-2.0, 4.0, 61))
 
 
-def summarize_min_ratio(samples, lams, *, bins=None, quantiles=defaults.QUANTILES, meta=None,
+def summarize_min_ratio(samples, lams, *, bins=None, quantiles=defaults.MIN_RATIO_QUANTILES, meta=None,
                         return_samples: bool = False, ratios=defaults.LEMMA1_RATIOS):
     """Summarize minimum-ratio samples (one row per λ, NaN where infeasible) as a ``Result``.
 

@@ -48,10 +48,10 @@ import numpy as np
 from jax import Array
 from jax.typing import ArrayLike
 
+from gradlab import defaults
 from gradlab._validation import check_angles, check_param
-from gradlab.losses._ops import angular_factor
-from gradlab.losses._transforms import angle_logits, margin_angle_gradient, margin_logits
-from gradlab.losses._transforms import one_minus_beta_q as _one_minus_bq
+from gradlab.losses import angle_logits, angular_factor, margin_angle_gradient, margin_logits
+from gradlab.losses import one_minus_beta_q as _one_minus_bq
 
 __all__ = [
     "probabilities",
@@ -337,7 +337,7 @@ def ratio_grid(theta_pos_grid: ArrayLike, q_pos_grid: ArrayLike, *, m1_values, t
                 ratio_pos=jnp.stack(pos_rows), ratio_neg=jnp.stack(neg_rows))
 
 
-def gradient_magnitudes_over_angles(theta_pos_grid: ArrayLike, theta_neg_grid: ArrayLike, *, tau: float = 0.25,
+def gradient_magnitudes_over_angles(theta_pos_grid: ArrayLike, theta_neg_grid: ArrayLike, *, tau: float = defaults.RHO2023_TAU,
                                     beta: float = 1.0, m1: float = 0.0, m2: float = 0.0, n_neg: int = 255,
                                     dtype=None) -> dict[str, Array]:
     """|∂L_i/∂θ| (Eq. 15) for a batch with one positive at θ⁺ and ``n_neg`` negatives all at θ⁻.

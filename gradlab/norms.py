@@ -63,8 +63,7 @@ from jax import Array
 from jax.typing import ArrayLike
 
 from gradlab import defaults
-from gradlab.losses import get_spec
-from gradlab.losses._ops import TRIPLET_METRICS, triplet_gate
+from gradlab.losses import TRIPLET_METRICS, get_spec, triplet_gate
 
 __all__ = [
     "NORM_LOSSES",
@@ -411,8 +410,7 @@ def loss_norm(loss, theta_pos: ArrayLike, theta_neg: ArrayLike, *, part: str = "
     import jax
     import numpy as np
 
-    from gradlab.losses import Loss
-    from gradlab.losses._user import cosine_partials
+    from gradlab.losses import Loss, cosine_partials
 
     if not isinstance(loss, Loss) or loss.spec.kind != "cosine":
         raise ValueError(f"loss_norm needs a gradlab Loss of kind 'cosine' (a function of cosines); got {loss!r}")

@@ -6,10 +6,14 @@
 - ``figures/*.png``: copied into the site so the gallery can show them.
 - ``notebooks/*.ipynb``: added as pages, which mkdocs-jupyter (``mkdocs.yml``) executes and renders
   at build time: the repository stores them without outputs, so no output on the site is stale.
+- ``api/*.md``: they name public objects only (``::: gradlab.monitor.analyze``); a name of a lazy
+  package (``gradlab``, ``gradlab.monitor``, ...: its ``_LAZY`` table), which a static reader
+  cannot see, is pointed at the module that defines it, its heading the public name.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -88,6 +92,29 @@ def _gallery() -> str:
     # The notebooks do have pages (notebooks/NAME.ipynb, next to gallery.md): link those.
     text = _NOTEBOOK.sub(lambda m: f"]({m['path']})", "\n".join(parts))
     return _OUTSIDE.sub(lambda m: f"`{m['path']}`", text).rstrip() + "\n"
+
+
+_TARGET = re.compile(r"^::: (gradlab(?:\.[a-z]\w*)*)\.(\w+)\n(    options:\n)?", re.M)
+
+
+def _lazy_target(match: re.Match) -> str:
+    package, name = match.group(1), match.group(2)
+    try:
+        lazy = getattr(importlib.import_module(package), "_LAZY", {})
+    except ImportError:
+        lazy = {}
+    if name not in lazy:
+        return match.group(0)
+    return f"::: {lazy[name]}.{name}\n    options:\n      show_root_full_path: false\n"
+
+
+def on_page_markdown(markdown, page, config, files):
+    """API pages: the public names of lazy packages, pointed at their defining modules."""
+    if not page.file.src_uri.startswith("api/"):
+        return markdown
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return _TARGET.sub(_lazy_target, markdown)
 
 
 @event_priority(50)  # before mkdocs-jupyter's on_files (priority 0), which turns the notebooks into pages

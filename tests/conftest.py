@@ -1,4 +1,6 @@
-"""Test-wide settings: float64 available for verification; float32 tests pass float32 arrays explicitly."""
+"""Test-wide settings. JAX runs its float32 default, as users do; a test that checks against a
+float64 reference asks for float64 with ``@pytest.mark.x64`` (a file: ``pytestmark``) or the
+``x64`` fixture, and gets ``jax_enable_x64`` for its duration only."""
 
 import os
 
@@ -8,7 +10,42 @@ os.environ["GRADLAB_CACHE_DIR"] = "off"
 for _name in ("JAX_COMPILATION_CACHE_DIR", "JAX_ENABLE_COMPILATION_CACHE"):
     os.environ.pop(_name, None)
 
-import jax  # noqa: E402
+import contextlib  # noqa: E402
 
-jax.config.update("jax_enable_x64", True)
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
 jax.config.update("jax_enable_compilation_cache", False)
+
+
+@contextlib.contextmanager
+def _enabled_x64():
+    previous = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _x64_module(request):
+    """A file marked ``pytestmark = pytest.mark.x64`` runs in float64, its module fixtures too."""
+    marks = getattr(request.module, "pytestmark", [])
+    marked = any(getattr(m, "name", None) == "x64" for m in (marks if isinstance(marks, list) else [marks]))
+    with _enabled_x64() if marked else contextlib.nullcontext():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _x64_marker(request):
+    """A test marked ``@pytest.mark.x64`` runs in float64."""
+    with _enabled_x64() if request.node.get_closest_marker("x64") else contextlib.nullcontext():
+        yield
+
+
+@pytest.fixture
+def x64():
+    """float64 for the test that asks for it (``jax_enable_x64``, restored afterwards)."""
+    with _enabled_x64():
+        yield

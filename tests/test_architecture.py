@@ -250,3 +250,29 @@ def test_loss_leaves_import_no_family():
                 "gradlab.losses._margins", "gradlab.losses"}
     for leaf in ("gradlab.losses._ops", "gradlab.losses._registry", "gradlab.losses._loss"):
         assert not graph[leaf] & families, f"{leaf} imports {graph[leaf] & families}"
+
+
+def test_architecture_page_names_every_public_module_and_only_real_ones():
+    """docs/architecture.md's module map cannot go stale: each ``gradlab.*`` it names imports,
+    and every public module (no ``_`` part in its dotted name) is named."""
+    import importlib
+    import pkgutil
+    import re
+    from pathlib import Path
+
+    import gradlab
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text[text.index("## The module map"):text.index("## Conventions")]
+    named = {m for m in re.findall(r"`(gradlab(?:\.[a-z]\w*)*)`", table)}
+    modules = set()
+    for name in sorted(named):
+        try:
+            importlib.import_module(name)
+            modules.add(name)
+        except ImportError:
+            parent, _, attr = name.rpartition(".")  # a public name of a module, e.g. gradlab.io.Result
+            assert parent and hasattr(importlib.import_module(parent), attr), f"architecture.md names {name}, which does not exist"
+    every = ["gradlab"] + [info.name for info in pkgutil.walk_packages(gradlab.__path__, prefix="gradlab.")]
+    public = {n for n in every if not any(part.startswith("_") for part in n.split("."))}
+    assert public - modules == set(), f"architecture.md does not name {sorted(public - modules)}"

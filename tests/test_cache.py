@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gradlab import _cache
+from gradlab import _cache  # private on purpose: the settings the public enable_cache applies
 
 ROOT = Path(__file__).resolve().parents[1]
 

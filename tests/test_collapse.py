@@ -32,6 +32,7 @@ def _mean_norm(vs):
     return sum(math.sqrt(float(np.dot(v, v))) for v in vs) / len(vs)
 
 
+@pytest.mark.x64
 def test_ratios_match_loop_reference():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(17, 6)) * rng.uniform(0.1, 5, size=(17, 1))  # normalization matters
@@ -56,6 +57,7 @@ def test_collapse_extremes():
     assert float(m_o) == pytest.approx(0.0, abs=1e-12) and float(m_r) == pytest.approx(1.0, abs=1e-12)
 
 
+@pytest.mark.x64
 def test_combination_split_is_exact_and_matches_loop():
     rng = np.random.default_rng(1)
     z = rng.normal(size=(7, 5))
@@ -71,6 +73,7 @@ def test_combination_split_is_exact_and_matches_loop():
         combination_split(np.ones(3), z)
 
 
+@pytest.mark.x64
 def test_infonce_extra_gradient_zhang2022():
     """G_e = −Σ_k λ_k h_k' with λ = softmax over all keys; o_e = −o'; and the InfoNCE gradient
     is −(h_i' + G_e)/τ (Zhang et al. 2022 Sec. 3.5) — checked with jax.grad."""

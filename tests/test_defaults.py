@@ -29,12 +29,12 @@ def _default(fn, name):
         (simulate.min_ratio_distribution, "mu_pos", "LEMMA1_MU_POS"),
         (simulate.min_ratio_distribution, "mu_neg", "LEMMA1_MU_NEG"),
         (simulate.min_ratio_distribution, "ratios", "LEMMA1_RATIOS"),
-        (simulate.min_ratio_distribution, "quantiles", "QUANTILES"),
+        (simulate.min_ratio_distribution, "quantiles", "MIN_RATIO_QUANTILES"),
         (monitor.min_ratio_distribution, "lams", "LEMMA1_LAMS"),
         (monitor.min_ratio_distribution, "ratios", "LEMMA1_RATIOS"),
-        (monitor.min_ratio_distribution, "quantiles", "QUANTILES"),
+        (monitor.min_ratio_distribution, "quantiles", "MIN_RATIO_QUANTILES"),
         (lemma1.summarize_min_ratio, "ratios", "LEMMA1_RATIOS"),
-        (lemma1.summarize_min_ratio, "quantiles", "QUANTILES"),
+        (lemma1.summarize_min_ratio, "quantiles", "MIN_RATIO_QUANTILES"),
     ],
 )
 def test_consumers_use_the_same_objects(fn, param, const):

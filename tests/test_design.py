@@ -1,4 +1,4 @@
-"""Designing a loss: autodiff components (loss_from_cosines), GD × W × R compositions (compose), load_loss.
+"""Designing a loss: autodiff components (loss_from_cosines), GD × W × R compositions (compose), resolve_loss.
 
 Witnesses: the registered closed-form kernels (hand-derived from the papers) against autodiff
 of the registered values in cosine space; jax.grad of composed losses against the paradigm;
@@ -17,10 +17,19 @@ import numpy as np
 import pytest
 
 import gradlab
-from gradlab.design import load_loss, parse_compose
-from gradlab.losses import autodiff_kernel, get_loss, get_spec, list_losses
-from gradlab.losses._compose import GD_BLOCKS, RATIO_BLOCKS, WEIGHT_BLOCKS
-from gradlab.losses._user import undefined_mask
+from gradlab.design import parse_compose, resolve_loss
+from gradlab.losses import (
+    GD_BLOCKS,
+    RATIO_BLOCKS,
+    WEIGHT_BLOCKS,
+    autodiff_kernel,
+    get_loss,
+    get_spec,
+    list_losses,
+    undefined_mask,
+)
+
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
 
 COSINE_LOSSES = [n for n in list_losses() if get_spec(n).kind == "cosine"]
 
@@ -302,10 +311,11 @@ def test_monitor_accepts_user_and_composed_losses():
     assert rec["gd_mean"][comp.name] == pytest.approx(float(np.mean(np.asarray(comp.components(hn, hpn).gd))), rel=1e-9)
 
 
-# --- 4. load_loss and the CLI -----------------------------------------------------------------
+# --- 4. resolve_loss and the CLI -----------------------------------------------------------------
 LOSS_FILE = '''
 import jax
 import jax.numpy as jnp
+
 
 
 def focal(c_pos, c_neg, *, tau=0.05, gamma=2.0):
@@ -345,17 +355,42 @@ def loss_file(tmp_path):
     return path
 
 
-def test_load_loss_reads_every_spelling(loss_file, monkeypatch):
-    assert load_loss("infonce", params={"tau": 0.1}) == get_loss("infonce", tau=0.1)
-    assert load_loss("compose: gd=indicator, weight=softmax, ratio=static") == get_loss("baseline")
-    focal = load_loss(f"{loss_file}:focal", params={"gamma": 0.0})
+def test_resolve_loss_reads_every_spelling(loss_file, monkeypatch):
+    assert resolve_loss("infonce", params={"tau": 0.1}) == get_loss("infonce", tau=0.1)
+    assert resolve_loss("compose: gd=indicator, weight=softmax, ratio=static") == get_loss("baseline")
+    focal = resolve_loss(f"{loss_file}:focal", params={"gamma": 0.0})
     assert dict(focal.params) == {"tau": 0.05, "gamma": 0.0}
     rng = np.random.default_rng(4)
     h, hp = rng.normal(size=(5, 4)), rng.normal(size=(5, 4))
     _assert_close(focal(h, hp), get_loss("infonce", tau=0.05)(h, hp))  # γ = 0: InfoNCE
     monkeypatch.syspath_prepend(str(loss_file.parent))
-    assert load_loss("my_losses:focal").name == "focal"  # package.module:function
+    assert resolve_loss("my_losses:focal").name == "focal"  # package.module:function
     assert parse_compose("gd=none,weight=uniform,ratio=met") == {"gd": "none", "weight": "uniform", "ratio": "met"}
+
+
+def test_resolve_loss_is_the_one_door(loss_file):
+    import gradlab
+    from gradlab.losses import apply_transform
+
+    assert gradlab.resolve_loss is resolve_loss
+    # a Loss: its parameters replaced, its own direction kept unless told
+    sym = get_loss("infonce", tau=0.1, symmetric=True)
+    assert resolve_loss(sym, params={"tau": 0.2}) == get_loss("infonce", tau=0.2, symmetric=True)
+    assert resolve_loss(sym, symmetric=False) == get_loss("infonce", tau=0.1)
+    # Rho et al. 2023 transforms go through apply_transform
+    assert resolve_loss("transform:emphasize", params={"s": 2.0, "tau": 0.05}) == apply_transform("emphasize", s=2.0, tau=0.05)
+    # the experiments' loss dicts; a call's params win over the dict's
+    assert resolve_loss({"loss": "baseline", "params": {"m": 0.4}}) == get_loss("baseline", m=0.4)
+    assert resolve_loss({"loss": "baseline", "params": {"m": 0.4}}, params={"m": 0.5}) == get_loss("baseline", m=0.5)
+    assert resolve_loss({"compose": {"gd": "indicator", "weight": "softmax", "ratio": "static"}}) == get_loss("baseline")
+    focal = resolve_loss({"user": f"{loss_file}:focal", "params": {"gamma": 1.0}})
+    assert dict(focal.params) == {"tau": 0.05, "gamma": 1.0}
+    with pytest.raises(ValueError, match="the file changed"):
+        resolve_loss({"user": f"{loss_file}:focal", "sha256": "0" * 64})
+    with pytest.raises(ValueError, match="one of 'loss', 'compose', 'user'"):
+        resolve_loss({"loss": "infonce", "compose": {}})
+    with pytest.raises(TypeError, match="a registered name"):
+        resolve_loss(3.0)
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -370,10 +405,10 @@ def test_load_loss_reads_every_spelling(loss_file, monkeypatch):
     ("no_such_module_xyz:f", "could not import module"),
     ("compose:gd=fraction,weight=softmax", "needs ratio"),
 ])
-def test_load_loss_rejects_with_one_line(loss_file, spec, message):
+def test_resolve_loss_rejects_with_one_line(loss_file, spec, message):
     text = spec.format(dir=loss_file.parent, file=loss_file)
     with pytest.raises(ValueError) as info:
-        load_loss(text)
+        resolve_loss(text)
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
@@ -449,7 +484,7 @@ def test_user_loss_norms_everywhere(loss_file, tmp_path):
     from gradlab.simulate import Protocol
     from tests._cli import one_line_error, run
 
-    focal = load_loss(f"{loss_file}:focal", params={"gamma": 0.0})
+    focal = resolve_loss(f"{loss_file}:focal", params={"gamma": 0.0})
     r = norms.norm_result(focal, part="neg", negatives=16, grid=12)
     twin = norms.norm_result("infonce", part="neg", negatives=16, grid=12, tau=0.05)
     assert r.meta["method"] == "autodiff" and twin.meta["method"] == "closed form"

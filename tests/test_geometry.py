@@ -15,6 +15,7 @@ def test_normalize_and_zero_rows():
     assert np.all(np.isfinite(np.asarray(grad)))
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("c", [-1.0, -0.3, 0.0, 0.7, 1.0, 1.0 + 1e-15])
 def test_safe_functions_values(c):
     theta = np.arccos(np.clip(c, -1, 1))
@@ -29,16 +30,19 @@ def test_gradients_finite_at_the_poles(fn, c):
     assert np.isfinite(float(jax.grad(fn)(c)))
 
 
+@pytest.mark.x64
 def test_sin_from_cos_is_accurate_near_one():
     theta = 1e-6
     assert float(g.sin_from_cos(np.cos(theta))) == pytest.approx(np.sin(theta), rel=1e-4)
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("theta", [0.3, -0.3, 2 * np.pi - 0.3, 4 * np.pi + 0.3, np.pi + 0.2])
 def test_fold_angle(theta):
     assert float(g.fold_angle(theta)) == pytest.approx(np.arccos(np.cos(theta)), abs=1e-12)
 
 
+@pytest.mark.x64
 def test_tangent_project_is_orthogonal_and_idempotent():
     rng = np.random.default_rng(0)
     h = np.asarray(g.normalize(rng.normal(size=(4, 5))))

@@ -6,6 +6,7 @@ import pytest
 from gradlab.lemma1 import lemma1_bounds, lemma1_sphere_check
 
 
+@pytest.mark.x64
 def test_bounds_are_the_roots_of_the_tangent_plane_condition():
     rng = np.random.default_rng(0)
     tp, tn, a = rng.uniform(0.1, 1.5, 500), rng.uniform(0.1, 3.0, 500), rng.uniform(0, np.pi, 500)
@@ -35,6 +36,7 @@ def _sphere_numpy(tp, tn, a, lam, r):
     return np.arccos(np.clip(x.dot(hp), -1, 1)) - tp
 
 
+@pytest.mark.x64
 def test_sphere_check_against_numpy_and_small_steps():
     rng = np.random.default_rng(1)
     n = 300
@@ -55,6 +57,7 @@ def test_sphere_check_against_numpy_and_small_steps():
     assert np.asarray(big.disagree).mean() > 0.05
 
 
+@pytest.mark.x64
 def test_sphere_check_closed_form_case():
     # α = 0, θ_pos = π/6, θ_neg = π/3, r = 1, λ = 0.1: low = t/s = √3 > 1: the lemma says "farther"
     chk = lemma1_sphere_check(np.pi / 6, np.pi / 3, 0.0, 0.1, 1.0)

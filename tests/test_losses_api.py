@@ -20,17 +20,19 @@ import pytest
 import gradlab
 import gradlab.losses as L
 from gradlab.losses import (
+    TRIPLET_METRICS,
     Loss,
     LossSpec,
-    _functional,
+    _functional,  # private modules on purpose: their doctests (and function_name) run here
     _loss,
     _ops,
     _registry,
     get_loss,
     get_spec,
     list_losses,
+    threshold_angle,
+    triplet_gate,
 )
-from gradlab.losses._ops import TRIPLET_METRICS, threshold_angle, triplet_gate
 from tests._batches import batch
 
 
@@ -57,6 +59,7 @@ def _np_infonce_dtau(h, hp, tau):
 
 
 # --- Loss is a pytree ----------------------------------------------------------------
+@pytest.mark.x64
 def test_loss_is_a_jit_argument_and_a_new_tau_does_not_recompile():
     h, hp = batch(6, 8, 0)
     traces = []
@@ -81,6 +84,7 @@ def test_the_methods_compile_once_per_spec_not_per_parameter_value():
     assert _loss._run._cache_size() == before
 
 
+@pytest.mark.x64
 def test_vmap_over_a_batch_of_tau():
     h, hp = batch(5, 7, 1)
     taus = np.array([0.03, 0.1, 0.5])
@@ -93,6 +97,7 @@ def test_vmap_over_a_batch_of_tau():
     np.testing.assert_allclose(np.asarray(got2), want, rtol=1e-10)
 
 
+@pytest.mark.x64
 def test_grad_with_respect_to_the_loss_is_d_dtau():
     h, hp = batch(6, 9, 2)
     g = jax.grad(lambda lo: lo(h, hp))(get_loss("infonce", tau=0.2))
@@ -125,6 +130,7 @@ def test_eq_and_hash_for_concrete_and_traced_parameters():
     jax.jit(f)(a)
 
 
+@pytest.mark.x64
 def test_symmetric_and_components_share_one_program_per_spec():
     h, hp = batch(5, 6, 3)
     sym = get_loss("dcl", tau=0.1, symmetric=True)
@@ -163,6 +169,7 @@ def test_a_spec_with_the_wrong_functions_is_a_clear_error():
                                                  rules={"tau": "positive"}))
 
 
+@pytest.mark.x64
 def test_a_user_cosine_spec_is_a_full_loss_without_registration():
     def value(c_pos, c_neg, valid, *, s):  # DCL with temperature 1/s, written by a user
         return -s * c_pos + _ops.masked_logsumexp(s * c_neg, valid)
@@ -198,6 +205,7 @@ def test_one_function_per_loss_with_the_registry_signature(name):
     assert get_spec(name).title in fn.__doc__ and get_spec(name).reference in fn.__doc__
 
 
+@pytest.mark.x64
 def test_function_names_and_values():
     assert L.dcl_plus is L.dcl_plus and _functional.function_name("dcl+") == "dcl_plus"
     h, hp = batch(6, 8, 5)
@@ -259,6 +267,7 @@ def test_triplet_gate_equals_a_loop_reference_and_its_inverse(name):
     np.testing.assert_array_equal(gd[ok], [float(_gate_loop(name, p, q, m)) for p, q in zip(tp[ok], tn[ok], strict=True)])
 
 
+@pytest.mark.x64
 def test_triplet_gate_at_the_boundary_is_strict():
     # exact dyadic cases: d(hardest) − d(pos) == m closes the gate, one ulp less opens it
     d = TRIPLET_METRICS["mpt"].of_cos
@@ -293,9 +302,11 @@ def _log_mean_gaussian_loop(a, b, t, pairs):
     return math.log(sum(terms) / len(terms))
 
 
+@pytest.mark.x64
 def test_uniformity_parametrizations_equal_the_loop_reference():
     import dataclasses
 
+    # private on purpose: the three homes of one uniformity are compared
     from gradlab.losses._ineffective import mhe_uniformity, uniformity_batch
     from gradlab.monitor._monitor import make_config
     from gradlab.monitor._stats import batch_statistics_fn

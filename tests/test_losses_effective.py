@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 import gradlab
 from tests import _reference_effective as ref
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 EFFECTIVE = ["infonce", "arccon", "mpt", "met", "mat", "dcl", "dcl+"]
 PAPER_DEFAULTS = {
     "infonce": {"tau": 0.05},

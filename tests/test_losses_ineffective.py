@@ -26,6 +26,8 @@ from tests._batches import assert_paradigm_close, edge_batches, paradigm_scale
 from tests._batches import batch as _batch
 from tests._reference_effective import unit
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 EXACT = ["alignment", "uniformity", "align_uniform", "align_mhe", "align_mhs", "barlow_twins"]
 APPROX = ["barlow_twins_pearson", "vicreg", "vicreg_nc"]
 ALL_INEFFECTIVE = EXACT + APPROX

@@ -25,6 +25,8 @@ from tests._batches import assert_paradigm_close, edge_batches, paradigm_scale
 from tests._batches import batch as _batch
 from tests._reference_effective import unit
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 GATED = ["mmhe", "mmhs", "mb", "mv"]
 ALL_MODIFIED = GATED + ["baseline"]
 SHAPES = [(2, 3), (6, 9)]

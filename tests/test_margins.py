@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 import gradlab
 from gradlab import losses as L
 from gradlab import margins as M
-from gradlab.losses._effective import angular_factor
+from gradlab.losses import angular_factor
+
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
 
 # --- loop-based NumPy references (Rho et al. 2023 Eqs. 4–5) -----------------------------------------
 
@@ -642,7 +644,7 @@ def test_transform_is_a_jit_argument_and_a_new_tau_does_not_recompile():
         t = L.apply_transform("ratio", tau=tau, m1=0.3, targets="all")
         assert float(objective(t, h, hp)) == pytest.approx(float(t(h, hp)), rel=1e-12)
     assert len(traces) == 1
-    from gradlab.losses import _transforms as T
+    from gradlab.losses import _transforms as T  # private on purpose: the compiled program's cache
 
     L.apply_transform("emphasize", tau=0.1)(h, hp)
     n = T._embed_jit._cache_size()

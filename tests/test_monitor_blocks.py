@@ -7,21 +7,10 @@ rows the block holds: ``losses._ops.offdiag_kernel`` locates the positive's colu
 
 from __future__ import annotations
 
-import jax
 import numpy as np
-import pytest
 
-from gradlab.losses import compose, get_loss
-from gradlab.losses._ops import offdiag_kernel
+from gradlab.losses import compose, get_loss, offdiag_kernel
 from gradlab.monitor import analyze
-
-
-@pytest.fixture(autouse=True)
-def _x64():
-    x64 = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", x64)
 
 
 def _views(n=150, d=12, seed=0):

@@ -7,8 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from gradlab.monitor import ParadigmMonitor, analyze
-from gradlab.monitor._collapse import RANKME_EPS, CollapseWindow, alpha_req, embedding_std, rankme
+from gradlab.defaults import RANKME_EPS
+from gradlab.monitor import ParadigmMonitor, alpha_req, analyze, embedding_std, rankme
+from gradlab.monitor._collapse import (
+    CollapseWindow,  # private on purpose: the window behind the monitor
+)
 
 CFG = dict(losses=["infonce"], taus=(0.05,), lambdas=(0.5,), ratio_losses=[])
 
@@ -86,6 +89,7 @@ def test_embedding_std_isotropic_gaussian():
     assert abs(got - 1 / math.sqrt(d)) < 5 * math.sqrt(1 / (2 * d * n))
 
 
+@pytest.mark.x64
 def test_embedding_std_one_hot_rows_closed_form():
     """Rows e_{i mod D}: every coordinate is Bernoulli(1/D) over rows; the std (ddof 1) is exact."""
     n, d = 60, 6
@@ -162,24 +166,24 @@ def test_background_window_gives_the_synchronous_values():
 
 def test_background_window_never_waits_and_skips_while_busy(monkeypatch):
     import threading
-    import time
 
     from gradlab.monitor import _collapse
 
-    release = threading.Event()
+    release, finished = threading.Event(), threading.Event()
     real = _collapse._window_values
 
     def slow(z, eps, step):
-        release.wait(10)
+        release.wait(120)
+        finished.set()
         return real(z, eps, step)
 
     monkeypatch.setattr(_collapse, "_window_values", slow)
     z = np.random.default_rng(5).normal(size=(24, 4)).astype(np.float32)
     w = CollapseWindow(8, background=True)
-    t0 = time.perf_counter()
     for step in range(3):  # three windows complete; the first is still computing
         assert w.add(z[8 * step:8 * step + 8], step)["rankme"] is None
-    assert time.perf_counter() - t0 < 5 and w.skipped == 2
+    # add never waited: the first window is still blocked (how long add takes: benchmarks/monitor.py)
+    assert not finished.is_set() and w.skipped == 2
     release.set()
     w.close()
     assert w.value["rankme_step"] == 0 and w.value["rankme"] == pytest.approx(rankme(z[:8]), rel=1e-12)

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gradlab.monitor import ParadigmMonitor, analyze, read_log
-from gradlab.monitor._report import log_series, report
+from gradlab.monitor import ParadigmMonitor, analyze, log_series, read_log, report
 from tests._mpl import callers_settings_after
 
 CFG = dict(losses=["infonce", "mpt"], taus=(0.1, 0.05), lambdas=(0.1, 0.5), ratio_losses=["arccon", "met"])

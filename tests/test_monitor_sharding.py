@@ -105,6 +105,7 @@ def test_row_blocks_form_no_n_by_n_matrix():
     """One device: the compiled statistics with several row blocks hold no (N, N) array."""
     import jax
 
+    # private on purpose: the compiled per-batch statistics are sharded directly
     from gradlab.monitor._monitor import make_config
     from gradlab.monitor._stats import batch_statistics_fn
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gradlab.monitor import LogSink, ParadigmMonitor, TensorBoardSink, scalars
-from gradlab.monitor._sinks import make_sink
+from gradlab.monitor._sinks import make_sink  # private on purpose: the sink factory behind sink=
 
 CFG = dict(losses=["infonce", "mpt"], taus=(0.05,), lambdas=(0.1,), ratio_losses=["arccon"])
 N, D = 8, 5

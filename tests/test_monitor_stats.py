@@ -219,6 +219,7 @@ def _random_batch(rng, n, d, noise):
     return h, hp
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("seed,n,d,noise", [
     (0, 12, 6, 0.6),
     (2, 2, 3, 0.3),  # N = 2: one negative per anchor
@@ -252,6 +253,7 @@ def test_reference_batch_has_varied_values():
     assert all(0 < v < 1 for v in ref["hardest_share"].values())
 
 
+@pytest.mark.x64
 def test_analyze_matches_monitor_per_batch_and_reference():
     rng = np.random.default_rng(7)
     h, hp = _random_batch(rng, 3 * 10 + 4, 8, 0.5)
@@ -308,6 +310,7 @@ def build_from_angles(theta_pos, theta_neg, rho):
     return np.stack(anchors), keys, gram
 
 
+@pytest.mark.x64
 def test_prescribed_angles_known_truth():
     rng = np.random.default_rng(11)
     n, rho = 10, 0.45
@@ -387,6 +390,7 @@ def test_angle_law_recovered_on_large_batch():
     assert rec["sigma_neg"] == pytest.approx(s_neg, rel=0.15)
 
 
+@pytest.mark.x64
 def test_hardest_share_closed_form():
     """Known truth in D = 3: all anchors at e1; keys h0' = (cos a, sin a, 0), h1' = (cos b, 0, sin b),
     h2' = −e1 (no tangent part at e1). Anchors 0 and 1 see one tangent negative: projected share 1.

@@ -69,6 +69,7 @@ def test_batch_builder_puts_every_pair_at_its_angle():
     np.testing.assert_allclose(np.linalg.norm(np.asarray(hp), axis=1), 1.0, atol=1e-15)
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize(
     "loss,params",
     [("infonce", {"tau": 0.05}), ("infonce", {"tau": 0.5}), ("dcl", {"tau": 0.03}), ("dcl+", {"tau": 0.17}),
@@ -108,6 +109,7 @@ def _uniform_batch(h, hp, t):
     return jnp.log(jnp.sum(jnp.where(off, jnp.exp(-t * d2), 0.0)) / (n * (n - 1)))
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("alpha", [2.0, 3.0, 1.5])
 def test_alignment_matches_jax_grad(alpha):
     for tp, tn in PAIRS:
@@ -116,6 +118,7 @@ def test_alignment_matches_jax_grad(alpha):
         np.testing.assert_allclose(neg, 0.0, atol=1e-12)
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("t", [6.0, 2.0])
 def test_uniformity_matches_jax_grad(t):
     for tp, tn in PAIRS:
@@ -125,6 +128,7 @@ def test_uniformity_matches_jax_grad(t):
         assert pos < 1e-12
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("loss", ["infonce", "dcl", "dcl+", "mpt", "met", "mat"])
 def test_kernel_witness_on_a_dense_grid(loss):
     k = 64
@@ -220,6 +224,7 @@ def test_alias_names_and_a_and_u_pair():
     assert float(norms.norm_map("cl", 0.5, 1.0)) == float(norms.norm_map("infonce", 0.5, 1.0))
 
 
+@pytest.mark.x64
 def test_norm_on_mu_grid_is_the_closed_form_at_the_mean_angles():
     from gradlab.simulate import Protocol
 

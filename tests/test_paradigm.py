@@ -18,6 +18,7 @@ def _batch(seed, n=6, d=20):
     return h, h + rng.normal(size=(n, d))
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("name", ["infonce", "arccon", "met", "mat", "mpt", "dcl"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_decompose_recovers_closed_form_components(name, seed):
@@ -35,6 +36,7 @@ def test_decompose_recovers_closed_form_components(name, seed):
     assert float(dec.residual.max()) < 1e-10
 
 
+@pytest.mark.x64
 def test_decompose_a_loss_written_in_a_notebook():
     """A user-written per-anchor loss: a squared-hinge InfoNCE-like variant, decomposed numerically.
 
@@ -86,6 +88,7 @@ def test_reconstruct_uses_the_declared_negatives():
     np.testing.assert_allclose(np.asarray(g2), np.asarray(exp2), rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.x64
 def test_reconstruct_with_a_matrix_ratio_and_a_pull():
     rng = np.random.default_rng(0)
     n, d = 3, 4

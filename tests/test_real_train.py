@@ -24,6 +24,8 @@ from gradlab.real import minilm as minilm_mod  # noqa: E402
 from gradlab.real import train as train_mod  # noqa: E402
 from gradlab.real.data import load_news_sentences  # noqa: E402
 
+pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def base():

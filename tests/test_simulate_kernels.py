@@ -15,6 +15,8 @@ from scipy import stats
 
 import gradlab
 from gradlab.simulate import Protocol, gd_map, sample_angles
+
+# private on purpose: the sampling and trigonometry kernels are the point of this file
 from gradlab.simulate._sampling import (
     COMMON_TAG,
     common_draws,
@@ -94,6 +96,7 @@ def _jax_common_draws(seed, batches, n, dtype):
     return z[:, 0], z[:, 1:], u
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("dtype, n", [("float32", 8), ("float32", 7), ("float64", 5)])
 def test_common_draws_on_the_host_are_the_jax_key_tree(dtype, n):
     p = Protocol(grid=(2, 2), batches=37, batch_size=n, dtype=dtype, seed=11)
@@ -104,6 +107,7 @@ def test_common_draws_on_the_host_are_the_jax_key_tree(dtype, n):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
 
 
+@pytest.mark.x64
 def test_standard_normal_is_threefry_words_through_jax_map():
     key = jax.random.key(7)
     n = 1000  # float32: n words = both outputs of n/2 blocks on counters (i, n/2 + i)
@@ -119,6 +123,7 @@ def test_standard_normal_is_threefry_words_through_jax_map():
     np.testing.assert_array_equal(np.asarray(got64), np.asarray(normal_from_bits(jnp.asarray(bits64), jnp.float64)))
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("dtype, uint", [(jnp.float32, jnp.uint32), (jnp.float64, jnp.uint64)])
 def test_normal_from_bits_is_jax_random_normal_map(dtype, uint):
     # jax.random.normal(key) == its map applied to jax.random.bits(key): our map is that map
@@ -129,6 +134,7 @@ def test_normal_from_bits_is_jax_random_normal_map(dtype, uint):
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 def test_standard_normal_law(dtype):
     z = np.asarray(standard_normal(jax.random.key(3), (400, 501), dtype))

@@ -1,11 +1,11 @@
 """Sizes refused up front: estimates before allocation, one-line errors, the two crashes of issue 15."""
 
-import time
 
 import jax
 import numpy as np
 import pytest
 
+# private on purpose: the memory model and the compiled statistic's sizes are the point here
 from gradlab import _memory
 from gradlab.simulate import Protocol, _engine, gd_map
 from gradlab.simulate._sampling import draws_for
@@ -16,12 +16,9 @@ from tests._cli import one_line_error, run
 @pytest.mark.parametrize("args", [("--grid", 100000, "--batches", 100000), ("--grid", 80000, "--batches", 10)])
 def test_the_two_crashes_of_the_issue_are_refused_at_once(tmp_path, args):
     out = tmp_path / "out"
-    start = time.perf_counter()
-    result = run("heatmap", "--loss", "arccon", *args, "--no-plot", "--out", out)
-    elapsed = time.perf_counter() - start
+    result = run("heatmap", "--loss", "arccon", *args, "--no-plot", "--out", out)  # how fast: benchmarks/latency.py
     err = one_line_error(result)
     assert "GiB" in err and "limit" in err and "grid" in err, err
-    assert elapsed < 5, elapsed
     assert not any(out.iterdir()) if out.exists() else True
 
 

@@ -11,7 +11,7 @@ Dask) and rebuilds the outputs. Workers claim runs with leases renewed by a hear
 several launchers and hosts can share one store on a shared filesystem.
 
 Public names:
-  RunSpec, canonical_loss, resolve_loss, loss_label, SCHEMA_VERSION        (a run)
+  RunSpec, canonical_loss, loss_label, SCHEMA_VERSION       (a run; gradlab.resolve_loss resolves its loss)
   Scale, STUDIES, study_runs, baseline                                     (the studies)
   run_study, study_status, execute, plan, default_jobs, is_environmental   (running)
   EXECUTORS, make_executor, parse_executor_option                           (where runs execute)
@@ -27,7 +27,6 @@ from gradlab._lazy import attach
 _LAZY = {
     "RunSpec": "gradlab.experiments._spec",
     "canonical_loss": "gradlab.experiments._spec",
-    "resolve_loss": "gradlab.experiments._spec",
     "loss_label": "gradlab.experiments._spec",
     "SCHEMA_VERSION": "gradlab.experiments._spec",
     "Scale": "gradlab.experiments._studies",

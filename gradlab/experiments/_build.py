@@ -817,7 +817,7 @@ def _trajectory_name(loss: Any) -> str:
 
 def build_trajectory(ctx: Context) -> None:
     from gradlab import plot
-    from gradlab.experiments._spec import resolve_loss
+    from gradlab.design import resolve_loss
     from gradlab.experiments._trajectory import run_path, trajectory
 
     grid, batches = (30, 100) if ctx.scale.quick else (60, 300)

@@ -4,11 +4,11 @@ A loss is named by a small dict, either a registered loss::
 
     {"loss": "baseline", "params": {"m": 0.3, "tau": 0.05, "r": 1.0}}
 
-or a GD / W / R composition resolved through ``gradlab.compose`` (issue 12)::
+or a GD / W / R composition resolved through ``gradlab.compose``::
 
     {"compose": {"gd": "indicator", "weight": "softmax", "ratio": "constant"}, "params": {...}}
 
-or a user's loss, read by ``gradlab.design.load_loss`` (``FILE.py:FUNCTION`` or
+or a user's loss, read by ``gradlab.resolve_loss`` (``FILE.py:FUNCTION`` or
 ``module:FUNCTION``), its file named by path and content hash, so an edited file is a new
 run, and a run never executes a different loss than the one its id names::
 
@@ -29,7 +29,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["RunSpec", "SCHEMA_VERSION", "canonical_loss", "resolve_loss", "loss_label"]
+__all__ = ["RunSpec", "SCHEMA_VERSION", "canonical_loss", "loss_label"]
 
 #: Bumped whenever the meaning of a field (or what a run computes) changes: every id changes with it.
 #: 2: the id hashes the gradlab version and a user loss by function name and file content, not path; the
@@ -101,21 +101,6 @@ def canonical_loss(loss: Any) -> dict[str, Any]:
             "params": dict(sorted(_params(loss.get("params"), "compose").items()))}
 
 
-def _source_hash(text: str) -> tuple[str, str | None]:
-    """``FILE.py:FUNCTION`` with an absolute path and the file's SHA-256; ``module:FUNCTION`` as is."""
-    source, _, attr = text.rpartition(":")
-    if not source.endswith(".py"):
-        return text, None
-    from pathlib import Path
-
-    path = Path(source).expanduser().resolve()
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as exc:
-        raise ValueError(f"loss file not found or unreadable: {source!r} ({exc.strerror})") from None
-    return f"{path}:{attr}", digest
-
-
 def _canonical_user(loss: Mapping[str, Any]) -> dict[str, Any]:
     keys = set(loss)
     if keys - {"user", "sha256", "params"}:
@@ -123,13 +108,13 @@ def _canonical_user(loss: Mapping[str, Any]) -> dict[str, Any]:
     text = loss["user"]
     if not isinstance(text, str) or ":" not in text:
         raise ValueError(f"'user' must be FILE.py:FUNCTION or module:FUNCTION; got {text!r}")
-    text, digest = _source_hash(text)
+    from gradlab.design import loss_source, resolve_loss
+
+    text, digest = loss_source(text)
     if loss.get("sha256") not in (None, digest):
         raise ValueError(f"{text}: the file changed since this run was named (sha256 {digest[:12]}…, expected "
                          f"{str(loss['sha256'])[:12]}…)")
-    from gradlab.design import load_loss
-
-    resolved = load_loss(text, params=_params(loss.get("params"), text))  # one-line ValueError if unusable
+    resolved = resolve_loss(text, params=_params(loss.get("params"), text))  # one-line ValueError if unusable
     return {"user": text, "sha256": digest, "params": {k: float(v) for k, v in sorted(resolved.params.items())}}
 
 
@@ -144,26 +129,6 @@ def _loss_identity(loss: dict[str, Any]) -> dict[str, Any]:
     if "user" not in loss or loss.get("sha256") is None:
         return loss
     return {**loss, "user": ":" + loss["user"].rpartition(":")[2]}
-
-
-def resolve_loss(loss: Mapping[str, Any]):
-    """A ``gradlab.Loss`` for a (canonical) loss dict; compositions go through ``gradlab.compose``.
-
-    Raises:
-      ValueError: an unknown loss, block or parameter (from ``get_loss`` / ``compose``).
-    """
-    loss = canonical_loss(loss)
-    if "user" in loss:
-        from gradlab.design import load_loss
-
-        return load_loss(loss["user"], params=loss["params"])
-    if "loss" in loss:
-        from gradlab.losses import get_loss
-
-        return get_loss(loss["loss"], **loss["params"])
-    from gradlab.losses import compose
-
-    return compose(**loss["compose"], **loss["params"])
 
 
 def _fmt(v: float) -> str:

@@ -41,7 +41,7 @@ def run_loss(run: str | Path):
     d = Path(run)
     d = d if d.is_dir() else d.parent
     if (d / "config.json").is_file():
-        from gradlab.experiments._spec import resolve_loss
+        from gradlab.design import resolve_loss
 
         cfg = load_json(d / "config.json")
         if isinstance(cfg, dict) and "loss" in cfg:

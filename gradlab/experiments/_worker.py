@@ -15,13 +15,15 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from gradlab import defaults
+
 __all__ = ["run_one", "RemoteRun", "is_environmental", "check_probe", "limit_threads", "holdout_split",
            "HOLDOUT_SEED", "HELDOUT_TAUS", "HELDOUT_LAMBDAS"]
 
 #: The held-out split is the same for every run (it depends on the corpus only).
 HOLDOUT_SEED = 20240611
-HELDOUT_TAUS = (0.3, 0.1, 0.05, 0.03, 0.01, 0.005)  # Li et al. 2024 Figs. 3 and 7
-HELDOUT_LAMBDAS = (0.01, 0.1, 0.5, 1.0)  # Li et al. 2024 Fig. 8a
+HELDOUT_TAUS = defaults.TAUS  # Li et al. 2024 Figs. 3 and 7
+HELDOUT_LAMBDAS = defaults.LEMMA1_LAMS  # Li et al. 2024 Fig. 8a
 HELDOUT_COS_BINS = 200  # Fig. 5: cosine bins 0.01 wide over [-1, 1], so the narrow positive peak spans several
 _MONITOR_KEYS = ("mu_pos", "mu_neg", "sigma_pos", "sigma_neg", "cos_pos_mean", "cos_neg_mean", "align", "uniform",
                  "m_o", "m_r", "distance_gap")
@@ -177,7 +179,7 @@ def _monitor_summary(path: Path) -> dict[str, Any]:
 def _train_in(spec, build: Path) -> dict[str, Any]:
     import numpy as np
 
-    from gradlab.experiments._spec import resolve_loss
+    from gradlab.design import resolve_loss
     from gradlab.io import save_npz_atomic
     from gradlab.real.data import sample_sentences
     from gradlab.real.train import TrainConfig, train

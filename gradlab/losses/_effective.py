@@ -126,28 +126,28 @@ def dclplus_kernel(c_pos, c_neg, valid, *, tau):
 _SOFT_W = "E_j / (τ S): softmax of c_j/τ over negatives, over τ"
 
 register(LossSpec(
-    name="infonce", title="InfoNCE", family="effective", kind="cosine",
+    name="infonce", title="InfoNCE", family="effective", kind="cosine", factored="lse",
     defaults={"tau": 0.05}, rules={"tau": "positive"},
     value=infonce_value, kernel=infonce_kernel,
     gd="1 / (1 + e^{c_p/τ} / S), S = Σ_j e^{c_j/τ}", weight=_SOFT_W, ratio="1",
     reference="Li et al. 2024 Table 1; Oord et al. 2018",
 ))
 register(LossSpec(
-    name="arccon", title="ArcCon", family="effective", kind="cosine",
+    name="arccon", title="ArcCon", family="effective", kind="cosine", factored="lse",
     defaults={"tau": 0.05, "u": math.pi / 18}, rules={"tau": "positive", "u": "real"},
     value=arccon_value, kernel=arccon_kernel,
     gd="1 / (1 + e^{cos(θ_p+u)/τ} / S)", weight=_SOFT_W, ratio="sin(θ_p + u) / sin θ_p",
     reference="Li et al. 2024 Table 1; Zhang et al. 2022b",
 ))
 register(LossSpec(
-    name="mpt", title="MPT", family="effective", kind="cosine",
+    name="mpt", title="MPT", family="effective", kind="cosine", factored="max",
     defaults={"m": 0.23}, rules={"m": "nonnegative"},
     value=mpt_value, kernel=mpt_kernel,
     gd="1[c_p − max_k c_k < m]", weight="1 for the hardest negative, else 0", ratio="1",
     reference="Li et al. 2024 Table 1; Nie et al. 2023 Table 2 (m)",
 ))
 register(LossSpec(
-    name="met", title="MET", family="effective", kind="cosine",
+    name="met", title="MET", family="effective", kind="cosine", factored="max",
     defaults={"m": 0.45}, rules={"m": "nonnegative"},
     value=met_value, kernel=met_kernel,
     gd="1[min_k d_k − d_p < m], d = √(2−2c)", weight="1/d_j for the nearest negative, else 0",
@@ -155,7 +155,7 @@ register(LossSpec(
     reference="Li et al. 2024 Table 1 (typo: min, not max); Nie et al. 2023 Table 2 (m)",
 ))
 register(LossSpec(
-    name="mat", title="MAT", family="effective", kind="cosine",
+    name="mat", title="MAT", family="effective", kind="cosine", factored="max",
     defaults={"m": 0.15 * math.pi}, rules={"m": "nonnegative"},
     value=mat_value, kernel=mat_kernel,
     gd="1[min_k θ_k − θ_p < m]", weight="1/sin θ_j for the nearest negative, else 0",
@@ -163,14 +163,14 @@ register(LossSpec(
     reference="Nie et al. 2023 (Eq. 20–22, Table 2: m = 0.15π)",
 ))
 register(LossSpec(
-    name="dcl", title="DCL", family="effective", kind="cosine",
+    name="dcl", title="DCL", family="effective", kind="cosine", factored="lse",
     defaults={"tau": 0.03}, rules={"tau": "positive"},
     value=dcl_value, kernel=dcl_kernel,
     gd="1", weight=_SOFT_W, ratio="1",
     reference="Nie et al. 2023 Eq. 5 (Table 2: τ = 0.03); Yeh et al. 2021",
 ))
 register(LossSpec(
-    name="dcl+", title="DCL+", family="effective", kind="cosine",
+    name="dcl+", title="DCL+", family="effective", kind="cosine", factored="lse",
     defaults={"tau": 0.17}, rules={"tau": "positive"},
     value=dclplus_value, kernel=dclplus_kernel,
     gd="1[L_dcl > 0]", weight=_SOFT_W, ratio="1",

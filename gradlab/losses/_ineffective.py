@@ -342,6 +342,7 @@ register(
     LossSpec(
         name="alignment",
         title="Alignment",
+        label="alignment",
         family="ineffective",
         kind="per_anchor",
         defaults={"alpha": 2.0},
@@ -358,6 +359,7 @@ register(
     LossSpec(
         name="uniformity",
         title="Uniformity",
+        label="uniformity",
         family="ineffective",
         kind="batch",
         defaults={"t": 6.0},
@@ -390,6 +392,7 @@ register(
     LossSpec(
         name="align_mhe",
         title="Alignment + ν·MHE",
+        label="alignment + MHE",
         family="ineffective",
         kind="batch",
         defaults={"nu": 1.0},
@@ -407,6 +410,7 @@ register(
     LossSpec(
         name="align_mhs",
         title="Alignment + ν·MHS",
+        label="alignment + MHS",
         family="ineffective",
         kind="per_anchor",
         defaults={"nu": 1.0},
@@ -424,6 +428,7 @@ register(
     LossSpec(
         name="barlow_twins",
         title="Barlow Twins (ℓ2 form)",
+        label="Barlow Twins",
         family="ineffective",
         kind="batch",
         defaults={"nu": 0.005},
@@ -459,6 +464,7 @@ register(
     LossSpec(
         name="vicreg",
         title="VICReg (Li et al. 2024 form)",
+        label="VICReg",
         family="ineffective",
         kind="batch",
         defaults={"nu1": 0.04, "nu2": 1.0, "gamma": 1.0},

@@ -52,21 +52,18 @@ import math
 import jax
 import jax.numpy as jnp
 
+from gradlab import defaults
 from gradlab.losses._ops import angular_factor as _angular_factor
 from gradlab.losses._ops import masked_logsumexp, masked_softmax, shifted_cos
 from gradlab.losses._registry import LossSpec, register
 
 __all__ = [
-    "MARGIN_DEFAULTS",
     "margin_pos_cos",
     "angular_factor",
     "margin_infonce_value",
     "margin_infonce_kernel",
 ]
 
-#: Rho et al. 2023 App. C: τ = 0.25 (C.1, MoCov3 and SimCLR), β = 1 (MoCo / SimCLR),
-#: m1 = 0.5, m2 = 0.4 (Table 5, SimCLR on CIFAR-10: the main in-batch-negatives setting).
-MARGIN_DEFAULTS = {"tau": 0.25, "beta": 1.0, "m1": 0.5, "m2": 0.4}
 
 
 def margin_pos_cos(c_pos, *, m1):
@@ -107,7 +104,9 @@ def margin_infonce_kernel(c_pos, c_neg, valid, *, tau, beta, m1, m2):
 
 register(LossSpec(
     name="margin_infonce", title="Margin InfoNCE", family="margin", kind="cosine",
-    defaults=dict(MARGIN_DEFAULTS),
+    # τ, β: Rho et al. 2023 App. C; m1 = 0.5, m2 = 0.4: Table 5, SimCLR on CIFAR-10 (the main
+    # in-batch-negatives setting)
+    defaults={"tau": defaults.RHO2023_TAU, "beta": defaults.RHO2023_BETA, "m1": 0.5, "m2": 0.4},
     rules={"tau": "positive", "beta": "positive", "m1": "real", "m2": "real"},
     value=margin_infonce_value, kernel=margin_infonce_kernel,
     gd="β (1 − q_ii), q_ii = softmax weight of δ_ii = (cos(θ_p+m1) − m2)/τ",
@@ -115,7 +114,7 @@ register(LossSpec(
     ratio="(1 − β q_ii) sin(θ_p + m1) / (β (1 − q_ii) sin θ_p)",
     reference=(
         "Rho et al. 2023 Eqs. 4–5 (generalized InfoNCE with β, angular margin m1, subtractive margin m2); "
-        "defaults from App. C: τ = 0.25 (C.1), β = 1, m1 = 0.5, m2 = 0.4 (Table 5, SimCLR / CIFAR-10; "
+        f"defaults from App. C: τ = {defaults.RHO2023_TAU:g} (C.1), β = {defaults.RHO2023_BETA:g}, m1 = 0.5, m2 = 0.4 (Table 5, SimCLR / CIFAR-10; "
         "Table 5 lists one (m1, m2) per method and dataset, SimCLR / CIFAR-10 is taken as the main one)"
     ),
 ))

@@ -234,6 +234,7 @@ register(
     LossSpec(
         name="mb",
         title="mB (modified Barlow Twins)",
+        label="mB",
         family="modified",
         kind="per_anchor",
         defaults={"m": 0.30, "tau": 0.05, "r": 1.5},
@@ -252,6 +253,7 @@ register(
     LossSpec(
         name="mv",
         title="mV (modified VICReg)",
+        label="mV",
         family="modified",
         kind="per_anchor",
         defaults={"m": 0.30, "tau": 0.05, "r": 1.5},
@@ -270,6 +272,7 @@ register(
     LossSpec(
         name="baseline",
         title="Paradigm baseline (Eq. 5)",
+        label="baseline (Eq. 5)",
         family="modified",
         kind="cosine",
         defaults={"m": 0.30, "tau": 0.05, "r": 1.0},

@@ -35,7 +35,6 @@ __all__ = [
     "sine_ratio",
     "offdiag",
     "offdiag_gather",
-    "offdiag_scatter",
     "offdiag_kernel",
     "sq_dist_pos",
     "shifted_cos",
@@ -134,12 +133,6 @@ def offdiag_gather(x):
       [[1.0, 2.0], [3.0, 5.0], [6.0, 7.0]]
     """
     return jnp.take_along_axis(x, _offdiag_index(x.shape[0]), axis=-1)
-
-
-def offdiag_scatter(x):
-    """The inverse of ``offdiag_gather``: (N, N − 1) -> (N, N) with a zero diagonal."""
-    n = x.shape[0]
-    return jnp.zeros((n, n), x.dtype).at[jnp.arange(n)[:, None], _offdiag_index(n)].set(x)
 
 
 @functools.cache

@@ -25,11 +25,14 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-__all__ = ["KINDS", "FAMILIES", "LossSpec", "register", "get_spec", "list_losses", "loss_table"]
+__all__ = ["KINDS", "FAMILIES", "FACTORED_PATHS", "LossSpec", "register", "get_spec", "list_losses", "loss_table"]
 
 KINDS = ("cosine", "per_anchor", "batch")
 FAMILIES = ("effective", "ineffective", "modified", "margin")
 RULES = ("positive", "nonnegative", "unit", "real")
+#: The factored simulation paths (``gradlab.simulate``): the loss sees its negatives only
+#: through τ·logsumexp(c_j/τ) (``"lse"``) or max_j c_j (``"max"``).
+FACTORED_PATHS = ("lse", "max")
 
 _FUNCTIONS = {
     "cosine": ("value", "kernel"),
@@ -52,7 +55,8 @@ class LossSpec:
 
     Attributes:
       name: registry key (lower case), e.g. ``"infonce"``.
-      title: display name, e.g. ``"InfoNCE"``.
+      title: display name, e.g. ``"InfoNCE"`` (``gradlab losses``, the docs).
+      label: short name in figures and tables, e.g. ``"mB"`` (default: ``title``).
       family: one of ``FAMILIES`` for registered losses; free text otherwise.
       kind: one of ``KINDS`` (see the module doc).
       defaults: parameter name -> default value (from the papers).
@@ -61,6 +65,8 @@ class LossSpec:
       value, kernel: the cosine kind's functions.
       per_anchor, batch, components, objective: the embedding kinds' functions.
       exact: False where the published decomposition is approximate (VICReg, Li et al. 2024).
+      factored: ``"lse"`` or ``"max"`` when the loss reads its negatives through one
+        reduction (one of ``FACTORED_PATHS``): the simulator's exact fast path; None otherwise.
       gd, weight, ratio: the components in words (for tables and ``gradlab losses``).
       reference: where the formula comes from.
     """
@@ -79,6 +85,8 @@ class LossSpec:
     components: Callable | None = None
     objective: Callable | None = None
     exact: bool = True
+    factored: str | None = None
+    label: str = ""
     gd: str = ""
     weight: str = ""
     ratio: str = ""
@@ -91,6 +99,11 @@ class LossSpec:
             raise ValueError(f"{self.name}: negatives must be 'h' or 'h_prime'; got {self.negatives!r}")
         if set(self.defaults) != set(self.rules):
             raise ValueError(f"{self.name}: defaults and rules must name the same parameters")
+        if self.factored is not None and (self.kind != "cosine" or self.factored not in FACTORED_PATHS):
+            raise ValueError(f"{self.name}: factored must be None or, for a cosine loss, one of {FACTORED_PATHS}; "
+                             f"got {self.factored!r}")
+        if not self.label:
+            object.__setattr__(self, "label", self.title)
         bad_rules = {k: r for k, r in self.rules.items() if r not in RULES}
         if bad_rules:
             raise ValueError(f"{self.name}: unknown parameter rule(s) {bad_rules}; choose from {RULES}")

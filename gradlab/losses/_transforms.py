@@ -41,6 +41,7 @@ import jax.numpy as jnp
 from jax import Array
 from jax.typing import ArrayLike
 
+from gradlab import defaults
 from gradlab._validation import check_angles, check_pair, check_param
 from gradlab.geometry import cosine_matrix, fold_angle, normalize, safe_arccos
 from gradlab.losses._ops import masked_logsumexp, masked_softmax, shifted_cos
@@ -224,8 +225,8 @@ class GradientTransform:
 
     name: str
     params: Mapping[str, Any]
-    tau: Any = 0.25
-    beta: Any = 1.0
+    tau: Any = defaults.RHO2023_TAU
+    beta: Any = defaults.RHO2023_BETA
     symmetric: bool = False
 
     def __hash__(self):
@@ -389,7 +390,8 @@ def _scales_jit(tr, theta_pos, theta_neg):
     return w[..., 0], w[..., 1:]
 
 
-def apply_transform(name: str, *, tau: float = 0.25, beta: float = 1.0, symmetric: bool = False,
+def apply_transform(name: str, *, tau: float = defaults.RHO2023_TAU, beta: float = defaults.RHO2023_BETA,
+                    symmetric: bool = False,
                     **params: Any) -> GradientTransform:
     """A Rho et al. 2023 gradient transform, ready for a JAX training loop.
 
@@ -414,8 +416,8 @@ def apply_transform(name: str, *, tau: float = 0.25, beta: float = 1.0, symmetri
 
     Args:
       name: one of ``TRANSFORMS``.
-      tau: temperature τ > 0 (Rho et al. 2023 App. C: 0.25).
-      beta: Eq. 3's β > 0.
+      tau: temperature τ > 0 (default ``defaults.RHO2023_TAU``, Rho et al. 2023 App. C).
+      beta: Eq. 3's β > 0 (default ``defaults.RHO2023_BETA``).
       symmetric: average both directions in the scalar loss.
       **params: the transform's parameters (unknown keys raise ``ValueError``).
 

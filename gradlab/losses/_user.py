@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import math
-import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,20 +43,12 @@ __all__ = [
     "undefined_mask",
     "loss_from_cosines",
     "compose",
-    "factored_path",
+    "probe",
 ]
 
 #: The declared structures of ``loss_from_cosines(neg_reduction=...)`` -> the factored
-#: simulation path (``gradlab.simulate._stats``).
+#: simulation path (``LossSpec.factored``).
 NEG_REDUCTIONS = {"logsumexp": "lse", "max": "max"}
-
-# spec -> "lse" | "max" for the user and composed specs with a factored structure.
-_FACTORED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def factored_path(spec: LossSpec) -> str | None:
-    """The factored simulation path ("lse" / "max") a user or composed spec declared, else None."""
-    return _FACTORED.get(spec)
 
 
 def cosine_partials(value: Callable, c_pos, c_neg, valid, **params):
@@ -216,9 +207,8 @@ def loss_from_cosines(fn: Callable, *, name: str, params: Mapping[str, float] | 
         name, value, autodiff_kernel(value), defaults=params, rules=_rules(params, rules),
         title=title or name, family="user", gd="Σ_j ∂L/∂c_j (autodiff)", weight="(∂L/∂c_j) / GD",
         ratio="−(∂L/∂c_p) / GD", reference=f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}",
+        factored=NEG_REDUCTIONS.get(neg_reduction),
     )
-    if neg_reduction is not None:
-        _FACTORED[spec] = NEG_REDUCTIONS[neg_reduction]
     loss = Loss.from_spec(spec)
     if check:
         probe(loss)
@@ -235,10 +225,8 @@ def _composed_spec(gd: str, weight: str, ratio: str) -> LossSpec:
         f"{gd}-{weight}-{ratio}", c.value, c.kernel,
         defaults={k: PARAMS[k][0] for k in c.params}, rules={k: PARAMS[k][1] for k in c.params},
         title=f"GD {gd} × W {weight} × R {ratio}", family="composed",
-        gd=gd, weight=weight, ratio=ratio, reference="Li et al. 2024 Eq. 5 (composed)",
+        gd=gd, weight=weight, ratio=ratio, reference="Li et al. 2024 Eq. 5 (composed)", factored=c.factored,
     )
-    if c.factored is not None:
-        _FACTORED[spec] = c.factored
     return spec
 
 

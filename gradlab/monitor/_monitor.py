@@ -47,18 +47,16 @@ class MonitorInputError(ValueError):
 
 
 def _loss_entries(losses) -> tuple[LossEntry, ...]:
-    from gradlab.losses import Loss, get_loss, offdiag_kernel
+    from gradlab.design import resolve_loss
+    from gradlab.losses import Loss, offdiag_kernel
 
     if isinstance(losses, (str, Loss)):
         losses = (losses,)
     entries, seen = [], set()
     for item in losses:
-        if isinstance(item, str):
-            loss = get_loss(item)
-        elif isinstance(item, Loss):
-            loss = item
-        else:
-            raise TypeError(f"losses must be names or gradlab Loss objects; got {type(item).__name__}")
+        loss = resolve_loss(item)
+        if not isinstance(loss, Loss):
+            raise TypeError(f"losses must name gradlab Loss objects; {item!r} is a {type(loss).__name__}")
         spec = loss.spec
         if spec.kind != "cosine" or spec.negatives != "h_prime":
             raise ValueError(
@@ -638,7 +636,7 @@ def analysis_records(res: dict):
 
 
 def min_ratio_distribution(h, h_prime, *, lams=defaults.LEMMA1_LAMS, batch_size: int = 128, bins=None,
-                           quantiles=defaults.QUANTILES, ratios=defaults.LEMMA1_RATIOS,
+                           quantiles=defaults.MIN_RATIO_QUANTILES, ratios=defaults.LEMMA1_RATIOS,
                            dtype=np.float32):
     """Li et al. 2024 Fig. 8a from real embeddings: the Lemma-1 minimum ratio of every anchor with its hardest negative.
 

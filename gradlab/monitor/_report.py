@@ -33,7 +33,7 @@ import numpy as np
 
 from gradlab.io import load_json
 from gradlab.monitor._sinks import flatten, log_format, read_log
-from gradlab.plot._monitor import series_keys
+from gradlab.plot import series_keys
 
 __all__ = ["report", "log_series"]
 

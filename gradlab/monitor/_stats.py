@@ -29,16 +29,16 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from gradlab import defaults
 from gradlab.collapse import collapse_ratios
 from gradlab.geometry import normalize, safe_arccos, sin_from_cos
 from gradlab.lemma1 import lemma1_bounds
-from gradlab.losses._ops import gaussian_logits
+from gradlab.losses import gaussian_logits
 from gradlab.monitor._collapse import embedding_std
 
-__all__ = ["StatsConfig", "batch_statistics_fn", "QUANTILES", "tau_key", "lam_key"]
+__all__ = ["StatsConfig", "batch_statistics_fn", "tau_key", "lam_key"]
 
-QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
-_QNAMES = ("q10", "q25", "q50", "q75", "q90")
+_QNAMES = tuple(f"q{round(100 * q):02d}" for q in defaults.MONITOR_QUANTILES)  # ("q10", ..., "q90")
 
 
 def tau_key(tau: float) -> str:
@@ -365,7 +365,7 @@ def _statistics(h, hp, cfg: StatsConfig):
     for lam in cfg.lambdas:
         low, high, feasible = lemma1_bounds(theta_pos, theta_hard, alpha, jnp.asarray(lam, dtype))
         low = low.astype(dtype)
-        q = jnp.nanquantile(low, jnp.asarray(QUANTILES, dtype))
+        q = jnp.nanquantile(low, jnp.asarray(defaults.MONITOR_QUANTILES, dtype))
         summary = {"mean": jnp.nanmean(low)}
         summary.update({name: q[k] for k, name in enumerate(_QNAMES)})
         key = lam_key(lam)

@@ -48,6 +48,7 @@ from gradlab.plot._margins import margin_ratio_grid as margin_ratio_grid
 from gradlab.plot._monitor import cosine_before_after as cosine_before_after
 from gradlab.plot._monitor import lemma1_before_after as lemma1_before_after
 from gradlab.plot._monitor import monitor_curves as monitor_curves
+from gradlab.plot._monitor import series_keys as series_keys
 from gradlab.plot._monitor import track_summary as track_summary
 from gradlab.plot._real import stsb_scatter as stsb_scatter
 from gradlab.plot._real import train_curves as train_curves
@@ -60,7 +61,7 @@ __all__ = [
     "curves", "heatmap", "shade_mask", "gd_maps", "lemma1_maps", "loss_title", "margin_gradients",
     "margin_multipliers", "margin_ratio_grid", "min_ratio_distribution", "norm_maps", "ratio_maps",
     "weight_share_curves", "monitor_curves", "lemma1_before_after", "cosine_before_after", "track_summary",
-    "stsb_scatter", "train_curves", "CMAPS", "LABELS", "pi_label", "save_figure",
+    "stsb_scatter", "train_curves", "CMAPS", "LABELS", "pi_label", "save_figure", "series_keys",
     # training studies (gradlab.experiments)
     "component_sweeps", "cosine_histograms", "min_ratio_histograms", "ori_mod_bars", "path_cells", "step_series",
     "trajectory_on_maps", "weight_share_before_after",

@@ -29,7 +29,8 @@ MARGIN_GRID = {"full": 240, "quick": 40}
 #: Rho et al. 2023 Fig. 8's panels vary m1 and τ without listing the values; ours: the m1 of
 #: Sec. 5.4 / Table 8 and around it, and τ around App. C's 0.25.
 RHO2023_FIG8_M1 = (0.2, 0.4, 0.8, 1.6)
-RHO2023_FIG8_TAU = (0.1, 0.25, 0.5)
+_TAU, _BETA = defaults.RHO2023_TAU, defaults.RHO2023_BETA  # Rho et al. 2023 App. C
+RHO2023_FIG8_TAU = (0.1, defaults.RHO2023_TAU, 0.5)
 
 
 @dataclass(frozen=True)
@@ -197,12 +198,13 @@ FIGURES: dict[str, PaperFigure] = {
                                 "uniformity-part norms (one negative): InfoNCE ×4 K, uniformity, DCL, DCL+, MPT, MET, MAT",
                                 _norm_maps, _norms("neg", ("infonce", "uniform", "dcl", "dcl+", "mpt", "met", "mat"), ncols=2,
                                                    panel=(3.4, 2.7))),
-    "rho2023_fig1": PaperFigure("Rho et al. 2023 Fig. 1", "gradient magnitudes without margins (β = 1, τ = 0.25)",
-                                _margin_gradients, {"tau": 0.25, "beta": 1.0, "grid": None}),
-    "rho2023_fig2": PaperFigure("Rho et al. 2023 Fig. 2", "angular-margin multipliers (β = 1, τ = 0.25, m1 = 0.4)",
-                                _margin_multipliers, {"tau": 0.25, "beta": 1.0, "m1": 0.4, "grid": None}),
+    "rho2023_fig1": PaperFigure("Rho et al. 2023 Fig. 1", f"gradient magnitudes without margins (β = {_BETA:g}, τ = {_TAU:g})",
+                                _margin_gradients, {"tau": _TAU, "beta": _BETA, "grid": None}),
+    "rho2023_fig2": PaperFigure("Rho et al. 2023 Fig. 2",
+                                f"angular-margin multipliers (β = {_BETA:g}, τ = {_TAU:g}, m1 = 0.4)",
+                                _margin_multipliers, {"tau": _TAU, "beta": _BETA, "m1": 0.4, "grid": None}),
     "rho2023_fig8": PaperFigure("Rho et al. 2023 Fig. 8", "(p − βq)/(p − βq̃) for several m1 and τ", _margin_ratio_grid,
-                                {"m1": RHO2023_FIG8_M1, "tau": RHO2023_FIG8_TAU, "beta": 1.0, "grid": None}),
+                                {"m1": RHO2023_FIG8_M1, "tau": RHO2023_FIG8_TAU, "beta": _BETA, "grid": None}),
 }
 
 

@@ -4,13 +4,14 @@ Angles: θ_ii' ~ N(μ_pos, σ_pos²) (one positive) and θ_ij' ~ N(μ_neg, σ_ne
 negatives) per batch, B batches per (μ_pos, μ_neg) cell of a G_pos × G_neg grid.
 
 Every statistic takes a ``Protocol`` (the paper's by default) and returns a
-``gradlab.io.Result``; ``loss`` is a registry name or a ``gradlab.Loss``; ``progress`` is
+``gradlab.io.Result``; ``loss`` is anything ``gradlab.resolve_loss`` reads (a registry
+name, ``compose:...``, ``FILE.py:FUNCTION``, a ``gradlab.Loss``); ``progress`` is
 an optional ``callable(done, total)``; the library never prints. The statistics:
 ``gd_map`` (Figs. 2, 10; ``exact=True`` integrates instead of sampling), ``weight_share``
 (Fig. 3) and ``weight_map``, ``ratio_map`` (Fig. 4), ``lemma1_map`` and
 ``min_ratio_distribution`` (Fig. 8a, simulated). Each function's docstring is its
-reference. ``sample_angles`` gives the angles one cell sees; ``FACTORED`` names the
-losses with exact factored fast paths in common mode.
+reference. ``sample_angles`` gives the angles one cell sees; a loss whose registry entry
+is ``factored`` (``gradlab.losses.get_spec(name).factored``) takes an exact fast path.
 
 Modes. ``common`` (default): one set of standard-normal draws serves every cell
 (batch b uses ``fold_in(fold_in(key(seed), COMMON), b)``); each statistic then factors
@@ -28,7 +29,6 @@ angles themselves (``sample_angles``).
 
 from gradlab.simulate._protocol import Protocol as Protocol
 from gradlab.simulate._sampling import sample_angles as sample_angles
-from gradlab.simulate._stats import FACTORED as FACTORED
 from gradlab.simulate._stats import gd_map as gd_map
 from gradlab.simulate._stats import lemma1_map as lemma1_map
 from gradlab.simulate._stats import min_ratio_distribution as min_ratio_distribution
@@ -45,5 +45,4 @@ __all__ = [
     "lemma1_map",
     "min_ratio_distribution",
     "sample_angles",
-    "FACTORED",
 ]

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from gradlab import defaults
+
 LAWS = ("normal", "reflected")
 _INT32_MAX = 2**31 - 1  # seeds, and the element count of one cell's draws, are int32 in JAX
 MODES = ("common", "independent")
@@ -60,13 +62,13 @@ class Protocol:
         one from a memory budget. It never changes the numbers.
     """
 
-    grid: int | tuple[int, int] = 100
-    mu_pos_range: tuple[float, float] = (math.pi / 20, math.pi / 2)
-    mu_neg_range: tuple[float, float] = (math.pi / 20, math.pi)
-    sigma_pos: float = 0.05
-    sigma_neg: float = 0.10
-    batches: int = 1000
-    batch_size: int = 128
+    grid: int | tuple[int, int] = defaults.GRID
+    mu_pos_range: tuple[float, float] = defaults.MU_POS_RANGE
+    mu_neg_range: tuple[float, float] = defaults.MU_NEG_RANGE
+    sigma_pos: float = defaults.SIGMA_POS
+    sigma_neg: float = defaults.SIGMA_NEG
+    batches: int = defaults.BATCHES
+    batch_size: int = defaults.BATCH_SIZE
     law: str = "normal"
     mode: str = "common"
     seed: int = 0

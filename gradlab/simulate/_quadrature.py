@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from gradlab.io import Result
-from gradlab.losses._ops import threshold_angle as triplet_threshold_angle
+from gradlab.losses import threshold_angle as triplet_threshold_angle
 from gradlab.simulate._results import as_loss, grid_result, meta
 
 INDICATOR_LOSSES = ("mpt", "met", "mat")

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradlab.design import resolve_loss
 from gradlab.io import Result, runtime_meta
-from gradlab.losses import Loss, get_loss
+from gradlab.losses import Loss
 from gradlab.simulate._protocol import Protocol
 
 
 def as_loss(loss) -> Loss:
-    """A registry name or a ``Loss`` -> the ``Loss``."""
-    if isinstance(loss, Loss):
-        return loss
-    if isinstance(loss, str):
-        return get_loss(loss)
-    raise TypeError(f"loss must be a registry name or a gradlab Loss; got {type(loss).__name__}")
+    """Any spec ``gradlab.resolve_loss`` reads (a name, ``compose:...``, a ``Loss``, ...) -> the ``Loss``."""
+    out = resolve_loss(loss)
+    if not isinstance(out, Loss):
+        raise TypeError(f"a simulated loss must be a gradlab Loss; {loss!r} is a {type(out).__name__}")
+    return out
 
 
 def check_protocol(protocol) -> Protocol:

@@ -38,10 +38,6 @@ from gradlab.geometry import fold_angle
 COMMON_TAG = 0xFFFFFFFF
 
 
-def root_key(seed: int):
-    return jax.random.key(seed)
-
-
 def normal_from_bits(bits, dtype):
     """Standard normals from uniformly random words, by ``jax.random.normal``'s own map.
 

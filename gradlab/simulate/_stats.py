@@ -1,6 +1,6 @@
 """The statistics of Li et al. 2024 Sec. 3.1: GD maps, weight share, dynamic ratio, Lemma 1.
 
-Fast paths. A loss in ``FACTORED`` sees its N − 1 negatives only through one number
+Fast paths. A loss whose spec is ``factored`` (``gradlab.losses.LossSpec.factored``) sees its N − 1 negatives only through one number
 per batch, so the negatives are replaced by a single *effective negative* and the
 loss's own kernel is evaluated on it:
 
@@ -29,7 +29,6 @@ from gradlab import defaults
 from gradlab.io import Result
 from gradlab.lemma1 import lemma1_bounds, sphere_cosines, summarize_min_ratio
 from gradlab.losses import Loss, get_spec, list_losses
-from gradlab.losses._user import factored_path
 from gradlab.simulate._engine import Stat, run
 from gradlab.simulate._protocol import Protocol
 from gradlab.simulate._quadrature import quadrature_gd_map
@@ -39,16 +38,6 @@ from gradlab.simulate._results import grid_result as _grid_result
 from gradlab.simulate._results import meta as _meta
 from gradlab.simulate._results import stderr_out as _stderr_out
 from gradlab.simulate._sampling import CommonDraws, cell_draws, draws_for
-
-FACTORED = {
-    "infonce": "lse",
-    "arccon": "lse",
-    "dcl": "lse",
-    "dcl+": "lse",
-    "mpt": "max",
-    "met": "max",
-    "mat": "max",
-}
 
 _STAT_CACHE: dict[tuple, Stat] = {}
 
@@ -67,21 +56,15 @@ def _registered(loss: Loss) -> bool:
     return loss.spec.name in list_losses() and get_spec(loss.spec.name) is loss.spec
 
 
-def _factored_kind(loss: Loss) -> str | None:
-    """"lse" / "max" for a registered loss in ``FACTORED`` or a user / composed loss that declares it."""
-    if loss.spec.name in FACTORED and _registered(loss):
-        return FACTORED[loss.spec.name]
-    return factored_path(loss.spec)
-
-
 def _path(loss: Loss, method: str) -> str:
     if method not in ("auto", "factored", "direct"):
         raise ValueError(f"method must be 'auto', 'factored' or 'direct'; got {method!r}")
-    kind = _factored_kind(loss)
+    kind = loss.spec.factored
     if method == "factored":
         if kind is None:
+            factored = [n for n in list_losses() if get_spec(n).factored]
             raise ValueError(
-                f"{loss.name} has no factored path; factored losses: {', '.join(FACTORED)}, and user losses "
+                f"{loss.name} has no factored path; factored losses: {', '.join(factored)}, and user losses "
                 "declared with neg_reduction= (gradlab.loss_from_cosines)"
             )
         return kind
@@ -458,7 +441,7 @@ def min_ratio_distribution(
     mu_pos: float | Sequence[float] = defaults.LEMMA1_MU_POS,
     mu_neg: float | Sequence[float] = defaults.LEMMA1_MU_NEG,
     bins=None,
-    quantiles: Sequence[float] = defaults.QUANTILES,
+    quantiles: Sequence[float] = defaults.MIN_RATIO_QUANTILES,
     alpha_law="uniform",
     return_samples: bool = False,
     ratios: Sequence[float] = defaults.LEMMA1_RATIOS,
