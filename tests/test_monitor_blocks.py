@@ -55,5 +55,5 @@ def test_monitor_row_blocks_equal_one_block():
     assert one.pop("losses") == blocks.pop("losses")  # which loss stands behind each key: the same
     one, blocks = _flat(one), _flat(blocks)
     assert one.keys() == blocks.keys()
-    for key in one:
-        np.testing.assert_allclose(blocks[key], one[key], rtol=1e-12, atol=1e-14, err_msg=key)
+    for key in one:  # float32: the two paths may fuse an expression differently (an ulp or two)
+        np.testing.assert_allclose(blocks[key], one[key], rtol=1e-6, atol=1e-7, err_msg=key)

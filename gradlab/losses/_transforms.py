@@ -276,14 +276,17 @@ class GradientTransform:
         parameters are fixed in the returned loss (it has none of its own).
 
         Examples:
+          ``none`` trains InfoNCE itself; the autodiff split puts InfoNCE's 1/τ into GD (W then sums
+          to one), where Li et al. 2024 Table 1 puts it into W:
+
           >>> import jax.numpy as jnp
           >>> t = apply_transform("none", tau=0.25)
           >>> from gradlab.losses import get_loss
-          >>> c_pos, c_neg = jnp.array([0.8]), jnp.array([[0.1, 0.5]])
-          >>> gd = t.as_loss().spec.kernel(c_pos, c_neg, jnp.ones((1, 2), bool))[0]
-          >>> ref = get_loss("infonce", tau=0.25).spec.kernel(c_pos, c_neg, jnp.ones((1, 2), bool), tau=0.25)[0]
-          >>> bool(jnp.allclose(gd, ref))
-          True
+          >>> c_pos, c_neg, valid = jnp.array([0.8]), jnp.array([[0.1, 0.5]]), jnp.ones((1, 2), bool)
+          >>> gd, w, r = t.as_loss().spec.kernel(c_pos, c_neg, valid)
+          >>> ref_gd, ref_w, _ = get_loss("infonce", tau=0.25).spec.kernel(c_pos, c_neg, valid, tau=0.25)
+          >>> bool(jnp.allclose(gd * w, ref_gd * ref_w)), bool(jnp.allclose(gd, ref_gd / 0.25)), float(r[0, 0])
+          (True, True, 1.0)
         """
         from gradlab.losses._user import loss_from_cosines
 

@@ -47,6 +47,7 @@ __all__ = [
     "train",
     "make_train_step",
     "data_mesh",
+    "monitor_steps",
     "flatten_params",
     "unflatten_params",
     "DEFAULT_LR",
