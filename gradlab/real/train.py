@@ -373,6 +373,240 @@ def _batch_order(n: int, steps: int, batch_size: int, rng: np.random.Generator) 
     return np.concatenate(chunks)[:need].reshape(steps, batch_size)
 
 
+@dataclasses.dataclass
+class _Loop:
+    """What every step needs: the encoder's frozen part, the optimizer, the batches, the jitted step."""
+
+    encoder: Any
+    frozen: Any
+    optimizer: Any
+    batches: _Batches
+    step_fn: Callable
+    root: Any
+    mesh: Any = None
+
+    def batch(self, step: int) -> Any:
+        batch = self.batches(step)
+        if self.mesh is None:
+            return batch
+        return _shard(batch, self.mesh, jax.sharding.PartitionSpec("batch"))
+
+    def key(self, step: int) -> Any:
+        return jax.random.fold_in(self.root, step)
+
+
+@dataclasses.dataclass
+class _State:
+    """The training state after ``step`` updates (what a resumed run starts from)."""
+
+    step: int
+    params: Any
+    opt_state: Any
+    best_params: Any
+    best_step: int
+    best_dev: float
+    losses: np.ndarray
+    evals: list[dict[str, float]]
+    dev_before: float
+    test_before: float | None
+
+
+class _Log:
+    """``train_log.jsonl`` (a ``gradlab.monitor.JSONLSink``) and the ``progress`` callback."""
+
+    def __init__(self, out: Path | None, progress: Callable | None):
+        from gradlab.monitor import JSONLSink
+
+        self.sink = JSONLSink(out / "train_log.jsonl") if out is not None else None
+        self.progress = progress
+
+    def __call__(self, rec: dict[str, Any]) -> None:
+        if self.sink is not None:
+            self.sink(rec)
+        if self.progress is not None:
+            self.progress(int(rec["step"]), rec)
+
+    def close(self) -> None:
+        if self.sink is not None:
+            self.sink.close()
+
+
+class _Watch:
+    """The ParadigmMonitor of a run, measuring the states of ``monitor_steps``; never stops training."""
+
+    def __init__(self, config: TrainConfig, loss: Callable, out: Path | None):
+        self.monitor, self.status = None, "off"
+        if config.monitor:
+            self.monitor, self.status = _attach_monitor(loss, out)
+            if self.monitor is None:
+                warnings.warn(f"training without the ParadigmMonitor: {self.status}", RuntimeWarning, stacklevel=3)
+        self.due = set(monitor_steps(config.steps, config.monitor_every)) if self.monitor is not None else set()
+
+    def __call__(self, state: int, h, h_prime) -> None:
+        if self.monitor is None or state not in self.due:
+            return
+        try:
+            self.monitor.update(state, h, h_prime)
+        except Exception as exc:  # noqa: BLE001 - the monitor never stops training
+            self.status = f"stopped at step {state} ({type(exc).__name__}: {exc})"
+            self.close()
+
+    def close(self) -> None:
+        if self.monitor is not None:
+            self.monitor.close()
+            self.monitor = None
+
+
+# --------------------------------------------------------------------------- the stages
+
+
+def _resolve_objective(config: TrainConfig) -> Callable:
+    """The trained loss: the registered / composed / user loss, or a Rho et al. 2023 transform of InfoNCE."""
+    if config.transform is None:
+        from gradlab.design import resolve_loss
+
+        return resolve_loss(config.loss, params=config.loss_params, symmetric=config.symmetric)
+    from gradlab.losses import apply_transform
+
+    return apply_transform(config.transform, symmetric=config.symmetric, **dict(config.loss_params))
+
+
+def _training_data(config: TrainConfig, encoder, sentences, token_ids) -> tuple[list[str], Sequence]:
+    """The training sentences (the corpus, sampled) and their token ids."""
+    from gradlab.real.data import load_news_sentences, sample_sentences
+
+    if sentences is None:
+        named = config.corpus in ("NewsArticles", "News100")
+        sentences = load_news_sentences(config.corpus) if named else load_news_sentences(path=config.corpus)
+    if config.max_sentences is not None:
+        sentences = sample_sentences(sentences, config.max_sentences, seed=config.seed)
+    sentences = list(sentences)
+    if len(sentences) < config.batch_size:
+        raise ValueError(f"{len(sentences)} training sentences is fewer than batch_size={config.batch_size}")
+    if token_ids is None:
+        token_ids = encoder.token_ids(sentences)
+    elif len(token_ids) != len(sentences):
+        raise ValueError(f"token_ids has {len(token_ids)} entries for {len(sentences)} sentences")
+    return sentences, token_ids
+
+
+def _dev_pairs(config: TrainConfig):
+    """STS-B dev (its first ``dev_pairs`` pairs)."""
+    from gradlab.real.data import STSPairs, load_stsb
+
+    dev = load_stsb("dev")
+    if config.dev_pairs is None:
+        return dev
+    k = config.dev_pairs
+    return STSPairs(dev.sentence1[:k], dev.sentence2[:k], dev.score[:k], dev.genre[:k])
+
+
+def _prepare_out(out_dir: str | Path | None) -> Path | None:
+    """The output folder, emptied of a previous run's logs.
+
+    A run owns its logs: a previous run's records in the same folder would interleave with
+    this one's by step. Each file is still appended record by record (crash-safe).
+    """
+    if out_dir is None:
+        return None
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("paradigm_monitor.jsonl", "train_log.jsonl"):
+        (out / name).unlink(missing_ok=True)
+    return out
+
+
+def _make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> _Loop:
+    """Optimizer, batch order, batches of one shape (one compilation per run) and the jitted step."""
+    optax = require("optax", purpose="training")
+    from gradlab.real.light import LightEncoder
+
+    n_devices = jax.device_count()
+    if config.batch_size % n_devices:
+        raise ValueError(f"batch_size={config.batch_size} must be a multiple of the {n_devices} devices")
+    mesh = data_mesh() if n_devices > 1 else None
+    fixed = config.fixed_length if config.fixed_length is not None else isinstance(encoder, LightEncoder)
+    if config.weight_decay:
+        optimizer = optax.adamw(config.learning_rate, weight_decay=config.weight_decay)
+    else:
+        optimizer = optax.adam(config.learning_rate)
+    order = _batch_order(len(token_ids), config.steps, config.batch_size, np.random.default_rng(config.seed))
+    batches = _Batches(encoder, token_ids, order, fixed=fixed, n_devices=n_devices)
+    step_fn = make_train_step(encoder, loss, optimizer, packed=batches.packed, mesh=mesh)
+    frozen = encoder.frozen if mesh is None else _shard(encoder.frozen, mesh, jax.sharding.PartitionSpec())
+    return _Loop(encoder, frozen, optimizer, batches, step_fn, jax.random.key(config.seed), mesh)
+
+
+def _dev_score(encoder, dev, params) -> float:
+    from gradlab.real.stsb import stsb_spearman
+
+    return stsb_spearman(lambda s: encoder.encode(s, params=params), pairs=dev)
+
+
+def _test_score(config: TrainConfig, encoder, params) -> float | None:
+    from gradlab.real.stsb import stsb_spearman
+
+    return stsb_spearman(lambda s: encoder.encode(s, params=params), "test") if config.eval_test else None
+
+
+def _initial_state(config: TrainConfig, loop: _Loop, dev, log: _Log) -> _State:
+    """State 0: the encoder's parameters (copied: the step donates its inputs), scored before training."""
+    params0 = loop.encoder.params
+    test_before = _test_score(config, loop.encoder, params0)
+    dev_before = _dev_score(loop.encoder, dev, params0)
+    log({"step": 0, "event": "eval", "dev_spearman": dev_before, "test_spearman": test_before})
+    params = jax.tree_util.tree_map(jnp.copy, params0)
+    if loop.mesh is not None:  # device_put may share the copy's buffers: it is private, so that is fine
+        params = _shard(params, loop.mesh, jax.sharding.PartitionSpec())
+    return _State(step=0, params=params, opt_state=loop.optimizer.init(params), best_params=params0,
+                  best_step=0, best_dev=dev_before, losses=np.zeros(config.steps, dtype=np.float64),
+                  evals=[{"step": 0, "dev_spearman": dev_before}], dev_before=dev_before, test_before=test_before)
+
+
+def _eval_due(config: TrainConfig, step: int) -> bool:
+    """Every ``eval_every`` steps, and after the last step."""
+    return (config.eval_every and step % config.eval_every == 0) or step == config.steps
+
+
+def _evaluate(state: _State, encoder, dev, log: _Log) -> None:
+    """Score the current parameters on dev; keep a copy of them if they are the best so far."""
+    d = _dev_score(encoder, dev, state.params)
+    state.evals.append({"step": state.step, "dev_spearman": d})
+    log({"step": state.step, "event": "eval", "dev_spearman": d})
+    if d > state.best_dev:
+        state.best_params = jax.tree_util.tree_map(jnp.copy, state.params)
+        state.best_step, state.best_dev = state.step, d
+
+
+def _run_steps(config: TrainConfig, loop: _Loop, state: _State, dev, log: _Log, watch: _Watch,
+               after_step: Callable[[_State], None] = lambda state: None) -> None:
+    """Steps ``state.step + 1 .. config.steps`` (stops at a non-finite loss), evaluating when due."""
+    batch = loop.batch(state.step + 1)
+    for step in range(state.step + 1, config.steps + 1):
+        t0 = time.perf_counter()
+        state.params, state.opt_state, aux = loop.step_fn(state.params, state.opt_state, loop.frozen, batch,
+                                                          loop.key(step))
+        watch(step - 1, aux["h"], aux["h_prime"])  # the views of this update: the state after step − 1
+        if step < config.steps:  # build the next batch while this step runs
+            batch = loop.batch(step + 1)
+        value = float(aux["loss"])
+        state.losses[step - 1] = value
+        rec = {"step": step, "event": "step", "loss": value, "grad_norm": float(aux["grad_norm"]),
+               "seconds": time.perf_counter() - t0}
+        if not math.isfinite(value):
+            log({**rec, "event": "abort", "reason": "non-finite loss"})
+            state.losses = state.losses[:step]
+            return
+        state.step = step
+        log(rec)
+        if _eval_due(config, step):
+            _evaluate(state, loop.encoder, dev, log)
+        after_step(state)
+    if watch.monitor is not None and config.steps in watch.due:  # the state after the last update, on fresh views of the last batch
+        views = jax.jit(_views_fn(loop.encoder, packed=loop.batches.packed))
+        watch(config.steps, *views(state.params, loop.frozen, batch, loop.key(config.steps + 1)))
+
+
 def train(
     config: TrainConfig,
     *,
@@ -397,161 +631,25 @@ def train(
     Returns:
       A :class:`TrainResult`.
     """
-    optax = require("optax", purpose="training")
-    from gradlab.design import resolve_loss
-    from gradlab.real.data import load_news_sentences, load_stsb, sample_sentences
-    from gradlab.real.stsb import stsb_spearman
-
     t_start = time.perf_counter()
-    if config.transform is None:
-        loss = resolve_loss(config.loss, params=config.loss_params, symmetric=config.symmetric)
-    else:
-        from gradlab.losses import apply_transform
-
-        loss = apply_transform(config.transform, symmetric=config.symmetric, **dict(config.loss_params))
-    if encoder is None:
-        encoder = load_encoder(config.encoder, seed=config.seed)
-    if sentences is None:
-        if config.corpus in ("NewsArticles", "News100"):
-            sentences = load_news_sentences(config.corpus)
-        else:
-            sentences = load_news_sentences(path=config.corpus)
-    if config.max_sentences is not None:
-        sentences = sample_sentences(sentences, config.max_sentences, seed=config.seed)
-    sentences = list(sentences)
-    if len(sentences) < config.batch_size:
-        raise ValueError(f"{len(sentences)} training sentences is fewer than batch_size={config.batch_size}")
-
-    dev = load_stsb("dev")
-    if config.dev_pairs is not None:
-        from gradlab.real.data import STSPairs
-
-        k = config.dev_pairs
-        dev = STSPairs(dev.sentence1[:k], dev.sentence2[:k], dev.score[:k], dev.genre[:k])
-
-    out = Path(out_dir) if out_dir is not None else None
-    log = None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        # A run owns its logs: a previous run's records in the same folder would interleave
-        # with this one's by step. Each file is still appended record by record (crash-safe).
-        (out / "paradigm_monitor.jsonl").unlink(missing_ok=True)
-        log = open(out / "train_log.jsonl", "w", encoding="utf-8")  # noqa: SIM115
-
-    def emit(rec: dict[str, Any]) -> None:
-        if log is not None:
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
-        if progress is not None:
-            progress(int(rec["step"]), rec)
-
-    def dev_score(params) -> float:
-        return stsb_spearman(lambda s: encoder.encode(s, params=params), pairs=dev)
-
-    monitor, monitor_status = (None, "off")
-    if config.monitor:
-        monitor, monitor_status = _attach_monitor(loss, out)
-        if monitor is None:
-            warnings.warn(f"training without the ParadigmMonitor: {monitor_status}", RuntimeWarning, stacklevel=2)
-
-    # Pre-tokenize once; every step's batch has one shape (packed for MiniLM), so the step
-    # compiles once per run.
-    if token_ids is None:
-        token_ids = encoder.token_ids(sentences)
-    elif len(token_ids) != len(sentences):
-        raise ValueError(f"token_ids has {len(token_ids)} entries for {len(sentences)} sentences")
-    from gradlab.real.light import LightEncoder
-
-    mesh = data_mesh() if jax.device_count() > 1 else None
-    n_devices = jax.device_count()
-    if config.batch_size % n_devices:
-        raise ValueError(f"batch_size={config.batch_size} must be a multiple of the {n_devices} devices")
-    fixed = config.fixed_length if config.fixed_length is not None else isinstance(encoder, LightEncoder)
-    params0 = encoder.params
-    frozen = encoder.frozen
-    if config.weight_decay:
-        optimizer = optax.adamw(config.learning_rate, weight_decay=config.weight_decay)
-    else:
-        optimizer = optax.adam(config.learning_rate)
-    rng = np.random.default_rng(config.seed)
-    order = _batch_order(len(sentences), config.steps, config.batch_size, rng)
-    batches = _Batches(encoder, token_ids, order, fixed=fixed, n_devices=n_devices)
-    step_fn = make_train_step(encoder, loss, optimizer, packed=batches.packed, mesh=mesh)
-    root = jax.random.key(config.seed)
-
-    test_before = stsb_spearman(lambda s: encoder.encode(s, params=params0), "test") if config.eval_test else None
-    dev_before = dev_score(params0)
-    evals = [{"step": 0, "dev_spearman": dev_before}]
-    emit({"step": 0, "event": "eval", "dev_spearman": dev_before, "test_spearman": test_before})
-    best_params, best_step, best_dev = params0, 0, dev_before
-
-    # The step donates (updates in place) params and opt_state: start from copies, so the
-    # encoder's own params stay untouched, and copy the best ones when they are kept.
-    P = jax.sharding.PartitionSpec
-    params = jax.tree_util.tree_map(jnp.copy, params0)
-    if mesh is not None:  # device_put may share the copy's buffers: it is private, so that is fine
-        params, frozen = _shard((params, frozen), mesh, P())
-    opt_state = optimizer.init(params)
-
-    def put(batch):
-        return _shard(batch, mesh, P("batch")) if mesh is not None else batch
-
-    due = set(monitor_steps(config.steps, config.monitor_every)) if monitor is not None else set()
-
-    def watch(state: int, h, h_prime) -> None:
-        nonlocal monitor, monitor_status
-        try:
-            monitor.update(state, h, h_prime)
-        except Exception as exc:  # noqa: BLE001 - the monitor never stops training
-            monitor_status = f"stopped at step {state} ({type(exc).__name__}: {exc})"
-            monitor.close()
-            monitor = None
-
-    losses = np.zeros(config.steps, dtype=np.float64)
+    loss = _resolve_objective(config)
+    encoder = load_encoder(config.encoder, seed=config.seed) if encoder is None else encoder
+    sentences, token_ids = _training_data(config, encoder, sentences, token_ids)
+    dev = _dev_pairs(config)
+    out = _prepare_out(out_dir)
+    watch, log = _Watch(config, loss, out), _Log(out, progress)
     try:
-        batch = put(batches(1))
-        for step in range(1, config.steps + 1):
-            t0 = time.perf_counter()
-            params, opt_state, aux = step_fn(params, opt_state, frozen, batch, jax.random.fold_in(root, step))
-            if monitor is not None and step - 1 in due:  # the views of this update: the state after step − 1
-                watch(step - 1, aux["h"], aux["h_prime"])
-            if step < config.steps:  # build the next batch while this step runs
-                batch = put(batches(step + 1))
-            value = float(aux["loss"])
-            losses[step - 1] = value
-            rec = {"step": step, "event": "step", "loss": value, "grad_norm": float(aux["grad_norm"]),
-                   "seconds": time.perf_counter() - t0}
-            if not math.isfinite(value):
-                emit({**rec, "event": "abort", "reason": "non-finite loss"})
-                losses = losses[:step]
-                break
-            emit(rec)
-            last = step == config.steps
-            if (config.eval_every and step % config.eval_every == 0) or (last and config.eval_every == 0) or (
-                last and config.eval_every and step % config.eval_every != 0
-            ):
-                d = dev_score(params)
-                evals.append({"step": step, "dev_spearman": d})
-                emit({"step": step, "event": "eval", "dev_spearman": d})
-                if d > best_dev:
-                    best_params, best_step, best_dev = jax.tree_util.tree_map(jnp.copy, params), step, d
-        else:  # the state after the last update, on fresh views of the last batch
-            if monitor is not None and config.steps in due:
-                views = jax.jit(_views_fn(encoder, packed=batches.packed))
-                watch(config.steps, *views(params, frozen, batch, jax.random.fold_in(root, config.steps + 1)))
+        loop = _make_loop(config, encoder, loss, token_ids)
+        state = _initial_state(config, loop, dev, log)
+        _run_steps(config, loop, state, dev, log, watch)
     finally:
-        if log is not None:
-            log.close()
-        if monitor is not None:
-            monitor.close()
-
-    test_after = (
-        stsb_spearman(lambda s: encoder.encode(s, params=best_params), "test") if config.eval_test else None
-    )
+        log.close()
+        watch.close()
     result = TrainResult(
-        params=best_params, best_step=best_step, best_dev=best_dev, dev_before=dev_before,
-        test_before=test_before, test_after=test_after, losses=losses, evals=evals,
-        seconds=time.perf_counter() - t_start, monitor=monitor_status, out_dir=out,
+        params=state.best_params, best_step=state.best_step, best_dev=state.best_dev, dev_before=state.dev_before,
+        test_before=state.test_before, test_after=_test_score(config, encoder, state.best_params),
+        losses=state.losses, evals=state.evals, seconds=time.perf_counter() - t_start, monitor=watch.status,
+        out_dir=out,
     )
     if out is not None:
         _write_outputs(out, config, result, n_sentences=len(sentences))
