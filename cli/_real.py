@@ -263,7 +263,8 @@ def train(
     """Fine-tune an encoder with any gradlab loss on unlabelled sentences (SimCSE dropout views).
 
     Keeps the best checkpoint by STS-B dev Spearman. Writes train.json (summary), train_log.jsonl,
-    best_params.npz, paradigm_monitor.jsonl + the monitor report, and train_curves.{png,npz,json}.
+    best_params.npz, paradigm_monitor.jsonl + the monitor report, and train_curves.{png,npz,json};
+    a transformer encoder's best model also as checkpoint/ (Hugging Face layout: --encoder OUT/checkpoint).
 
     Examples:
 
@@ -335,8 +336,9 @@ def train(
         "eval_step": np.asarray([e["step"] for e in result.evals]),
         "dev_spearman": np.asarray([e["dev_spearman"] for e in result.evals]),
     }, extra_meta={k: v for k, v in result.summary().items() if k != "evals"})
-    for name in ("train.json", "train_log.jsonl", "best_params.npz"):
-        writer.written.append(writer.out / name)
+    for name in ("train.json", "train_log.jsonl", "best_params.npz", "checkpoint"):
+        if (writer.out / name).exists():
+            writer.written.append(writer.out / name)
     log = writer.out / "paradigm_monitor.jsonl"
     if result.monitor == "attached" and log.is_file():
         writer.written.append(log)

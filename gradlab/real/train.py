@@ -19,6 +19,10 @@ Files written to ``out_dir`` (when given):
   ``train_log.jsonl``   one record per step (loss, grad norm, seconds) and per evaluation
   ``paradigm_monitor.jsonl``  the monitor's records
   ``best_params.npz``   the best checkpoint (flattened pytree; keys are paths)
+  ``checkpoint/``       transformer encoders: the best model in Hugging Face layout
+                        (``config.json``, ``model.safetensors``, ``tokenizer.json``), which
+                        ``load_encoder(OUT / "checkpoint")`` and transformers' ``AutoModel`` read
+                        (:func:`gradlab.real.minilm.save_transformer`)
   ``train.json``        config, best step, dev / test scores, timings, versions
 """
 
@@ -652,11 +656,21 @@ def train(
         out_dir=out,
     )
     if out is not None:
-        _write_outputs(out, config, result, n_sentences=len(sentences))
+        _write_outputs(out, config, result, encoder, n_sentences=len(sentences))
     return result
 
 
-def _write_outputs(out: Path, config: TrainConfig, result: TrainResult, *, n_sentences: int) -> None:
+def _save_model(out: Path, encoder, params) -> str | None:
+    """The best model as a HF-layout ``checkpoint/`` (transformer encoders; None for the light one)."""
+    from gradlab.real.minilm import MiniLM, save_transformer
+
+    if not isinstance(encoder, MiniLM) or encoder.source is None:
+        return None
+    save_transformer(encoder, out / "checkpoint", params=params)
+    return "checkpoint"
+
+
+def _write_outputs(out: Path, config: TrainConfig, result: TrainResult, encoder, *, n_sentences: int) -> None:
     try:
         from gradlab.io import runtime_meta, save_json_atomic, save_npz_atomic
     except ImportError:  # pragma: no cover - gradlab.io is part of the core package
@@ -668,11 +682,12 @@ def _write_outputs(out: Path, config: TrainConfig, result: TrainResult, *, n_sen
         save_npz_atomic(out / "best_params.npz", **flat)
     else:  # pragma: no cover
         np.savez(out / "best_params.npz", **flat)
+    model = _save_model(out, encoder, result.params)
     summary = {
         "config": config.to_dict(),
         "n_sentences": n_sentences,
         **result.summary(),
-        "files": {"log": "train_log.jsonl", "checkpoint": "best_params.npz",
+        "files": {"log": "train_log.jsonl", "checkpoint": "best_params.npz", "model": model,
                   "monitor": "paradigm_monitor.jsonl" if result.monitor == "attached" else None},
         "meta": runtime_meta(),
     }
