@@ -253,6 +253,8 @@ def train(
     no_test: Annotated[bool, typer.Option("--no-test", help="Skip the STS-B test scores before / after.")] = False,
     monitor_every: Annotated[int, typer.Option("--monitor-every", help="The ParadigmMonitor measures the states 0 (before the first update), 1, every this many steps, and the last.")] = 10,
     no_monitor: Annotated[bool, typer.Option("--no-monitor", help="Do not attach the ParadigmMonitor.")] = False,
+    checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Write the training state to OUT/state/ every this many steps (0: never), for --resume.")] = 0,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/state/ (same options as the interrupted run); start afresh if there is none.")] = False,
     dim: Dim = 384,
     dropout: Annotated[float, typer.Option("--dropout", help="light only: token-embedding dropout of the views.")] = 0.1,
     out: Out = Path("."),
@@ -281,6 +283,8 @@ def train(
       gradlab train --compose gd=sigmoid,weight=softmax,ratio=arccon --param m=0.3
 
       gradlab train --loss infonce --encoder path/to/roberta-base --pooling cls_before_pooler --steps 100
+
+      gradlab train --encoder path/to/bert-base-uncased --checkpoint-every 500 --out run  (then add --resume)
     """
     encoder = _encoder_spec(encoder)
     pooling = _pooling(pooling, encoder)
@@ -313,7 +317,7 @@ def train(
         loss=the_loss.name if registered else the_loss, loss_params=dict(params), symmetric=symmetric, encoder=encoder, steps=steps,
         batch_size=batch_size, lr=lr, eval_every=eval_every, seed=seed, corpus=corpus,
         max_sentences=max_sentences, dev_pairs=dev_pairs, eval_test=not no_test, monitor=not no_monitor,
-        monitor_every=monitor_every, transform=transform,
+        monitor_every=monitor_every, transform=transform, checkpoint_every=checkpoint_every,
     )
     writer = Writer(out, fmt or ["png"], not no_plot, "train", {**cfg.to_dict(), "dim": dim, "dropout": dropout,
                                                                  "pooling": pooling})
@@ -323,7 +327,7 @@ def train(
             if cb is not None and rec.get("event") == "step":
                 cb(step, steps)
 
-        result = run_training(cfg, encoder=enc, out_dir=writer.out, progress=progress)
+        result = run_training(cfg, encoder=enc, out_dir=writer.out, progress=progress, resume=resume)
     import numpy as np
 
     if writer.plot:

@@ -24,6 +24,7 @@ Files written to ``out_dir`` (when given):
                         ``load_encoder(OUT / "checkpoint")`` and transformers' ``AutoModel`` read
                         (:func:`gradlab.real.minilm.save_transformer`)
   ``train.json``        config, best step, dev / test scores, timings, versions
+  ``state/state.npz``   with ``checkpoint_every``: the training state to resume from
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ __all__ = [
     "flatten_params",
     "unflatten_params",
     "DEFAULT_LR",
+    "state_path",
 ]
 
 DEFAULT_LR = {"light": 1e-3, "minilm": 3e-5}
@@ -93,6 +95,9 @@ class TrainConfig:
         compilation per run; the default, None) instead of the batch's own bucket. MiniLM
         packs each batch's sentences into rows of one shape per run (no padding to speak of).
       weight_decay: decoupled weight decay; > 0 trains with AdamW (``optax.adamw``), 0 with Adam.
+      checkpoint_every: write the training state (parameters, optimizer state, step,
+        best-so-far, PRNG key, batch order) to ``OUT/state/state.npz`` every this many steps
+        (0: never), atomically; ``train(..., resume=True)`` continues from it.
     """
 
     loss: Any = "infonce"
@@ -113,6 +118,7 @@ class TrainConfig:
     fixed_length: bool | None = None
     transform: str | None = None
     weight_decay: float = 0.0
+    checkpoint_every: int = 0
 
     def __post_init__(self):
         if self.transform is not None and self.loss != "infonce":
@@ -125,6 +131,9 @@ class TrainConfig:
             raise ValueError(f"batch_size must be >= 2 (in-batch negatives); got {self.batch_size}")
         if not isinstance(self.eval_every, int) or self.eval_every < 0:
             raise ValueError(f"eval_every must be an integer >= 0; got {self.eval_every!r}")
+        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
+                or self.checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every must be an integer >= 0; got {self.checkpoint_every!r}")
         if not isinstance(self.monitor_every, int) or self.monitor_every < 1:
             raise ValueError(f"monitor_every must be an integer >= 1; got {self.monitor_every!r}")
         if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay)
@@ -505,19 +514,110 @@ def _dev_pairs(config: TrainConfig):
     return STSPairs(dev.sentence1[:k], dev.sentence2[:k], dev.score[:k], dev.genre[:k])
 
 
-def _prepare_out(out_dir: str | Path | None) -> Path | None:
-    """The output folder, emptied of a previous run's logs.
+def _prepare_out(out_dir: str | Path | None, resume_step: int | None = None) -> Path | None:
+    """The output folder, emptied of a previous run's logs (or, resuming, of their records after the state).
 
     A run owns its logs: a previous run's records in the same folder would interleave with
-    this one's by step. Each file is still appended record by record (crash-safe).
+    this one's by step. Each file is still appended record by record (crash-safe). A run
+    resumed from the state after step k keeps the log's records of steps <= k and the
+    monitor's of states < k (state k is measured by step k + 1).
     """
     if out_dir is None:
         return None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("paradigm_monitor.jsonl", "train_log.jsonl"):
-        (out / name).unlink(missing_ok=True)
+    for name, keep in (("paradigm_monitor.jsonl", -1), ("train_log.jsonl", 0)):
+        if resume_step is None or not (out / name).is_file():
+            (out / name).unlink(missing_ok=True)
+        else:
+            _truncate_log(out / name, resume_step + keep)
     return out
+
+
+def _truncate_log(path: Path, last_step: int) -> None:
+    """Keep the JSON lines of ``path`` whose ``step`` is <= ``last_step`` (and drop a torn last line)."""
+    from gradlab.io import atomic_write_text
+
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if int(rec.get("step", 0)) <= last_step:
+            kept.append(line + "\n")
+    atomic_write_text(path, "".join(kept))
+
+
+# --------------------------------------------------------------------------- training state
+
+
+def state_path(out_dir: str | Path) -> Path:
+    """Where :func:`train` keeps the training state of a run writing to ``out_dir``."""
+    return Path(out_dir) / "state" / "state.npz"
+
+
+def _resumable(config: TrainConfig) -> dict[str, Any]:
+    """The config fields a resumed run must share with the one that wrote the state."""
+    d = json.loads(json.dumps(config.to_dict(), default=str))
+    d.pop("checkpoint_every")
+    return d
+
+
+def _save_state(path: Path, config: TrainConfig, loop: _Loop, state: _State) -> None:
+    """Everything a resumed run needs, in one ``.npz`` written atomically."""
+    from gradlab.io import save_npz_atomic
+
+    arrays = {f"params/{k}": v for k, v in flatten_params(state.params).items()}
+    arrays.update({f"best/{k}": v for k, v in flatten_params(state.best_params).items()})
+    arrays.update({f"opt/{i}": np.asarray(leaf) for i, leaf in enumerate(jax.tree_util.tree_leaves(state.opt_state))})
+    meta = {"step": state.step, "best_step": state.best_step, "best_dev": state.best_dev, "evals": state.evals,
+            "dev_before": state.dev_before, "test_before": state.test_before, "config": _resumable(config)}
+    save_npz_atomic(path, **arrays, losses=state.losses, order=loop.batches.order,
+                    key=np.asarray(jax.random.key_data(loop.root)), meta=np.asarray(json.dumps(meta)))
+
+
+def _load_state(path: Path, config: TrainConfig, loop: _Loop) -> _State:
+    """The state :func:`_save_state` wrote; ValueError if another configuration wrote it."""
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["meta"]))
+    if meta["config"] != _resumable(config):
+        diff = sorted(k for k in meta["config"] if meta["config"][k] != _resumable(config).get(k))
+        raise ValueError(f"{path} was written by another configuration (differs in {', '.join(diff)})")
+    if not (np.array_equal(arrays["order"], loop.batches.order)
+            and np.array_equal(arrays["key"], np.asarray(jax.random.key_data(loop.root)))):
+        raise ValueError(f"{path} was written with another batch order or PRNG key (another corpus?)")
+
+    def tree(prefix: str) -> Any:
+        flat = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+        return unflatten_params(flat, loop.encoder.params)
+
+    params = tree("params/")
+    if loop.mesh is not None:
+        params = _shard(params, loop.mesh, jax.sharding.PartitionSpec())
+    like = loop.optimizer.init(params)
+    leaves = [jnp.asarray(arrays[f"opt/{i}"], dtype=leaf.dtype)
+              for i, leaf in enumerate(jax.tree_util.tree_leaves(like))]
+    opt_state = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
+    if loop.mesh is not None:
+        opt_state = _shard(opt_state, loop.mesh, jax.sharding.PartitionSpec())
+    return _State(step=int(meta["step"]), params=params, opt_state=opt_state, best_params=tree("best/"),
+                  best_step=int(meta["best_step"]), best_dev=float(meta["best_dev"]),
+                  losses=np.asarray(arrays["losses"], dtype=np.float64), evals=meta["evals"],
+                  dev_before=float(meta["dev_before"]), test_before=meta["test_before"])
+
+
+def _checkpointer(config: TrainConfig, loop: _Loop, out: Path | None) -> Callable[[_State], None]:
+    """``after_step`` of :func:`_run_steps`: write the state every ``checkpoint_every`` steps."""
+    if out is None or not config.checkpoint_every or jax.process_index() != 0:
+        return lambda state: None
+
+    def save(state: _State) -> None:
+        if state.step % config.checkpoint_every == 0:
+            _save_state(state_path(out), config, loop, state)
+
+    return save
 
 
 def _make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> _Loop:
@@ -585,7 +685,7 @@ def _evaluate(state: _State, encoder, dev, log: _Log) -> None:
 def _run_steps(config: TrainConfig, loop: _Loop, state: _State, dev, log: _Log, watch: _Watch,
                after_step: Callable[[_State], None] = lambda state: None) -> None:
     """Steps ``state.step + 1 .. config.steps`` (stops at a non-finite loss), evaluating when due."""
-    batch = loop.batch(state.step + 1)
+    batch = loop.batch(min(state.step + 1, config.steps))
     for step in range(state.step + 1, config.steps + 1):
         t0 = time.perf_counter()
         state.params, state.opt_state, aux = loop.step_fn(state.params, state.opt_state, loop.frozen, batch,
@@ -619,6 +719,7 @@ def train(
     out_dir: str | Path | None = None,
     progress: Callable[[int, dict[str, Any]], None] | None = None,
     token_ids: Sequence[Sequence[int]] | None = None,
+    resume: bool = False,
 ) -> TrainResult:
     """Fine-tune an encoder with a gradlab loss; keep the best checkpoint by STS-B dev Spearman.
 
@@ -631,21 +732,32 @@ def train(
       progress: called as ``progress(step, record)`` after every step and evaluation.
       token_ids: ``encoder.token_ids(sentences)`` if already computed (saves re-tokenizing
         the corpus when many runs share it); must match ``sentences`` after sampling.
+      resume: continue from ``out_dir``'s training state (:func:`state_path`, written every
+        ``config.checkpoint_every`` steps) if there is one, else start afresh. A resumed run
+        gives the numbers of an uninterrupted one (losses, evaluations, best step, parameters).
 
     Returns:
       A :class:`TrainResult`.
+
+    Raises:
+      ValueError: a bad configuration or corpus; ``resume`` without ``out_dir``, or with a
+        state written by another configuration.
     """
     t_start = time.perf_counter()
     loss = _resolve_objective(config)
     encoder = load_encoder(config.encoder, seed=config.seed) if encoder is None else encoder
     sentences, token_ids = _training_data(config, encoder, sentences, token_ids)
     dev = _dev_pairs(config)
-    out = _prepare_out(out_dir)
+    if resume and out_dir is None:
+        raise ValueError("resume needs out_dir (the training state lives in OUT/state/)")
+    loop = _make_loop(config, encoder, loss, token_ids)
+    saved = state_path(out_dir) if resume and state_path(out_dir).is_file() else None
+    state = _load_state(saved, config, loop) if saved is not None else None
+    out = _prepare_out(out_dir, None if state is None else state.step)
     watch, log = _Watch(config, loss, out), _Log(out, progress)
     try:
-        loop = _make_loop(config, encoder, loss, token_ids)
-        state = _initial_state(config, loop, dev, log)
-        _run_steps(config, loop, state, dev, log, watch)
+        state = _initial_state(config, loop, dev, log) if state is None else state
+        _run_steps(config, loop, state, dev, log, watch, after_step=_checkpointer(config, loop, out))
     finally:
         log.close()
         watch.close()
