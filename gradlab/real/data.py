@@ -42,6 +42,8 @@ __all__ = [
     "load_news_sentences",
     "read_text_sentences",
     "sample_sentences",
+    "read_lines",
+    "count_lines",
 ]
 
 STSB_SPLITS = ("train", "dev", "test")
@@ -295,6 +297,28 @@ def read_text_sentences(
             for line in f:
                 out.extend(split_sentences(line, min_words=min_words, max_words=max_words))
     return out
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """One sentence per line, as in SimCSE's ``wiki1m_for_simcse.txt`` (Gao et al. 2021).
+
+    Every line, stripped of its line break and surrounding blanks, is one sentence; empty
+    lines are skipped. Nothing is split, filtered or deduplicated (SimCSE trains on every line).
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"no corpus file at {file} (one sentence per line)")
+    with open(file, encoding="utf-8") as f:
+        return [s for s in (line.strip() for line in f) if s]
+
+
+def count_lines(path: str | Path) -> int:
+    """The number of non-empty lines of a one-sentence-per-line file (:func:`read_lines`), read lazily."""
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"no corpus file at {file} (one sentence per line)")
+    with open(file, encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
 
 
 def sample_sentences(sentences: Sequence[str], n: int, *, seed: int = 0) -> list[str]:

@@ -56,6 +56,7 @@ __all__ = [
     "unflatten_params",
     "DEFAULT_LR",
     "state_path",
+    "simcse_unsup_config",
 ]
 
 DEFAULT_LR = {"light": 1e-3, "minilm": 3e-5}
@@ -95,6 +96,11 @@ class TrainConfig:
         compilation per run; the default, None) instead of the batch's own bucket. MiniLM
         packs each batch's sentences into rows of one shape per run (no padding to speak of).
       weight_decay: decoupled weight decay; > 0 trains with AdamW (``optax.adamw``), 0 with Adam.
+      recipe: ``"simcse-unsup"``: SimCSE's unsupervised recipe (Gao et al. 2021; see
+        :mod:`gradlab.real.recipe`): an MLP over [CLS] in training, ``cls_before_pooler`` in
+        evaluation, 32-token training sentences, dropout 0.1, ``corpus`` read one sentence per
+        line. :func:`simcse_unsup_config` fills in its batch size,
+        learning rate, evaluation interval, epoch length and τ.
       checkpoint_every: write the training state (parameters, optimizer state, step,
         best-so-far, PRNG key, batch order) to ``OUT/state/state.npz`` every this many steps
         (0: never), atomically; ``train(..., resume=True)`` continues from it.
@@ -119,6 +125,7 @@ class TrainConfig:
     transform: str | None = None
     weight_decay: float = 0.0
     checkpoint_every: int = 0
+    recipe: str | None = None
 
     def __post_init__(self):
         if self.transform is not None and self.loss != "infonce":
@@ -143,11 +150,22 @@ class TrainConfig:
             raise ValueError(f"lr must be a finite number > 0; got {self.lr!r}")
         if self.encoder not in DEFAULT_LR and not Path(self.encoder).exists():
             raise ValueError(f"unknown encoder {self.encoder!r}: neither {', '.join(DEFAULT_LR)} nor an existing path")
+        if self.recipe is not None:
+            from gradlab.real.recipe import RECIPES
+
+            if self.recipe not in RECIPES:
+                raise ValueError(f"unknown recipe {self.recipe!r}; choose from {', '.join(RECIPES)}")
+            if self.encoder == "light":
+                raise ValueError("the simcse-unsup recipe needs a transformer encoder (minilm or a checkpoint path)")
         if self.max_sentences is not None and self.max_sentences < self.batch_size:
             raise ValueError(f"max_sentences={self.max_sentences} is smaller than batch_size={self.batch_size}")
 
     @property
     def learning_rate(self) -> float:
+        if self.lr is None and self.recipe is not None:
+            from gradlab.real.recipe import simcse_unsup_lr
+
+            return simcse_unsup_lr(self.encoder)
         return float(self.lr if self.lr is not None else DEFAULT_LR.get(self.encoder, DEFAULT_LR["minilm"]))
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,6 +176,29 @@ class TrainConfig:
             d["loss_params"] = {k: float(v) for k, v in {**self.loss.params, **d["loss_params"]}.items()}
         d["learning_rate"] = self.learning_rate
         return d
+
+
+def simcse_unsup_config(encoder: str | Path, corpus: str | Path, **overrides: Any):
+    """A :class:`gradlab.real.TrainConfig` of the recipe: its settings, then ``overrides``.
+
+    InfoNCE at τ = 0.05 unless ``loss`` / ``loss_params`` / ``transform`` say otherwise (a
+    ``tau`` not given to InfoNCE or a transform is the recipe's).
+
+    Examples:
+      >>> cfg = simcse_unsup_config("path/to/bert-base-uncased", "wiki1m_for_simcse.txt")  # doctest: +SKIP
+      >>> cfg.batch_size, cfg.learning_rate, cfg.eval_every, cfg.steps  # doctest: +SKIP
+      (64, 3e-05, 250, 15625)
+    """
+    from gradlab.real.recipe import simcse_unsup_settings
+
+    s = simcse_unsup_settings(encoder, corpus, batch_size=overrides.get("batch_size"))
+    loss = overrides.pop("loss", "infonce")
+    params = dict(overrides.pop("loss_params", {}))
+    if loss == "infonce" or overrides.get("transform") is not None:
+        params.setdefault("tau", s["tau"])
+    base = {"batch_size": s["batch_size"], "lr": s["lr"], "eval_every": s["eval_every"], "steps": s["steps"]}
+    return TrainConfig(**{**base, **overrides, "loss": loss, "loss_params": params, "encoder": str(encoder),
+                          "corpus": str(corpus), "recipe": "simcse-unsup"})
 
 
 @dataclasses.dataclass
@@ -484,10 +525,24 @@ def _resolve_objective(config: TrainConfig) -> Callable:
     return apply_transform(config.transform, symmetric=config.symmetric, **dict(config.loss_params))
 
 
+def _recipe_encoder(config: TrainConfig, encoder):
+    """The recipe's two-view encoder, of ``encoder``'s checkpoint (default: ``config.encoder``)."""
+    from gradlab.real.recipe import SimCSEUnsup, simcse_unsup_encoder
+
+    if isinstance(encoder, SimCSEUnsup):
+        return encoder
+    source = getattr(encoder, "source", None) if encoder is not None else None
+    return simcse_unsup_encoder(source or config.encoder, seed=config.seed)
+
+
 def _training_data(config: TrainConfig, encoder, sentences, token_ids) -> tuple[list[str], Sequence]:
     """The training sentences (the corpus, sampled) and their token ids."""
     from gradlab.real.data import load_news_sentences, sample_sentences
 
+    if sentences is None and config.recipe is not None:
+        from gradlab.real.data import read_lines
+
+        sentences = read_lines(config.corpus)
     if sentences is None:
         named = config.corpus in ("NewsArticles", "News100")
         sentences = load_news_sentences(config.corpus) if named else load_news_sentences(path=config.corpus)
@@ -745,7 +800,8 @@ def train(
     """
     t_start = time.perf_counter()
     loss = _resolve_objective(config)
-    encoder = load_encoder(config.encoder, seed=config.seed) if encoder is None else encoder
+    encoder = _recipe_encoder(config, encoder) if config.recipe else (
+        load_encoder(config.encoder, seed=config.seed) if encoder is None else encoder)
     sentences, token_ids = _training_data(config, encoder, sentences, token_ids)
     dev = _dev_pairs(config)
     if resume and out_dir is None:
@@ -776,6 +832,7 @@ def _save_model(out: Path, encoder, params) -> str | None:
     """The best model as a HF-layout ``checkpoint/`` (transformer encoders; None for the light one)."""
     from gradlab.real.minilm import MiniLM, save_transformer
 
+    encoder = getattr(encoder, "eval_view", encoder)  # a recipe's MLP head is not part of the model
     if not isinstance(encoder, MiniLM) or encoder.source is None:
         return None
     save_transformer(encoder, out / "checkpoint", params=params)
