@@ -255,6 +255,7 @@ def train(
     no_monitor: Annotated[bool, typer.Option("--no-monitor", help="Do not attach the ParadigmMonitor.")] = False,
     checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Write the training state to OUT/state/ every this many steps (0: never), for --resume.")] = 0,
     recipe: Annotated[str | None, typer.Option("--recipe", help="simcse-unsup: SimCSE's unsupervised recipe (Gao et al. 2021): MLP over [CLS] in training, cls_before_pooler in evaluation, 32 tokens, dropout 0.1, InfoNCE tau 0.05 (--loss etc. may replace it), Table A.1's batch size and learning rate, STS-B dev every 250 steps, one epoch over --corpus (one sentence per line). Explicit options override it.")] = None,
+    plan: Annotated[bool, typer.Option("--plan", help="Print the parameter count, FLOPs per step, and the step time and peak memory measured over a few steps on this device, then the predicted total time; train nothing, write nothing.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/state/ (same options as the interrupted run); start afresh if there is none.")] = False,
     dim: Dim = 384,
     dropout: Annotated[float, typer.Option("--dropout", help="light only: token-embedding dropout of the views.")] = 0.1,
@@ -288,6 +289,8 @@ def train(
       gradlab train --encoder path/to/bert-base-uncased --checkpoint-every 500 --out run  (then add --resume)
 
       gradlab train --encoder path/to/bert-base-uncased --recipe simcse-unsup --corpus wiki1m_for_simcse.txt --out run
+
+      gradlab train --encoder path/to/bert-base-uncased --recipe simcse-unsup --corpus wiki1m_for_simcse.txt --plan
     """
     encoder = _encoder_spec(encoder)
     pooling = _pooling(pooling, encoder)
@@ -341,6 +344,13 @@ def train(
         max_sentences=max_sentences, dev_pairs=dev_pairs, eval_test=not no_test, monitor=not no_monitor,
         monitor_every=monitor_every, transform=transform, checkpoint_every=checkpoint_every, recipe=recipe,
     )
+    if plan:
+        from gradlab.real.plan import format_plan
+        from gradlab.real.plan import plan as plan_run
+
+        enc = None if recipe else _encoder(encoder, seed, dim, dropout, pooling=pooling)
+        typer.echo(format_plan(plan_run(cfg, encoder=enc)))
+        return
     writer = Writer(out, fmt or ["png"], not no_plot, "train", {**cfg.to_dict(), "dim": dim, "dropout": dropout,
                                                                  "pooling": pooling})
     enc = None if recipe else _encoder(encoder, seed, dim, dropout, pooling=pooling)
