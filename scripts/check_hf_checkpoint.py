@@ -9,9 +9,10 @@ For each tiny fixture checkpoint (``tests/fixtures/hf/{bert,roberta}``) it has g
 repository's ``.venv/bin/python``, or ``$GRADLAB_PYTHON``) train two SimCSE steps with a large
 learning rate and write ``OUT/checkpoint/`` (the best model by dev, possibly the start) and,
 from the training state, the last (trained) parameters with ``save_transformer`` as ``OUT/last/``,
-plus gradlab's ``avg`` embeddings of a few sentences; then it loads ``OUT/checkpoint`` with ``transformers.AutoModel``, mean-pools
-the last hidden states over the attention mask, and prints max |Δ| against gradlab's vectors
-(and how far training moved them, so that a checkpoint left untrained would show).
+plus gradlab's ``avg`` embeddings of a few sentences; then it loads both with
+``transformers.AutoModel``, mean-pools the last hidden states over the attention mask, and
+prints max |Δ| against gradlab's vectors (and how far training moved them, so that a
+checkpoint left untrained would show). Recorded: max |Δ| 7.2e-07 (BERT), 4.8e-07 (RoBERTa).
 """
 
 from __future__ import annotations
