@@ -255,6 +255,8 @@ def train(
     no_monitor: Annotated[bool, typer.Option("--no-monitor", help="Do not attach the ParadigmMonitor.")] = False,
     checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Write the training state to OUT/state/ every this many steps (0: never), for --resume.")] = 0,
     recipe: Annotated[str | None, typer.Option("--recipe", help="simcse-unsup: SimCSE's unsupervised recipe (Gao et al. 2021): MLP over [CLS] in training, cls_before_pooler in evaluation, 32 tokens, dropout 0.1, InfoNCE tau 0.05 (--loss etc. may replace it), Table A.1's batch size and learning rate, STS-B dev every 250 steps, one epoch over --corpus (one sentence per line). Explicit options override it.")] = None,
+    stream: Annotated[bool, typer.Option("--stream", help="Read --corpus (one sentence per line) lazily through a seeded shuffle buffer: memory does not grow with the corpus.")] = False,
+    shuffle_buffer: Annotated[int | None, typer.Option("--shuffle-buffer", help="--stream: lines in the shuffle buffer (default 10,000).")] = None,
     plan: Annotated[bool, typer.Option("--plan", help="Print the parameter count, FLOPs per step, and the step time and peak memory measured over a few steps on this device, then the predicted total time; train nothing, write nothing.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/state/ (same options as the interrupted run); start afresh if there is none.")] = False,
     dim: Dim = 384,
@@ -343,6 +345,7 @@ def train(
         batch_size=batch_size, lr=lr, eval_every=eval_every, seed=seed, corpus=corpus,
         max_sentences=max_sentences, dev_pairs=dev_pairs, eval_test=not no_test, monitor=not no_monitor,
         monitor_every=monitor_every, transform=transform, checkpoint_every=checkpoint_every, recipe=recipe,
+        stream=stream, shuffle_buffer=shuffle_buffer,
     )
     if plan:
         from gradlab.real.plan import format_plan

