@@ -79,10 +79,7 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
     from gradlab.real import train as tr
 
     loss = tr._resolve_objective(config)
-    if config.recipe:
-        encoder = tr._recipe_encoder(config, encoder)
-    elif encoder is None:
-        encoder = tr.load_encoder(config.encoder, seed=config.seed)
+    encoder = tr._encoder_for(config, encoder)
     _, token_ids = tr._training_data(config, encoder, sentences, token_ids)
     loop = tr._make_loop(config, encoder, loss, token_ids)
     params = jax.tree_util.tree_map(jnp.copy, encoder.params)

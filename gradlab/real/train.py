@@ -15,6 +15,13 @@ several devices (``jax.devices()``, every host after ``jax.distributed.initializ
 batch is sharded over a 1-D mesh and the parameters replicated; the loss sees the global
 batch, so the negatives come from every device (docs/distributed.md).
 
+:func:`train` is a straight line of stages: the objective (:func:`_resolve_objective`), the
+encoder (:func:`_encoder_for`), the data (:func:`_training_data`, :func:`_dev_pairs`), the
+loop (:func:`_make_loop`: optimizer, batches, jitted step), the starting state
+(:func:`_initial_state`, or :func:`_saved_state` when resuming), the steps (:func:`_run_steps`,
+which evaluates with :func:`_evaluate`, feeds the monitor (:class:`_Watch`) and saves the state
+(:func:`_checkpointer`)), and the outputs (:func:`_write_outputs`).
+
 Files written to ``out_dir`` (when given):
   ``train_log.jsonl``   one record per step (loss, grad norm, seconds) and per evaluation
   ``paradigm_monitor.jsonl``  the monitor's records
@@ -575,6 +582,13 @@ def _resolve_objective(config: TrainConfig) -> Callable:
     return apply_transform(config.transform, symmetric=config.symmetric, **dict(config.loss_params))
 
 
+def _encoder_for(config: TrainConfig, encoder):
+    """The encoder trained: the recipe's two views, the one given, or ``load_encoder(config.encoder)``."""
+    if config.recipe:
+        return _recipe_encoder(config, encoder)
+    return load_encoder(config.encoder, seed=config.seed) if encoder is None else encoder
+
+
 def _recipe_encoder(config: TrainConfig, encoder):
     """The recipe's two-view encoder, of ``encoder``'s checkpoint (default: ``config.encoder``)."""
     from gradlab.real.recipe import SimCSEUnsup, simcse_unsup_encoder
@@ -721,6 +735,14 @@ def _load_state(path: Path, config: TrainConfig, loop: _Loop) -> _State:
                   dev_before=float(meta["dev_before"]), test_before=meta["test_before"])
 
 
+def _saved_state(config: TrainConfig, loop: _Loop, out_dir: str | Path | None) -> _State | None:
+    """The state a resumed run continues from (None: there is none yet, start afresh)."""
+    if out_dir is None:
+        raise ValueError("resume needs out_dir (the training state lives in OUT/state/)")
+    path = state_path(out_dir)
+    return _load_state(path, config, loop) if path.is_file() else None
+
+
 def _checkpointer(config: TrainConfig, loop: _Loop, out: Path | None) -> Callable[[_State], None]:
     """``after_step`` of :func:`_run_steps`: write the state every ``checkpoint_every`` steps."""
     if out is None or not config.checkpoint_every or jax.process_index() != 0:
@@ -862,15 +884,11 @@ def train(
     """
     t_start = time.perf_counter()
     loss = _resolve_objective(config)
-    encoder = _recipe_encoder(config, encoder) if config.recipe else (
-        load_encoder(config.encoder, seed=config.seed) if encoder is None else encoder)
+    encoder = _encoder_for(config, encoder)
     sentences, token_ids = _training_data(config, encoder, sentences, token_ids)
     dev = _dev_pairs(config)
-    if resume and out_dir is None:
-        raise ValueError("resume needs out_dir (the training state lives in OUT/state/)")
     loop = _make_loop(config, encoder, loss, token_ids)
-    saved = state_path(out_dir) if resume and state_path(out_dir).is_file() else None
-    state = _load_state(saved, config, loop) if saved is not None else None
+    state = _saved_state(config, loop, out_dir) if resume else None
     out = _prepare_out(out_dir, None if state is None else state.step)
     watch, log = _Watch(config, loss, out), _Log(out, progress)
     try:
@@ -883,8 +901,7 @@ def train(
         params=state.best_params, best_step=state.best_step, best_dev=state.best_dev, dev_before=state.dev_before,
         test_before=state.test_before, test_after=_test_score(config, encoder, state.best_params),
         losses=state.losses, evals=state.evals, seconds=time.perf_counter() - t_start, monitor=watch.status,
-        out_dir=out,
-    )
+        out_dir=out)
     if out is not None:
         _write_outputs(out, config, result, encoder, n_sentences=None if config.stream else len(sentences))
     return result
