@@ -241,13 +241,13 @@ def train(
     compose: Compose = None,
     encoder: EncoderOpt = "light",
     pooling: PoolingOpt = None,
-    steps: Annotated[int, typer.Option("--steps", help="Optimizer steps.")] = 200,
-    batch_size: Annotated[int, typer.Option("--batch-size", "-N", help="Sentences per step (two dropout views each).")] = 64,
-    lr: Annotated[float | None, typer.Option("--lr", help="Adam learning rate (default: 1e-3 light, 3e-5 minilm and checkpoints).")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="Optimizer steps (default 200; with --recipe, one epoch of --corpus).")] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", "-N", help="Sentences per step (two dropout views each; default 64, or the recipe's).")] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="Adam learning rate (default: 1e-3 light, 3e-5 minilm and checkpoints, or the recipe's).")] = None,
     param: Params = None,
     symmetric: Annotated[bool, typer.Option("--symmetric", help="Average both directions of the loss.")] = False,
     transform: Annotated[str | None, typer.Option("--transform", help="Rho et al. 2023 gradient-scaling transform of InfoNCE: emphasize, curvature, ratio, attenuate_i, attenuate_ii, margins (its parameters via --param).")] = None,
-    eval_every: Annotated[int, typer.Option("--eval-every", help="Steps between STS-B dev evaluations (0: at the end only).")] = 50,
+    eval_every: Annotated[int | None, typer.Option("--eval-every", help="Steps between STS-B dev evaluations (0: at the end only; default 50, or the recipe's 250).")] = None,
     seed: Seed = 0,
     corpus: Annotated[str, typer.Option("--corpus", help="NewsArticles, News100, or a path (zip/CSV with a 'text' column, .txt file, directory of .txt).")] = "NewsArticles",
     max_sentences: Annotated[int | None, typer.Option("--max-sentences", help="Use a seeded sample of this many corpus sentences.")] = None,
@@ -255,6 +255,12 @@ def train(
     no_test: Annotated[bool, typer.Option("--no-test", help="Skip the STS-B test scores before / after.")] = False,
     monitor_every: Annotated[int, typer.Option("--monitor-every", help="The ParadigmMonitor measures the states 0 (before the first update), 1, every this many steps, and the last.")] = 10,
     no_monitor: Annotated[bool, typer.Option("--no-monitor", help="Do not attach the ParadigmMonitor.")] = False,
+    checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Write the training state to OUT/state/ every this many steps (0: never), for --resume.")] = 0,
+    recipe: Annotated[str | None, typer.Option("--recipe", help="simcse-unsup: SimCSE's unsupervised recipe (Gao et al. 2021): MLP over [CLS] in training, cls_before_pooler in evaluation, 32 tokens, dropout 0.1, InfoNCE tau 0.05 (--loss etc. may replace it), Table A.1's batch size and learning rate, STS-B dev every 250 steps, one epoch over --corpus (one sentence per line). Explicit options override it.")] = None,
+    stream: Annotated[bool, typer.Option("--stream", help="Read --corpus (one sentence per line) lazily through a seeded shuffle buffer: memory does not grow with the corpus.")] = False,
+    shuffle_buffer: Annotated[int | None, typer.Option("--shuffle-buffer", help="--stream: lines in the shuffle buffer (default 10,000).")] = None,
+    plan: Annotated[bool, typer.Option("--plan", help="Print the parameter count, FLOPs per step, and the step time and peak memory measured over a few steps on this device, then the predicted total time; train nothing, write nothing.")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/state/ (same options as the interrupted run); start afresh if there is none.")] = False,
     dim: Dim = 384,
     dropout: Annotated[float, typer.Option("--dropout", help="light only: token-embedding dropout of the views.")] = 0.1,
     out: Out = Path("."),
@@ -265,7 +271,8 @@ def train(
     """Fine-tune an encoder with any gradlab loss on unlabelled sentences (SimCSE dropout views).
 
     Keeps the best checkpoint by STS-B dev Spearman. Writes train.json (summary), train_log.jsonl,
-    best_params.npz, paradigm_monitor.jsonl + the monitor report, and train_curves.{png,npz,json}.
+    best_params.npz, paradigm_monitor.jsonl + the monitor report, and train_curves.{png,npz,json};
+    a transformer encoder's best model also as checkpoint/ (Hugging Face layout: --encoder OUT/checkpoint).
 
     Examples:
 
@@ -282,10 +289,35 @@ def train(
       gradlab train --compose gd=sigmoid,weight=softmax,ratio=arccon --param m=0.3
 
       gradlab train --loss infonce --encoder path/to/roberta-base --pooling cls_before_pooler --steps 100
+
+      gradlab train --encoder path/to/bert-base-uncased --checkpoint-every 500 --out run  (then add --resume)
+
+      gradlab train --encoder path/to/bert-base-uncased --recipe simcse-unsup --corpus wiki1m_for_simcse.txt --out run
+
+      gradlab train --encoder path/to/bert-base-uncased --recipe simcse-unsup --corpus wiki1m_for_simcse.txt --plan
     """
     encoder = _encoder_spec(encoder)
     pooling = _pooling(pooling, encoder)
     params = parse_params(param)
+    if recipe is not None:
+        recipe = _choice(recipe, ("simcse-unsup",), "--recipe")
+        if encoder == "light":
+            raise fail("--recipe simcse-unsup needs a transformer encoder: --encoder minilm or a checkpoint PATH")
+        if pooling is not None:
+            raise fail("--recipe simcse-unsup fixes the pooling (MLP over CLS in training, cls_before_pooler in evaluation)")
+        if corpus in ("NewsArticles", "News100"):
+            raise fail("--recipe simcse-unsup reads --corpus PATH, one sentence per line (wiki1m_for_simcse.txt)")
+        from gradlab.real.recipe import simcse_unsup_settings
+
+        r = simcse_unsup_settings(encoder, corpus, batch_size=batch_size)
+        batch_size, lr = r["batch_size"], r["lr"] if lr is None else lr
+        steps = r["steps"] if steps is None else steps
+        eval_every = r["eval_every"] if eval_every is None else eval_every
+        if (loss in (None, "infonce") and compose is None) or transform is not None:
+            loss = loss or "infonce"
+            params.setdefault("tau", r["tau"])
+    steps, batch_size = 200 if steps is None else steps, 64 if batch_size is None else batch_size
+    eval_every = 50 if eval_every is None else eval_every
     if steps < 1:
         raise fail(f"--steps must be >= 1; got {steps}")
     if batch_size < 2:
@@ -314,17 +346,25 @@ def train(
         loss=the_loss.name if registered else the_loss, loss_params=dict(params), symmetric=symmetric, encoder=encoder, steps=steps,
         batch_size=batch_size, lr=lr, eval_every=eval_every, seed=seed, corpus=corpus,
         max_sentences=max_sentences, dev_pairs=dev_pairs, eval_test=not no_test, monitor=not no_monitor,
-        monitor_every=monitor_every, transform=transform,
+        monitor_every=monitor_every, transform=transform, checkpoint_every=checkpoint_every, recipe=recipe,
+        stream=stream, shuffle_buffer=shuffle_buffer,
     )
+    if plan:
+        from gradlab.real.plan import format_plan
+        from gradlab.real.plan import plan as plan_run
+
+        enc = None if recipe else _encoder(encoder, seed, dim, dropout, pooling=pooling)
+        typer.echo(format_plan(plan_run(cfg, encoder=enc)))
+        return
     writer = Writer(out, fmt or ["png"], not no_plot, "train", {**cfg.to_dict(), "dim": dim, "dropout": dropout,
                                                                  "pooling": pooling})
-    enc = _encoder(encoder, seed, dim, dropout, pooling=pooling)
+    enc = None if recipe else _encoder(encoder, seed, dim, dropout, pooling=pooling)
     with progress_bar(f"training {encoder} with {the_loss.name}") as cb:
         def progress(step, rec):
             if cb is not None and rec.get("event") == "step":
                 cb(step, steps)
 
-        result = run_training(cfg, encoder=enc, out_dir=writer.out, progress=progress)
+        result = run_training(cfg, encoder=enc, out_dir=writer.out, progress=progress, resume=resume)
     import numpy as np
 
     if writer.plot:
@@ -337,8 +377,9 @@ def train(
         "eval_step": np.asarray([e["step"] for e in result.evals]),
         "dev_spearman": np.asarray([e["dev_spearman"] for e in result.evals]),
     }, extra_meta={k: v for k, v in result.summary().items() if k != "evals"})
-    for name in ("train.json", "train_log.jsonl", "best_params.npz"):
-        writer.written.append(writer.out / name)
+    for name in ("train.json", "train_log.jsonl", "best_params.npz", "checkpoint"):
+        if (writer.out / name).exists():
+            writer.written.append(writer.out / name)
     log = writer.out / "paradigm_monitor.jsonl"
     if result.monitor == "attached" and log.is_file():
         writer.written.append(log)

@@ -45,6 +45,13 @@ __all__ = [
     "RANKME_WINDOW",
     "RHO2023_TAU",
     "RHO2023_BETA",
+    "SIMCSE_TAU",
+    "SIMCSE_MAX_SEQ_LENGTH",
+    "SIMCSE_DROPOUT",
+    "SIMCSE_EVAL_EVERY",
+    "SIMCSE_EPOCHS",
+    "SIMCSE_UNSUP_BATCH_SIZE",
+    "SIMCSE_UNSUP_LR",
 ]
 
 #: The Monte-Carlo protocol of Li et al. 2024 App. A.1: a G × G grid of (μ_pos, μ_neg)
@@ -125,3 +132,30 @@ RANKME_WINDOW = 4096
 #: the defaults of their margins, transforms and figures.
 RHO2023_TAU = 0.25
 RHO2023_BETA = 1.0
+
+# SimCSE's unsupervised recipe (Gao et al. 2021), the ``simcse-unsup`` recipe of ``gradlab.real``.
+
+#: InfoNCE's temperature τ of SimCSE (Gao et al. 2021, Sec. 2 and Table D.1: τ = 0.05).
+SIMCSE_TAU = 0.05
+
+#: Maximum training sequence length in tokens (Gao et al. 2021's unsupervised training
+#: script, ``run_unsup_example.sh``: ``--max_seq_length 32``); evaluation is not truncated.
+SIMCSE_MAX_SEQ_LENGTH = 32
+
+#: Dropout rate p of the two views (Gao et al. 2021, Sec. 3 and Table 2: the default p = 0.1
+#: of BERT / RoBERTa, hidden and attention dropout).
+SIMCSE_DROPOUT = 0.1
+
+#: Steps between STS-B dev evaluations, the best checkpoint kept (Gao et al. 2021, App. A).
+SIMCSE_EVAL_EVERY = 250
+
+#: Passes over the one-sentence-per-line corpus (Gao et al. 2021, App. A: one epoch unsupervised).
+SIMCSE_EPOCHS = 1
+
+#: Unsupervised batch size by (model type, size) (Gao et al. 2021, Table A.1).
+SIMCSE_UNSUP_BATCH_SIZE = {("bert", "base"): 64, ("bert", "large"): 64, ("roberta", "base"): 512,
+                           ("roberta", "large"): 512}
+
+#: Unsupervised learning rate by (model type, size) (Gao et al. 2021, Table A.1).
+SIMCSE_UNSUP_LR = {("bert", "base"): 3e-5, ("bert", "large"): 1e-5, ("roberta", "base"): 1e-5,
+                   ("roberta", "large"): 3e-5}

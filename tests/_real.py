@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 
@@ -16,3 +17,10 @@ def require_real_extra(packages=DATA_PACKAGES) -> None:
     for pkg in packages:
         if importlib.util.find_spec(pkg) is None:
             pytest.skip(f"{pkg} not installed (scripts/install_real.sh)", allow_module_level=True)
+
+
+HF_FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+
+#: A tiny training corpus for the fixture checkpoints (24 sentences).
+TINY_SENTENCES = [f"sentence number {i} says something about {w}." for i, w in
+                  enumerate(["cats", "dogs", "stocks", "rain", "music", "bread", "trains", "rivers"] * 3)]

@@ -172,3 +172,13 @@ def test_defective_checkpoint_is_one_line(tmp_path):
     (bad / "config.json").unlink()
     err = one_line_error(run("stsb", "--encoder", bad, "--out", tmp_path / "o"))
     assert "config.json missing" in err
+
+
+def test_train_checkpoint_every_and_resume_reach_the_loop(tmp_path):
+    with mock.patch("gradlab_cli._real._encoder", return_value=FakeEncoder()), \
+         mock.patch("gradlab.real.train.train", side_effect=RuntimeError("stop here")) as m_train:
+        run("train", "--loss", "infonce", "--checkpoint-every", "3", "--resume", "--out", tmp_path)
+    (cfg,), kwargs = m_train.call_args
+    assert cfg.checkpoint_every == 3 and kwargs["resume"] is True
+    err = one_line_error(run("train", "--loss", "infonce", "--checkpoint-every", "-1", "--out", tmp_path))
+    assert "checkpoint_every" in err

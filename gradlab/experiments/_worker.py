@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import shutil
 import time
 import traceback
 from pathlib import Path
@@ -202,6 +203,7 @@ def _train_in(spec, build: Path) -> dict[str, Any]:
     if done < spec.steps or not all(math.isfinite(x) for x in res.losses):
         raise FloatingPointError(f"non-finite training loss at step {done}")
     (build / "best_params.npz").unlink(missing_ok=True)  # checkpoints are not kept (size); rerun to get one
+    shutil.rmtree(build / "checkpoint", ignore_errors=True)  # a transformer's HF-layout model, likewise
     before = _heldout_stats(encoder, encoder.params, held_ids, spec)
     after = _heldout_stats(encoder, res.params, held_ids, spec)
     save_npz_atomic(build / "heldout.npz", **{f"before/{k}": np.asarray(v) for k, v in before.items()},

@@ -15,6 +15,8 @@ Public names:
   stsb_spearman, stsb_scores, pair_cosines, spearman_x100          (STS-B evaluation)
   evaluate_sts, load_senteval, STS_TASKS, STSTask                   (the SentEval STS suite)
   TrainConfig, train                                                (training)
+  save_transformer                          (the trained model as a Hugging Face checkpoint directory)
+  simcse_unsup_config, simcse_unsup_encoder, RECIPES, read_lines   (SimCSE's unsupervised recipe)
   load_encoder, Encoder, PackedEncoder     (by name "minilm" | "light" or a checkpoint path; the interface)
 """
 
@@ -63,6 +65,11 @@ _LAZY = {
     "load_transformer": "gradlab.real.minilm",
     "POOLINGS": "gradlab.real.minilm",
     "MODEL_TYPES": "gradlab.real.minilm",
+    "save_transformer": "gradlab.real.minilm",
+    "read_lines": "gradlab.real.data",
+    "simcse_unsup_config": "gradlab.real.train",
+    "simcse_unsup_encoder": "gradlab.real.recipe",
+    "RECIPES": "gradlab.real.recipe",
 }
 ENCODERS = ("minilm", "light")
 

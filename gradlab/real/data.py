@@ -42,6 +42,9 @@ __all__ = [
     "load_news_sentences",
     "read_text_sentences",
     "sample_sentences",
+    "read_lines",
+    "count_lines",
+    "stream_lines",
 ]
 
 STSB_SPLITS = ("train", "dev", "test")
@@ -295,6 +298,75 @@ def read_text_sentences(
             for line in f:
                 out.extend(split_sentences(line, min_words=min_words, max_words=max_words))
     return out
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """One sentence per line, as in SimCSE's ``wiki1m_for_simcse.txt`` (Gao et al. 2021).
+
+    Every line, stripped of its line break and surrounding blanks, is one sentence; empty
+    lines are skipped. Nothing is split, filtered or deduplicated (SimCSE trains on every line).
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"no corpus file at {file} (one sentence per line)")
+    with open(file, encoding="utf-8") as f:
+        return [s for s in (line.strip() for line in f) if s]
+
+
+def count_lines(path: str | Path) -> int:
+    """The number of non-empty lines of a one-sentence-per-line file (:func:`read_lines`), read lazily."""
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"no corpus file at {file} (one sentence per line)")
+    with open(file, encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
+
+
+#: Lines held by :func:`stream_lines`'s shuffle buffer: *ours* (about 1 MB of text).
+SHUFFLE_BUFFER = 10_000
+
+
+def stream_lines(path: str | Path, *, seed: int = 0, buffer: int = SHUFFLE_BUFFER) -> Iterator[str]:
+    """The lines of :func:`read_lines`, read lazily and shuffled through a bounded buffer, epoch after epoch.
+
+    A buffer of ``buffer`` lines is filled from the file; each further line replaces a
+    uniformly drawn buffered one, which is yielded; at the end of the file the rest of the
+    buffer is yielded in random order, and the next epoch starts. Epoch e draws from
+    ``numpy.random.default_rng((seed, e))``: the stream is a function of (file, seed, buffer)
+    and its memory of ``buffer`` lines, whatever the file's length.
+
+    Examples:
+      >>> import itertools, pathlib, tempfile
+      >>> f = pathlib.Path(tempfile.mkdtemp()) / "c.txt"
+      >>> _ = f.write_text("a\\nb\\n\\nc\\n")
+      >>> sorted(itertools.islice(stream_lines(f, buffer=2), 3))
+      ['a', 'b', 'c']
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"no corpus file at {file} (one sentence per line)")
+    if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
+        raise ValueError(f"buffer must be an integer >= 1; got {buffer!r}")
+    epoch = 0
+    while True:
+        rng = np.random.default_rng((seed, epoch))
+        held: list[str] = []
+        with open(file, encoding="utf-8") as f:
+            for line in f:
+                s = line.strip()
+                if not s:
+                    continue
+                if len(held) < buffer:
+                    held.append(s)
+                    continue
+                j = int(rng.integers(buffer))
+                yield held[j]
+                held[j] = s
+        if not held and epoch == 0:
+            raise ValueError(f"the corpus file {file} has no non-empty line")
+        for j in rng.permutation(len(held)):
+            yield held[j]
+        epoch += 1
 
 
 def sample_sentences(sentences: Sequence[str], n: int, *, seed: int = 0) -> list[str]:

@@ -49,6 +49,8 @@ __all__ = [
     "load_minilm",
     "load_transformer",
     "convert_weights",
+    "export_weights",
+    "save_transformer",
     "MODEL_TYPES",
     "POOLINGS",
     "bert_forward",
@@ -617,6 +619,100 @@ def convert_weights(state: dict[str, np.ndarray], config: BertConfig, dtype=jnp.
     return jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype=dtype), params)
 
 
+def export_weights(params: dict, config: BertConfig) -> dict[str, np.ndarray]:
+    """Inverse of :func:`convert_weights`: gradlab's pytree -> HF ``BertModel`` / ``RobertaModel``
+    names (no ``bert.`` prefix), linear weights back to (out, in), float32.
+
+    ``params["pooler"]`` becomes ``pooler.dense``; any other top-level entry is an error.
+    """
+    extra = set(params) - {"embeddings", "layers", "pooler"}
+    if extra:
+        raise ValueError(f"parameters {sorted(extra)} have no place in a {config.model_type} checkpoint")
+
+    def f32(a) -> np.ndarray:
+        return np.ascontiguousarray(np.asarray(a, dtype=np.float32))
+
+    emb, lay = params["embeddings"], params["layers"]
+    state = {
+        "embeddings.word_embeddings.weight": f32(emb["word"]),
+        "embeddings.position_embeddings.weight": f32(emb["position"]),
+        "embeddings.token_type_embeddings.weight": f32(emb["token_type"]),
+        "embeddings.LayerNorm.weight": f32(emb["ln_scale"]),
+        "embeddings.LayerNorm.bias": f32(emb["ln_bias"]),
+    }
+    linear = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
+              "o": "attention.output.dense", "i": "intermediate.dense", "f": "output.dense"}
+    norms = {"ln1": "attention.output.LayerNorm", "ln2": "output.LayerNorm"}
+    for i in range(config.num_hidden_layers):
+        b = f"encoder.layer.{i}."
+        for short, name in linear.items():
+            state[b + name + ".weight"] = f32(np.asarray(lay[short + "_w"][i]).T)
+            state[b + name + ".bias"] = f32(lay[short + "_b"][i])
+        for short, name in norms.items():
+            state[b + name + ".weight"] = f32(lay[short + "_scale"][i])
+            state[b + name + ".bias"] = f32(lay[short + "_bias"][i])
+    if "pooler" in params:
+        state["pooler.dense.weight"] = f32(np.asarray(params["pooler"]["w"]).T)
+        state["pooler.dense.bias"] = f32(params["pooler"]["b"])
+    return state
+
+
+#: Files of the source model copied unchanged into a saved checkpoint (those present).
+_COPIED = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
+           "vocab.json", "merges.txt", "1_Pooling/config.json", "modules.json", "sentence_bert_config.json")
+
+
+def save_transformer(encoder: MiniLM, path: str | Path, *, params: dict | None = None) -> Path:
+    """Write ``encoder`` with ``params`` (default: its own) as a HF-layout checkpoint directory.
+
+    ``path`` gets ``model.safetensors`` (float32, transformers' ``BertModel`` /
+    ``RobertaModel`` names, written with ``safetensors.numpy``) and, copied unchanged from
+    the model the encoder was loaded from, ``config.json`` (``model_type`` kept),
+    ``tokenizer.json`` and the sentence-transformers pooling files when present, so that
+    :func:`load_transformer` (and transformers' ``AutoModel``) read it back. The pooler:
+    ``params["pooler"]`` when the encoder's pooling is ``cls`` (then it is part of the
+    model), else the source's own ``pooler.dense`` unchanged (when it has one). The
+    directory is written next to ``path`` and renamed into place (no half-written checkpoint).
+
+    Raises:
+      ValueError: the encoder was not loaded from a checkpoint (no ``source``).
+    """
+    import os
+    import shutil
+    import tempfile
+
+    st_numpy = require("safetensors.numpy", purpose="saving checkpoint weights")
+    if encoder.source is None:
+        raise ValueError("the encoder was not loaded from a checkpoint (no source to copy config.json from)")
+    params = encoder.params if params is None else params
+    read = _reader(Path(encoder.source))
+    trained = {k: v for k, v in params.items() if k != "pooler" or encoder.pooling.mode == "cls"}
+    state = export_weights(trained, encoder.config)
+    if "pooler" not in trained:
+        source = {_strip_prefix(k): v for k, v in _read_state(read, Path(encoder.source), st_numpy).items()}
+        state.update({k: np.asarray(source[k], dtype=np.float32) for k in ("pooler.dense.weight", "pooler.dense.bias")
+                      if k in source})
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        (tmp / "model.safetensors").write_bytes(st_numpy.save(state, metadata={"format": "pt"}))
+        for name in _COPIED:
+            try:
+                data = read(name)
+            except KeyError:
+                continue
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_bytes(data)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
 _BUCKETS = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
 
@@ -659,6 +755,8 @@ class MiniLM:
       tokenizer: a ``tokenizers.Tokenizer`` (truncation at ``max_seq_length``, no padding).
       max_seq_length: 256 for all-MiniLM-L6-v2 (``sentence_bert_config.json``), else the
         position table's length (:attr:`BertConfig.max_positions`).
+      source: the directory or zip it was loaded from (:func:`save_transformer` copies its
+        config and tokenizer).
     """
 
     params: dict
@@ -666,6 +764,7 @@ class MiniLM:
     pooling: PoolingConfig
     tokenizer: Any
     max_seq_length: int = 256
+    source: Path | None = None
 
     # -- tokenization -----------------------------------------------------------
     def token_ids(self, sentences: Sequence[str]) -> list[list[int]]:
@@ -888,4 +987,4 @@ def load_transformer(path: str | Path, *, pooling: str | None = None, normalize:
     params = convert_weights(state, config, dtype=dtype, pooler=chosen.mode == "cls")
     tok.no_padding()
     tok.enable_truncation(max_length=max_len)
-    return MiniLM(params, config, chosen, tok, max_len)
+    return MiniLM(params, config, chosen, tok, max_len, src)

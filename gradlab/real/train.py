@@ -15,16 +15,29 @@ several devices (``jax.devices()``, every host after ``jax.distributed.initializ
 batch is sharded over a 1-D mesh and the parameters replicated; the loss sees the global
 batch, so the negatives come from every device (docs/distributed.md).
 
+:func:`train` is a straight line of stages: the objective (:func:`_resolve_objective`), the
+encoder (:func:`_encoder_for`), the data (:func:`_training_data`, :func:`_dev_pairs`), the
+loop (:func:`_make_loop`: optimizer, batches, jitted step), the starting state
+(:func:`_initial_state`, or :func:`_saved_state` when resuming), the steps (:func:`_run_steps`,
+which evaluates with :func:`_evaluate`, feeds the monitor (:class:`_Watch`) and saves the state
+(:func:`_checkpointer`)), and the outputs (:func:`_write_outputs`).
+
 Files written to ``out_dir`` (when given):
   ``train_log.jsonl``   one record per step (loss, grad norm, seconds) and per evaluation
   ``paradigm_monitor.jsonl``  the monitor's records
   ``best_params.npz``   the best checkpoint (flattened pytree; keys are paths)
+  ``checkpoint/``       transformer encoders: the best model in Hugging Face layout
+                        (``config.json``, ``model.safetensors``, ``tokenizer.json``), which
+                        ``load_encoder(OUT / "checkpoint")`` and transformers' ``AutoModel`` read
+                        (:func:`gradlab.real.minilm.save_transformer`)
   ``train.json``        config, best step, dev / test scores, timings, versions
+  ``state/state.npz``   with ``checkpoint_every``: the training state to resume from
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import time
@@ -51,6 +64,8 @@ __all__ = [
     "flatten_params",
     "unflatten_params",
     "DEFAULT_LR",
+    "state_path",
+    "simcse_unsup_config",
 ]
 
 DEFAULT_LR = {"light": 1e-3, "minilm": 3e-5}
@@ -62,7 +77,7 @@ class TrainConfig:
 
     Attributes:
       loss: a registered loss name (``gradlab.list_losses()``), any text
-        ``gradlab.design.load_loss`` reads (``"compose:gd=...,weight=...,ratio=..."``,
+        ``gradlab.resolve_loss`` reads (``"compose:gd=...,weight=...,ratio=..."``,
         ``"path/to/file.py:function"``, ``"module:function"``), or a ``gradlab.Loss``
         (e.g. from ``gradlab.loss_from_cosines`` or ``gradlab.compose``).
       loss_params: parameters of the loss (override a ``Loss``'s own).
@@ -90,6 +105,19 @@ class TrainConfig:
         compilation per run; the default, None) instead of the batch's own bucket. MiniLM
         packs each batch's sentences into rows of one shape per run (no padding to speak of).
       weight_decay: decoupled weight decay; > 0 trains with AdamW (``optax.adamw``), 0 with Adam.
+      recipe: ``"simcse-unsup"``: SimCSE's unsupervised recipe (Gao et al. 2021; see
+        :mod:`gradlab.real.recipe`): an MLP over [CLS] in training, ``cls_before_pooler`` in
+        evaluation, 32-token training sentences, dropout 0.1, ``corpus`` read one sentence per
+        line. :func:`simcse_unsup_config` fills in its batch size,
+        learning rate, evaluation interval, epoch length and τ.
+      stream: read ``corpus`` (a one-sentence-per-line file) lazily through a shuffle buffer
+        of ``shuffle_buffer`` lines seeded by ``seed`` (:func:`gradlab.real.data.stream_lines`),
+        tokenizing each batch as it comes, so that memory does not grow with the corpus.
+        Every batch then takes ``batch_size`` rows of the encoder's full length (no packing).
+      shuffle_buffer: lines held by the stream's shuffle buffer (None: 10,000).
+      checkpoint_every: write the training state (parameters, optimizer state, step,
+        best-so-far, PRNG key, batch order) to ``OUT/state/state.npz`` every this many steps
+        (0: never), atomically; ``train(..., resume=True)`` continues from it.
     """
 
     loss: Any = "infonce"
@@ -110,6 +138,10 @@ class TrainConfig:
     fixed_length: bool | None = None
     transform: str | None = None
     weight_decay: float = 0.0
+    checkpoint_every: int = 0
+    recipe: str | None = None
+    stream: bool = False
+    shuffle_buffer: int | None = None
 
     def __post_init__(self):
         if self.transform is not None and self.loss != "infonce":
@@ -122,6 +154,9 @@ class TrainConfig:
             raise ValueError(f"batch_size must be >= 2 (in-batch negatives); got {self.batch_size}")
         if not isinstance(self.eval_every, int) or self.eval_every < 0:
             raise ValueError(f"eval_every must be an integer >= 0; got {self.eval_every!r}")
+        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
+                or self.checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every must be an integer >= 0; got {self.checkpoint_every!r}")
         if not isinstance(self.monitor_every, int) or self.monitor_every < 1:
             raise ValueError(f"monitor_every must be an integer >= 1; got {self.monitor_every!r}")
         if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay)
@@ -131,11 +166,27 @@ class TrainConfig:
             raise ValueError(f"lr must be a finite number > 0; got {self.lr!r}")
         if self.encoder not in DEFAULT_LR and not Path(self.encoder).exists():
             raise ValueError(f"unknown encoder {self.encoder!r}: neither {', '.join(DEFAULT_LR)} nor an existing path")
+        if self.recipe is not None:
+            from gradlab.real.recipe import RECIPES
+
+            if self.recipe not in RECIPES:
+                raise ValueError(f"unknown recipe {self.recipe!r}; choose from {', '.join(RECIPES)}")
+            if self.encoder == "light":
+                raise ValueError("the simcse-unsup recipe needs a transformer encoder (minilm or a checkpoint path)")
+        if self.stream and (self.corpus in ("NewsArticles", "News100") or self.max_sentences is not None):
+            raise ValueError("stream reads a one-sentence-per-line corpus file: give corpus=PATH and no max_sentences")
+        if self.shuffle_buffer is not None and (isinstance(self.shuffle_buffer, bool)
+                                                or not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer < 1):
+            raise ValueError(f"shuffle_buffer must be an integer >= 1; got {self.shuffle_buffer!r}")
         if self.max_sentences is not None and self.max_sentences < self.batch_size:
             raise ValueError(f"max_sentences={self.max_sentences} is smaller than batch_size={self.batch_size}")
 
     @property
     def learning_rate(self) -> float:
+        if self.lr is None and self.recipe is not None:
+            from gradlab.real.recipe import simcse_unsup_lr
+
+            return simcse_unsup_lr(self.encoder)
         return float(self.lr if self.lr is not None else DEFAULT_LR.get(self.encoder, DEFAULT_LR["minilm"]))
 
     def to_dict(self) -> dict[str, Any]:
@@ -146,6 +197,29 @@ class TrainConfig:
             d["loss_params"] = {k: float(v) for k, v in {**self.loss.params, **d["loss_params"]}.items()}
         d["learning_rate"] = self.learning_rate
         return d
+
+
+def simcse_unsup_config(encoder: str | Path, corpus: str | Path, **overrides: Any):
+    """A :class:`gradlab.real.TrainConfig` of the recipe: its settings, then ``overrides``.
+
+    InfoNCE at τ = 0.05 unless ``loss`` / ``loss_params`` / ``transform`` say otherwise (a
+    ``tau`` not given to InfoNCE or a transform is the recipe's).
+
+    Examples:
+      >>> cfg = simcse_unsup_config("path/to/bert-base-uncased", "wiki1m_for_simcse.txt")  # doctest: +SKIP
+      >>> cfg.batch_size, cfg.learning_rate, cfg.eval_every, cfg.steps  # doctest: +SKIP
+      (64, 3e-05, 250, 15625)
+    """
+    from gradlab.real.recipe import simcse_unsup_settings
+
+    s = simcse_unsup_settings(encoder, corpus, batch_size=overrides.get("batch_size"))
+    loss = overrides.pop("loss", "infonce")
+    params = dict(overrides.pop("loss_params", {}))
+    if loss == "infonce" or overrides.get("transform") is not None:
+        params.setdefault("tau", s["tau"])
+    base = {"batch_size": s["batch_size"], "lr": s["lr"], "eval_every": s["eval_every"], "steps": s["steps"]}
+    return TrainConfig(**{**base, **overrides, "loss": loss, "loss_params": params, "encoder": str(encoder),
+                          "corpus": str(corpus), "recipe": "simcse-unsup"})
 
 
 @dataclasses.dataclass
@@ -313,21 +387,58 @@ class _Batches:
             longest = max(max(1, len(t)) for t in token_ids)
             self.length = length_bucket(longest, max_len) if fixed else None
 
+    @property
+    def batch_size(self) -> int:
+        return self.order.shape[1]
+
     def __call__(self, step: int) -> Any:
-        idx = self.order[step - 1]
-        lists = [self.token_ids[i] for i in idx]
-        if self.packed:
-            return self.encoder.pack(lists, rows=self.rows, width=self.width)
+        return _assemble(self, [self.token_ids[i] for i in self.order[step - 1]])
+
+
+def _assemble(batches, lists: list) -> Any:
+    """One batch of token-id lists: packed (rows, width) or padded (ids, mask) to ``batches.length``."""
+    if batches.packed:
+        return batches.encoder.pack(lists, rows=batches.rows, width=batches.width)
+    from gradlab.real.minilm import length_bucket
+
+    L = batches.length or length_bucket(max(max(1, len(t)) for t in lists), batches.encoder.max_seq_length)
+    ids = np.zeros((len(lists), L), dtype=np.int32)
+    mask = np.zeros((len(lists), L), dtype=np.int32)
+    for r, t in enumerate(lists):
+        t = t[:L]
+        ids[r, : len(t)] = t
+        mask[r, : max(1, len(t))] = 1
+    return ids, mask
+
+
+class _StreamBatches:
+    """The batches of a one-sentence-per-line file read as training goes (``TrainConfig.stream``).
+
+    Lines come from :func:`gradlab.real.data.stream_lines` and are tokenized per batch; every
+    batch has ``batch_size`` rows of the encoder's full length (its length bucket), so any
+    sentence fits and the step compiles once. Steps are served in order; asking for a later
+    step skips the batches before it without tokenizing them (a resumed run replays the stream).
+    """
+
+    order = None
+
+    def __init__(self, encoder, path, *, seed: int, buffer: int | None, batch_size: int, n_devices: int):
+        from gradlab.real.data import SHUFFLE_BUFFER, stream_lines
         from gradlab.real.minilm import length_bucket
 
-        L = self.length or length_bucket(max(max(1, len(t)) for t in lists), self.encoder.max_seq_length)
-        ids = np.zeros((len(lists), L), dtype=np.int32)
-        mask = np.zeros((len(lists), L), dtype=np.int32)
-        for r, t in enumerate(lists):
-            t = t[:L]
-            ids[r, : len(t)] = t
-            mask[r, : max(1, len(t))] = 1
-        return ids, mask
+        self.encoder, self.batch_size, self.next_step = encoder, batch_size, 1
+        self.lines = stream_lines(path, seed=seed, buffer=buffer or SHUFFLE_BUFFER)
+        self.packed = hasattr(encoder, "forward_packed")
+        self.width = self.length = length_bucket(encoder.max_seq_length, encoder.max_seq_length)
+        self.rows = -(-batch_size // n_devices) * n_devices
+
+    def __call__(self, step: int) -> Any:
+        if step < self.next_step:
+            raise ValueError(f"a streamed corpus goes forward only: step {step} after {self.next_step - 1}")
+        for _ in range(step - self.next_step):  # skipped steps: read, not tokenized
+            next(itertools.islice(self.lines, self.batch_size - 1, None), None)
+        self.next_step = step + 1
+        return _assemble(self, self.encoder.token_ids(list(itertools.islice(self.lines, self.batch_size))))
 
 
 def _attach_monitor(trained, out_dir: Path | None):
@@ -374,6 +485,372 @@ def _batch_order(n: int, steps: int, batch_size: int, rng: np.random.Generator) 
     return np.concatenate(chunks)[:need].reshape(steps, batch_size)
 
 
+@dataclasses.dataclass
+class _Loop:
+    """What every step needs: the encoder's frozen part, the optimizer, the batches, the jitted step."""
+
+    encoder: Any
+    frozen: Any
+    optimizer: Any
+    batches: _Batches
+    step_fn: Callable
+    root: Any
+    mesh: Any = None
+
+    def batch(self, step: int) -> Any:
+        batch = self.batches(step)
+        if self.mesh is None:
+            return batch
+        return _shard(batch, self.mesh, jax.sharding.PartitionSpec("batch"))
+
+    def key(self, step: int) -> Any:
+        return jax.random.fold_in(self.root, step)
+
+
+@dataclasses.dataclass
+class _State:
+    """The training state after ``step`` updates (what a resumed run starts from)."""
+
+    step: int
+    params: Any
+    opt_state: Any
+    best_params: Any
+    best_step: int
+    best_dev: float
+    losses: np.ndarray
+    evals: list[dict[str, float]]
+    dev_before: float
+    test_before: float | None
+
+
+class _Log:
+    """``train_log.jsonl`` (a ``gradlab.monitor.JSONLSink``) and the ``progress`` callback."""
+
+    def __init__(self, out: Path | None, progress: Callable | None):
+        from gradlab.monitor import JSONLSink
+
+        self.sink = JSONLSink(out / "train_log.jsonl") if out is not None else None
+        self.progress = progress
+
+    def __call__(self, rec: dict[str, Any]) -> None:
+        if self.sink is not None:
+            self.sink(rec)
+        if self.progress is not None:
+            self.progress(int(rec["step"]), rec)
+
+    def close(self) -> None:
+        if self.sink is not None:
+            self.sink.close()
+
+
+class _Watch:
+    """The ParadigmMonitor of a run, measuring the states of ``monitor_steps``; never stops training."""
+
+    def __init__(self, config: TrainConfig, loss: Callable, out: Path | None):
+        self.monitor, self.status = None, "off"
+        if config.monitor:
+            self.monitor, self.status = _attach_monitor(loss, out)
+            if self.monitor is None:
+                warnings.warn(f"training without the ParadigmMonitor: {self.status}", RuntimeWarning, stacklevel=3)
+        self.due = set(monitor_steps(config.steps, config.monitor_every)) if self.monitor is not None else set()
+
+    def __call__(self, state: int, h, h_prime) -> None:
+        if self.monitor is None or state not in self.due:
+            return
+        try:
+            self.monitor.update(state, h, h_prime)
+        except Exception as exc:  # noqa: BLE001 - the monitor never stops training
+            self.status = f"stopped at step {state} ({type(exc).__name__}: {exc})"
+            self.close()
+
+    def close(self) -> None:
+        if self.monitor is not None:
+            self.monitor.close()
+            self.monitor = None
+
+
+# --------------------------------------------------------------------------- the stages
+
+
+def _resolve_objective(config: TrainConfig) -> Callable:
+    """The trained loss: the registered / composed / user loss, or a Rho et al. 2023 transform of InfoNCE."""
+    if config.transform is None:
+        from gradlab.design import resolve_loss
+
+        return resolve_loss(config.loss, params=config.loss_params, symmetric=config.symmetric)
+    from gradlab.losses import apply_transform
+
+    return apply_transform(config.transform, symmetric=config.symmetric, **dict(config.loss_params))
+
+
+def _encoder_for(config: TrainConfig, encoder):
+    """The encoder trained: the recipe's two views, the one given, or ``load_encoder(config.encoder)``."""
+    if config.recipe:
+        return _recipe_encoder(config, encoder)
+    return load_encoder(config.encoder, seed=config.seed) if encoder is None else encoder
+
+
+def _recipe_encoder(config: TrainConfig, encoder):
+    """The recipe's two-view encoder, of ``encoder``'s checkpoint (default: ``config.encoder``)."""
+    from gradlab.real.recipe import SimCSEUnsup, simcse_unsup_encoder
+
+    if isinstance(encoder, SimCSEUnsup):
+        return encoder
+    source = getattr(encoder, "source", None) if encoder is not None else None
+    return simcse_unsup_encoder(source or config.encoder, seed=config.seed)
+
+
+def _training_data(config: TrainConfig, encoder, sentences, token_ids) -> tuple[list[str], Sequence]:
+    """The training sentences (the corpus, sampled) and their token ids (none when streaming)."""
+    from gradlab.real.data import load_news_sentences, sample_sentences
+
+    if config.stream:
+        if sentences is not None or token_ids is not None:
+            raise ValueError("stream reads config.corpus itself: pass no sentences / token_ids")
+        return [], None
+
+    if sentences is None and config.recipe is not None:
+        from gradlab.real.data import read_lines
+
+        sentences = read_lines(config.corpus)
+    if sentences is None:
+        named = config.corpus in ("NewsArticles", "News100")
+        sentences = load_news_sentences(config.corpus) if named else load_news_sentences(path=config.corpus)
+    if config.max_sentences is not None:
+        sentences = sample_sentences(sentences, config.max_sentences, seed=config.seed)
+    sentences = list(sentences)
+    if len(sentences) < config.batch_size:
+        raise ValueError(f"{len(sentences)} training sentences is fewer than batch_size={config.batch_size}")
+    if token_ids is None:
+        token_ids = encoder.token_ids(sentences)
+    elif len(token_ids) != len(sentences):
+        raise ValueError(f"token_ids has {len(token_ids)} entries for {len(sentences)} sentences")
+    return sentences, token_ids
+
+
+def _dev_pairs(config: TrainConfig):
+    """STS-B dev (its first ``dev_pairs`` pairs)."""
+    from gradlab.real.data import STSPairs, load_stsb
+
+    dev = load_stsb("dev")
+    if config.dev_pairs is None:
+        return dev
+    k = config.dev_pairs
+    return STSPairs(dev.sentence1[:k], dev.sentence2[:k], dev.score[:k], dev.genre[:k])
+
+
+def _prepare_out(out_dir: str | Path | None, resume_step: int | None = None) -> Path | None:
+    """The output folder, emptied of a previous run's logs (or, resuming, of their records after the state).
+
+    A run owns its logs: a previous run's records in the same folder would interleave with
+    this one's by step. Each file is still appended record by record (crash-safe). A run
+    resumed from the state after step k keeps the log's records of steps <= k and the
+    monitor's of states < k (state k is measured by step k + 1).
+    """
+    if out_dir is None:
+        return None
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, keep in (("paradigm_monitor.jsonl", -1), ("train_log.jsonl", 0)):
+        if resume_step is None or not (out / name).is_file():
+            (out / name).unlink(missing_ok=True)
+        else:
+            _truncate_log(out / name, resume_step + keep)
+    return out
+
+
+def _truncate_log(path: Path, last_step: int) -> None:
+    """Keep the JSON lines of ``path`` whose ``step`` is <= ``last_step`` (and drop a torn last line)."""
+    from gradlab.io import atomic_write_text
+
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if int(rec.get("step", 0)) <= last_step:
+            kept.append(line + "\n")
+    atomic_write_text(path, "".join(kept))
+
+
+# --------------------------------------------------------------------------- training state
+
+
+def state_path(out_dir: str | Path) -> Path:
+    """Where :func:`train` keeps the training state of a run writing to ``out_dir``."""
+    return Path(out_dir) / "state" / "state.npz"
+
+
+def _resumable(config: TrainConfig) -> dict[str, Any]:
+    """The config fields a resumed run must share with the one that wrote the state."""
+    d = json.loads(json.dumps(config.to_dict(), default=str))
+    d.pop("checkpoint_every")
+    return d
+
+
+def _save_state(path: Path, config: TrainConfig, loop: _Loop, state: _State) -> None:
+    """Everything a resumed run needs, in one ``.npz`` written atomically."""
+    from gradlab.io import save_npz_atomic
+
+    arrays = {f"params/{k}": v for k, v in flatten_params(state.params).items()}
+    arrays.update({f"best/{k}": v for k, v in flatten_params(state.best_params).items()})
+    arrays.update({f"opt/{i}": np.asarray(leaf) for i, leaf in enumerate(jax.tree_util.tree_leaves(state.opt_state))})
+    meta = {"step": state.step, "best_step": state.best_step, "best_dev": state.best_dev, "evals": state.evals,
+            "dev_before": state.dev_before, "test_before": state.test_before, "config": _resumable(config)}
+    if loop.batches.order is not None:
+        arrays["order"] = loop.batches.order
+    save_npz_atomic(path, **arrays, losses=state.losses,
+                    key=np.asarray(jax.random.key_data(loop.root)), meta=np.asarray(json.dumps(meta)))
+
+
+def _load_state(path: Path, config: TrainConfig, loop: _Loop) -> _State:
+    """The state :func:`_save_state` wrote; ValueError if another configuration wrote it."""
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["meta"]))
+    if meta["config"] != _resumable(config):
+        diff = sorted(k for k in meta["config"] if meta["config"][k] != _resumable(config).get(k))
+        raise ValueError(f"{path} was written by another configuration (differs in {', '.join(diff)})")
+    order = loop.batches.order
+    if not ((order is None or np.array_equal(arrays["order"], order))
+            and np.array_equal(arrays["key"], np.asarray(jax.random.key_data(loop.root)))):
+        raise ValueError(f"{path} was written with another batch order or PRNG key (another corpus?)")
+
+    def tree(prefix: str) -> Any:
+        flat = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+        return unflatten_params(flat, loop.encoder.params)
+
+    params = tree("params/")
+    if loop.mesh is not None:
+        params = _shard(params, loop.mesh, jax.sharding.PartitionSpec())
+    like = loop.optimizer.init(params)
+    leaves = [jnp.asarray(arrays[f"opt/{i}"], dtype=leaf.dtype)
+              for i, leaf in enumerate(jax.tree_util.tree_leaves(like))]
+    opt_state = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
+    if loop.mesh is not None:
+        opt_state = _shard(opt_state, loop.mesh, jax.sharding.PartitionSpec())
+    return _State(step=int(meta["step"]), params=params, opt_state=opt_state, best_params=tree("best/"),
+                  best_step=int(meta["best_step"]), best_dev=float(meta["best_dev"]),
+                  losses=np.asarray(arrays["losses"], dtype=np.float64), evals=meta["evals"],
+                  dev_before=float(meta["dev_before"]), test_before=meta["test_before"])
+
+
+def _saved_state(config: TrainConfig, loop: _Loop, out_dir: str | Path | None) -> _State | None:
+    """The state a resumed run continues from (None: there is none yet, start afresh)."""
+    if out_dir is None:
+        raise ValueError("resume needs out_dir (the training state lives in OUT/state/)")
+    path = state_path(out_dir)
+    return _load_state(path, config, loop) if path.is_file() else None
+
+
+def _checkpointer(config: TrainConfig, loop: _Loop, out: Path | None) -> Callable[[_State], None]:
+    """``after_step`` of :func:`_run_steps`: write the state every ``checkpoint_every`` steps."""
+    if out is None or not config.checkpoint_every or jax.process_index() != 0:
+        return lambda state: None
+
+    def save(state: _State) -> None:
+        if state.step % config.checkpoint_every == 0:
+            _save_state(state_path(out), config, loop, state)
+
+    return save
+
+
+def _make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> _Loop:
+    """Optimizer, batch order, batches of one shape (one compilation per run) and the jitted step."""
+    optax = require("optax", purpose="training")
+    from gradlab.real.light import LightEncoder
+
+    n_devices = jax.device_count()
+    if config.batch_size % n_devices:
+        raise ValueError(f"batch_size={config.batch_size} must be a multiple of the {n_devices} devices")
+    mesh = data_mesh() if n_devices > 1 else None
+    fixed = config.fixed_length if config.fixed_length is not None else isinstance(encoder, LightEncoder)
+    if config.weight_decay:
+        optimizer = optax.adamw(config.learning_rate, weight_decay=config.weight_decay)
+    else:
+        optimizer = optax.adam(config.learning_rate)
+    if config.stream:
+        batches = _StreamBatches(encoder, config.corpus, seed=config.seed, buffer=config.shuffle_buffer,
+                                 batch_size=config.batch_size, n_devices=n_devices)
+    else:
+        order = _batch_order(len(token_ids), config.steps, config.batch_size, np.random.default_rng(config.seed))
+        batches = _Batches(encoder, token_ids, order, fixed=fixed, n_devices=n_devices)
+    step_fn = make_train_step(encoder, loss, optimizer, packed=batches.packed, mesh=mesh)
+    frozen = encoder.frozen if mesh is None else _shard(encoder.frozen, mesh, jax.sharding.PartitionSpec())
+    return _Loop(encoder, frozen, optimizer, batches, step_fn, jax.random.key(config.seed), mesh)
+
+
+def _dev_score(encoder, dev, params) -> float:
+    from gradlab.real.stsb import stsb_spearman
+
+    return stsb_spearman(lambda s: encoder.encode(s, params=params), pairs=dev)
+
+
+def _test_score(config: TrainConfig, encoder, params) -> float | None:
+    from gradlab.real.stsb import stsb_spearman
+
+    return stsb_spearman(lambda s: encoder.encode(s, params=params), "test") if config.eval_test else None
+
+
+def _initial_state(config: TrainConfig, loop: _Loop, dev, log: _Log) -> _State:
+    """State 0: the encoder's parameters (copied: the step donates its inputs), scored before training."""
+    params0 = loop.encoder.params
+    test_before = _test_score(config, loop.encoder, params0)
+    dev_before = _dev_score(loop.encoder, dev, params0)
+    log({"step": 0, "event": "eval", "dev_spearman": dev_before, "test_spearman": test_before})
+    params = jax.tree_util.tree_map(jnp.copy, params0)
+    if loop.mesh is not None:  # device_put may share the copy's buffers: it is private, so that is fine
+        params = _shard(params, loop.mesh, jax.sharding.PartitionSpec())
+    return _State(step=0, params=params, opt_state=loop.optimizer.init(params), best_params=params0,
+                  best_step=0, best_dev=dev_before, losses=np.zeros(config.steps, dtype=np.float64),
+                  evals=[{"step": 0, "dev_spearman": dev_before}], dev_before=dev_before, test_before=test_before)
+
+
+def _eval_due(config: TrainConfig, step: int) -> bool:
+    """Every ``eval_every`` steps, and after the last step."""
+    return (config.eval_every and step % config.eval_every == 0) or step == config.steps
+
+
+def _evaluate(state: _State, encoder, dev, log: _Log) -> None:
+    """Score the current parameters on dev; keep a copy of them if they are the best so far."""
+    d = _dev_score(encoder, dev, state.params)
+    state.evals.append({"step": state.step, "dev_spearman": d})
+    log({"step": state.step, "event": "eval", "dev_spearman": d})
+    if d > state.best_dev:
+        state.best_params = jax.tree_util.tree_map(jnp.copy, state.params)
+        state.best_step, state.best_dev = state.step, d
+
+
+def _run_steps(config: TrainConfig, loop: _Loop, state: _State, dev, log: _Log, watch: _Watch,
+               after_step: Callable[[_State], None] = lambda state: None) -> None:
+    """Steps ``state.step + 1 .. config.steps`` (stops at a non-finite loss), evaluating when due."""
+    batch = loop.batch(min(state.step + 1, config.steps))
+    for step in range(state.step + 1, config.steps + 1):
+        t0 = time.perf_counter()
+        state.params, state.opt_state, aux = loop.step_fn(state.params, state.opt_state, loop.frozen, batch,
+                                                          loop.key(step))
+        watch(step - 1, aux["h"], aux["h_prime"])  # the views of this update: the state after step − 1
+        if step < config.steps:  # build the next batch while this step runs
+            batch = loop.batch(step + 1)
+        value = float(aux["loss"])
+        state.losses[step - 1] = value
+        rec = {"step": step, "event": "step", "loss": value, "grad_norm": float(aux["grad_norm"]),
+               "seconds": time.perf_counter() - t0}
+        if not math.isfinite(value):
+            log({**rec, "event": "abort", "reason": "non-finite loss"})
+            state.losses = state.losses[:step]
+            return
+        state.step = step
+        log(rec)
+        if _eval_due(config, step):
+            _evaluate(state, loop.encoder, dev, log)
+        after_step(state)
+    if watch.monitor is not None and config.steps in watch.due:  # the state after the last update, on fresh views of the last batch
+        views = jax.jit(_views_fn(loop.encoder, packed=loop.batches.packed))
+        watch(config.steps, *views(state.params, loop.frozen, batch, loop.key(config.steps + 1)))
+
+
 def train(
     config: TrainConfig,
     *,
@@ -382,6 +859,7 @@ def train(
     out_dir: str | Path | None = None,
     progress: Callable[[int, dict[str, Any]], None] | None = None,
     token_ids: Sequence[Sequence[int]] | None = None,
+    resume: bool = False,
 ) -> TrainResult:
     """Fine-tune an encoder with a gradlab loss; keep the best checkpoint by STS-B dev Spearman.
 
@@ -394,192 +872,64 @@ def train(
       progress: called as ``progress(step, record)`` after every step and evaluation.
       token_ids: ``encoder.token_ids(sentences)`` if already computed (saves re-tokenizing
         the corpus when many runs share it); must match ``sentences`` after sampling.
+      resume: continue from ``out_dir``'s training state (:func:`state_path`, written every
+        ``config.checkpoint_every`` steps) if there is one, else start afresh. A resumed run
+        gives the numbers of an uninterrupted one (losses, evaluations, best step, parameters).
 
     Returns:
       A :class:`TrainResult`.
+
+    Raises:
+      ValueError: a bad configuration or corpus; ``resume`` without ``out_dir``, or with a
+        state written by another configuration.
     """
-    optax = require("optax", purpose="training")
-    from gradlab.design import resolve_loss
-    from gradlab.real.data import load_news_sentences, load_stsb, sample_sentences
-    from gradlab.real.stsb import stsb_spearman
-
     t_start = time.perf_counter()
-    if config.transform is None:
-        loss = resolve_loss(config.loss, params=config.loss_params, symmetric=config.symmetric)
-    else:
-        from gradlab.losses import apply_transform
-
-        loss = apply_transform(config.transform, symmetric=config.symmetric, **dict(config.loss_params))
-    if encoder is None:
-        encoder = load_encoder(config.encoder, seed=config.seed)
-    if sentences is None:
-        if config.corpus in ("NewsArticles", "News100"):
-            sentences = load_news_sentences(config.corpus)
-        else:
-            sentences = load_news_sentences(path=config.corpus)
-    if config.max_sentences is not None:
-        sentences = sample_sentences(sentences, config.max_sentences, seed=config.seed)
-    sentences = list(sentences)
-    if len(sentences) < config.batch_size:
-        raise ValueError(f"{len(sentences)} training sentences is fewer than batch_size={config.batch_size}")
-
-    dev = load_stsb("dev")
-    if config.dev_pairs is not None:
-        from gradlab.real.data import STSPairs
-
-        k = config.dev_pairs
-        dev = STSPairs(dev.sentence1[:k], dev.sentence2[:k], dev.score[:k], dev.genre[:k])
-
-    out = Path(out_dir) if out_dir is not None else None
-    log = None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        # A run owns its logs: a previous run's records in the same folder would interleave
-        # with this one's by step. Each file is still appended record by record (crash-safe).
-        (out / "paradigm_monitor.jsonl").unlink(missing_ok=True)
-        log = open(out / "train_log.jsonl", "w", encoding="utf-8")  # noqa: SIM115
-
-    def emit(rec: dict[str, Any]) -> None:
-        if log is not None:
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
-        if progress is not None:
-            progress(int(rec["step"]), rec)
-
-    def dev_score(params) -> float:
-        return stsb_spearman(lambda s: encoder.encode(s, params=params), pairs=dev)
-
-    monitor, monitor_status = (None, "off")
-    if config.monitor:
-        monitor, monitor_status = _attach_monitor(loss, out)
-        if monitor is None:
-            warnings.warn(f"training without the ParadigmMonitor: {monitor_status}", RuntimeWarning, stacklevel=2)
-
-    # Pre-tokenize once; every step's batch has one shape (packed for MiniLM), so the step
-    # compiles once per run.
-    if token_ids is None:
-        token_ids = encoder.token_ids(sentences)
-    elif len(token_ids) != len(sentences):
-        raise ValueError(f"token_ids has {len(token_ids)} entries for {len(sentences)} sentences")
-    from gradlab.real.light import LightEncoder
-
-    mesh = data_mesh() if jax.device_count() > 1 else None
-    n_devices = jax.device_count()
-    if config.batch_size % n_devices:
-        raise ValueError(f"batch_size={config.batch_size} must be a multiple of the {n_devices} devices")
-    fixed = config.fixed_length if config.fixed_length is not None else isinstance(encoder, LightEncoder)
-    params0 = encoder.params
-    frozen = encoder.frozen
-    if config.weight_decay:
-        optimizer = optax.adamw(config.learning_rate, weight_decay=config.weight_decay)
-    else:
-        optimizer = optax.adam(config.learning_rate)
-    rng = np.random.default_rng(config.seed)
-    order = _batch_order(len(sentences), config.steps, config.batch_size, rng)
-    batches = _Batches(encoder, token_ids, order, fixed=fixed, n_devices=n_devices)
-    step_fn = make_train_step(encoder, loss, optimizer, packed=batches.packed, mesh=mesh)
-    root = jax.random.key(config.seed)
-
-    test_before = stsb_spearman(lambda s: encoder.encode(s, params=params0), "test") if config.eval_test else None
-    dev_before = dev_score(params0)
-    evals = [{"step": 0, "dev_spearman": dev_before}]
-    emit({"step": 0, "event": "eval", "dev_spearman": dev_before, "test_spearman": test_before})
-    best_params, best_step, best_dev = params0, 0, dev_before
-
-    # The step donates (updates in place) params and opt_state: start from copies, so the
-    # encoder's own params stay untouched, and copy the best ones when they are kept.
-    P = jax.sharding.PartitionSpec
-    params = jax.tree_util.tree_map(jnp.copy, params0)
-    if mesh is not None:  # device_put may share the copy's buffers: it is private, so that is fine
-        params, frozen = _shard((params, frozen), mesh, P())
-    opt_state = optimizer.init(params)
-
-    def put(batch):
-        return _shard(batch, mesh, P("batch")) if mesh is not None else batch
-
-    due = set(monitor_steps(config.steps, config.monitor_every)) if monitor is not None else set()
-
-    def watch(state: int, h, h_prime) -> None:
-        nonlocal monitor, monitor_status
-        try:
-            monitor.update(state, h, h_prime)
-        except Exception as exc:  # noqa: BLE001 - the monitor never stops training
-            monitor_status = f"stopped at step {state} ({type(exc).__name__}: {exc})"
-            monitor.close()
-            monitor = None
-
-    losses = np.zeros(config.steps, dtype=np.float64)
+    loss = _resolve_objective(config)
+    encoder = _encoder_for(config, encoder)
+    sentences, token_ids = _training_data(config, encoder, sentences, token_ids)
+    dev = _dev_pairs(config)
+    loop = _make_loop(config, encoder, loss, token_ids)
+    state = _saved_state(config, loop, out_dir) if resume else None
+    out = _prepare_out(out_dir, None if state is None else state.step)
+    watch, log = _Watch(config, loss, out), _Log(out, progress)
     try:
-        batch = put(batches(1))
-        for step in range(1, config.steps + 1):
-            t0 = time.perf_counter()
-            params, opt_state, aux = step_fn(params, opt_state, frozen, batch, jax.random.fold_in(root, step))
-            if monitor is not None and step - 1 in due:  # the views of this update: the state after step − 1
-                watch(step - 1, aux["h"], aux["h_prime"])
-            if step < config.steps:  # build the next batch while this step runs
-                batch = put(batches(step + 1))
-            value = float(aux["loss"])
-            losses[step - 1] = value
-            rec = {"step": step, "event": "step", "loss": value, "grad_norm": float(aux["grad_norm"]),
-                   "seconds": time.perf_counter() - t0}
-            if not math.isfinite(value):
-                emit({**rec, "event": "abort", "reason": "non-finite loss"})
-                losses = losses[:step]
-                break
-            emit(rec)
-            last = step == config.steps
-            if (config.eval_every and step % config.eval_every == 0) or (last and config.eval_every == 0) or (
-                last and config.eval_every and step % config.eval_every != 0
-            ):
-                d = dev_score(params)
-                evals.append({"step": step, "dev_spearman": d})
-                emit({"step": step, "event": "eval", "dev_spearman": d})
-                if d > best_dev:
-                    best_params, best_step, best_dev = jax.tree_util.tree_map(jnp.copy, params), step, d
-        else:  # the state after the last update, on fresh views of the last batch
-            if monitor is not None and config.steps in due:
-                views = jax.jit(_views_fn(encoder, packed=batches.packed))
-                watch(config.steps, *views(params, frozen, batch, jax.random.fold_in(root, config.steps + 1)))
+        state = _initial_state(config, loop, dev, log) if state is None else state
+        _run_steps(config, loop, state, dev, log, watch, after_step=_checkpointer(config, loop, out))
     finally:
-        if log is not None:
-            log.close()
-        if monitor is not None:
-            monitor.close()
-
-    test_after = (
-        stsb_spearman(lambda s: encoder.encode(s, params=best_params), "test") if config.eval_test else None
-    )
+        log.close()
+        watch.close()
     result = TrainResult(
-        params=best_params, best_step=best_step, best_dev=best_dev, dev_before=dev_before,
-        test_before=test_before, test_after=test_after, losses=losses, evals=evals,
-        seconds=time.perf_counter() - t_start, monitor=monitor_status, out_dir=out,
-    )
+        params=state.best_params, best_step=state.best_step, best_dev=state.best_dev, dev_before=state.dev_before,
+        test_before=state.test_before, test_after=_test_score(config, encoder, state.best_params),
+        losses=state.losses, evals=state.evals, seconds=time.perf_counter() - t_start, monitor=watch.status,
+        out_dir=out)
     if out is not None:
-        _write_outputs(out, config, result, n_sentences=len(sentences))
+        _write_outputs(out, config, result, encoder, n_sentences=None if config.stream else len(sentences))
     return result
 
 
-def _write_outputs(out: Path, config: TrainConfig, result: TrainResult, *, n_sentences: int) -> None:
-    try:
-        from gradlab.io import runtime_meta, save_json_atomic, save_npz_atomic
-    except ImportError:  # pragma: no cover - gradlab.io is part of the core package
-        runtime_meta = dict
-        save_json_atomic = None
-        save_npz_atomic = None
-    flat = flatten_params(result.params)
-    if save_npz_atomic is not None:
-        save_npz_atomic(out / "best_params.npz", **flat)
-    else:  # pragma: no cover
-        np.savez(out / "best_params.npz", **flat)
+def _save_model(out: Path, encoder, params) -> str | None:
+    """The best model as a HF-layout ``checkpoint/`` (transformer encoders; None for the light one)."""
+    from gradlab.real.minilm import MiniLM, save_transformer
+
+    encoder = getattr(encoder, "eval_view", encoder)  # a recipe's MLP head is not part of the model
+    if not isinstance(encoder, MiniLM) or encoder.source is None:
+        return None
+    save_transformer(encoder, out / "checkpoint", params=params)
+    return "checkpoint"
+
+
+def _write_outputs(out: Path, config: TrainConfig, result: TrainResult, encoder, *, n_sentences: int | None) -> None:
+    from gradlab.io import runtime_meta, save_json_atomic, save_npz_atomic
+
+    save_npz_atomic(out / "best_params.npz", **flatten_params(result.params))
+    model = _save_model(out, encoder, result.params)
     summary = {
         "config": config.to_dict(),
         "n_sentences": n_sentences,
         **result.summary(),
-        "files": {"log": "train_log.jsonl", "checkpoint": "best_params.npz",
+        "files": {"log": "train_log.jsonl", "checkpoint": "best_params.npz", "model": model,
                   "monitor": "paradigm_monitor.jsonl" if result.monitor == "attached" else None},
         "meta": runtime_meta(),
     }
-    if save_json_atomic is not None:
-        save_json_atomic(out / "train.json", summary)
-    else:  # pragma: no cover
-        (out / "train.json").write_text(json.dumps(summary, indent=2, default=str))
+    save_json_atomic(out / "train.json", summary)

@@ -1,0 +1,134 @@
+"""Predict a training run before running it: ``gradlab train ... --plan``.
+
+:func:`plan` counts the parameters, computes the step's FLOPs from the model's shapes,
+runs a few steps on the current device to measure the step time and peak memory, and
+extrapolates to the requested steps. It trains nothing and writes nothing.
+
+FLOPs of one step (matrix multiplications only; one multiply-add = 2 FLOPs):
+
+    F_step = 3 × 2 × F_view        (forward + backward ≈ 3 × forward; two dropout views)
+
+with F_view the forward of one view of the batch. For a BERT / RoBERTa encoder on a
+packed batch of R rows of C tokens (T = R·C tokens, S sentences), L layers, hidden size
+H and feed-forward size I:
+
+    F_view = L × [2T(4H² + 2HI) + 4RC²H] + 2SH² (the pooler / SimCSE MLP, when trained)
+
+(Q, K, V and output projections 8TH², feed-forward 4THI, attention scores and values
+4RC²H). For the light encoder (mean of token embeddings, then a (H, D) projection) on a
+batch of B sentences: F_view = 2BHD.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["plan", "step_flops", "format_plan"]
+
+
+def step_flops(encoder, batches) -> int:
+    """F_step = 3 × 2 × F_view of the module docstring, for the run's batch shape."""
+    from gradlab.real.light import LightEncoder
+
+    if isinstance(encoder, LightEncoder):
+        H, D = encoder.params["w"].shape
+        return 6 * 2 * batches.batch_size * H * D
+    view = getattr(encoder, "train_view", encoder)
+    cfg = view.config
+    R, C, S = batches.rows, batches.width, batches.batch_size
+    H, I, L, T = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, batches.rows * batches.width
+    f_view = L * (2 * T * (4 * H * H + 2 * H * I) + 4 * R * C * C * H)
+    if view.pooling.mode == "cls":
+        f_view += 2 * S * H * H
+    return 6 * f_view
+
+
+def _peak_memory() -> tuple[int, str]:
+    """Peak bytes: the device's allocator statistics where it keeps them, else the process's peak RSS."""
+    stats = jax.devices()[0].memory_stats() or {}
+    if "peak_bytes_in_use" in stats:
+        return int(stats["peak_bytes_in_use"]), f"{jax.devices()[0].platform} peak_bytes_in_use"
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024), "peak RSS of this process"
+
+
+def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
+         token_ids: Sequence[Sequence[int]] | None = None, measure_steps: int = 3) -> dict[str, Any]:
+    """What a :func:`gradlab.real.train` run of ``config`` costs, measured on a few steps.
+
+    Args:
+      config: the run's :class:`gradlab.real.TrainConfig`.
+      encoder, sentences, token_ids: as for :func:`gradlab.real.train`.
+      measure_steps: steps run to measure (the first, which compiles, is not timed).
+
+    Returns:
+      ``parameters``, ``flops_per_step``, ``step_seconds`` (median of the timed steps),
+      ``compile_seconds``, ``eval_seconds`` (one STS-B dev evaluation), ``evaluations``,
+      ``peak_memory_bytes`` and where it was read, ``steps``, ``total_seconds`` (steps ×
+      step time + evaluations × evaluation time; the STS-B test scoring is not counted), ``device``.
+    """
+    from gradlab.real import train as tr
+
+    loss = tr._resolve_objective(config)
+    encoder = tr._encoder_for(config, encoder)
+    _, token_ids = tr._training_data(config, encoder, sentences, token_ids)
+    loop = tr._make_loop(config, encoder, loss, token_ids)
+    params = jax.tree_util.tree_map(jnp.copy, encoder.params)
+    opt_state = loop.optimizer.init(params)
+    n = max(2, int(measure_steps))
+    times = []
+    for k in range(1, n + 1):
+        batch = loop.batch(min(k, config.steps))
+        t0 = time.perf_counter()
+        params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, loop.key(k))
+        jax.block_until_ready(aux["loss"])
+        times.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    tr._dev_score(encoder, tr._dev_pairs(config), params)
+    eval_seconds = time.perf_counter() - t0
+    evaluations = 1 + sum(1 for s in range(1, config.steps + 1) if tr._eval_due(config, s))  # + state 0
+    step_seconds = statistics.median(times[1:])
+    peak, source = _peak_memory()
+    leaves = jax.tree_util.tree_leaves((encoder.params, encoder.frozen))
+    return {
+        "parameters": int(sum(np.size(x) for x in leaves)),
+        "trainable_parameters": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(encoder.params))),
+        "flops_per_step": step_flops(encoder, loop.batches),
+        "batch_size": config.batch_size,
+        "steps": config.steps,
+        "compile_seconds": times[0],
+        "step_seconds": step_seconds,
+        "eval_seconds": eval_seconds,
+        "evaluations": evaluations,
+        "total_seconds": config.steps * step_seconds + evaluations * eval_seconds,
+        "peak_memory_bytes": peak,
+        "peak_memory_source": source,
+        "device": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
+    }
+
+
+def format_plan(p: dict[str, Any]) -> str:
+    """The plan as aligned lines (what ``gradlab train --plan`` prints)."""
+    tflops = p["flops_per_step"] / p["step_seconds"] / 1e12 if p["step_seconds"] > 0 else float("nan")
+    rows = [
+        ("parameters", f"{p['parameters']:,} ({p['trainable_parameters']:,} trained)"),
+        ("FLOPs per step", f"{p['flops_per_step']:.3e}  (3 x 2 views x forward matmul FLOPs)"),
+        ("device", p["device"]),
+        ("step time", f"{p['step_seconds']:.4f} s  ({tflops:.3g} TFLOP/s; first step with compilation "
+                      f"{p['compile_seconds']:.2f} s)"),
+        ("peak memory", f"{p['peak_memory_bytes'] / 2**20:,.0f} MiB  ({p['peak_memory_source']})"),
+        ("dev evaluation", f"{p['eval_seconds']:.2f} s x {p['evaluations']}"),
+        ("total", f"{p['total_seconds']:.0f} s = {p['total_seconds'] / 3600:.2f} h for {p['steps']:,} steps "
+                  f"of {p['batch_size']}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

