@@ -174,6 +174,17 @@ def _direction(diff: float, p: float, *, expect: int) -> str:
     return "partial" if diff * expect > 0 else "not reproduced"
 
 
+def _welch_claim(ctx: Context, key: str, a: np.ndarray, b: np.ndarray, *, expect: int, cid: str, paper: str,
+                 claim: str, finding: Callable[[float, float], str]) -> tuple[float, float]:
+    """Welch's t of b against a over the seeds, exported as ``key.diff`` / ``key.p`` and decided as one claim."""
+    d, p = welch(a, b)
+    ctx.number(f"{key}.diff", d)
+    ctx.number(f"{key}.p", p)
+    ctx.claim(cid, paper=paper, claim=claim, verdict=_direction(d, p, expect=expect), finding=finding(d, p),
+              test=f"Welch's t over seeds, α = {ALPHA}")
+    return d, p
+
+
 def _failures(runs: Sequence[dict]) -> str:
     bad = [r for r in runs if r.get("status") != "done"]
     if not bad:
@@ -406,13 +417,11 @@ def build_fig5(ctx: Context) -> None:
         for k in ("cos_pos_mean", "cos_neg_mean", "mu_pos", "mu_neg"):
             _export(ctx, key, runs, {f"heldout_{k}": lambda r, k=k: r["heldout"]["after"][k]})
         _export(ctx, key, runs, {"heldout_gap": lambda r: r["heldout"]["after"]["mu_neg"] - r["heldout"]["after"]["mu_pos"]})
-    d, p = welch(gaps["gd_one"], gaps["baseline"])
-    ctx.number("claim.gap_diff", d)
-    ctx.number("claim.gap_p", p)
-    ctx.claim("li2024-fig5", paper="Li et al. 2024, Fig. 5", verdict=_direction(d, p, expect=-1),
-              claim="with GD the anchor–positive angles stay closer to the anchor–negative ones than with GD ≡ 1",
-              finding=f"held-out μ_neg − μ_pos after training: {d:+.3f} rad with GD than with GD ≡ 1 (p = {p:.2g})",
-              test=f"Welch's t over seeds, α = {ALPHA}")
+    _welch_claim(ctx, "claim.gap", gaps["gd_one"], gaps["baseline"], expect=-1, cid="li2024-fig5",
+                 paper="Li et al. 2024, Fig. 5",
+                 claim="with GD the anchor–positive angles stay closer to the anchor–negative ones than with GD ≡ 1",
+                 finding=lambda d, p: f"held-out μ_neg − μ_pos after training: {d:+.3f} rad with GD than with GD ≡ 1 "
+                                      f"(p = {p:.2g})")
     if panels:
         ctx.figure("fig5", plot.cosine_histograms(edges, panels, suptitle="held-out cosines after training "
                                                                           "(dotted: before)"))
@@ -552,13 +561,10 @@ def build_fig8(ctx: Context) -> None:
         rows_c.append([f"{r:g}", _fmt(_vals(r_runs, "best_dev")), f"{mean[-1]:.3f}" if mean.size else "n/a",
                        _failures(r_runs) or "ok"])
     lo, hi = min(RATIO_SWEEP), max(RATIO_SWEEP)
-    d, p = welch(last_c[lo], last_c[hi])
-    ctx.number("c.diff", d)
-    ctx.number("c.p", p)
-    ctx.claim("li2024-fig8c", paper="Li et al. 2024, Fig. 8c", verdict=_direction(d, p, expect=+1),
-              claim="a larger static ratio r brings the anchor closer to its positive",
-              finding=f"cos(anchor, positive) at the last state: {d:+.4f} from r = {lo:g} to {hi:g} (p = {p:.2g})",
-              test=f"Welch's t over seeds, α = {ALPHA}")
+    _welch_claim(ctx, "c", last_c[lo], last_c[hi], expect=+1, cid="li2024-fig8c", paper="Li et al. 2024, Fig. 8c",
+                 claim="a larger static ratio r brings the anchor closer to its positive",
+                 finding=lambda d, p: f"cos(anchor, positive) at the last state: {d:+.4f} from r = {lo:g} to {hi:g} "
+                                      f"(p = {p:.2g})")
     ctx.figure("fig8bc", plot.step_series({"(b) dynamic ratio R": lines_b, "(c) mean cos(anchor, positive)": lines_c},
                                           suptitle="over training steps (monitored batches)",
                                           gaps={"(b) dynamic ratio R": "no anchor's GD above the threshold"}))
@@ -887,13 +893,11 @@ def build_nie2023(ctx: Context) -> None:
         return _vals(ctx.runs(loss), "test_after")
 
     for decoupled in ("align_uniform", "dcl"):
-        d, p = welch(test_of(decoupled), test_of("infonce"))
-        ctx.number(f"claim.infonce_vs_{decoupled}.test_diff", d)
-        ctx.number(f"claim.infonce_vs_{decoupled}.test_p", p)
-        ctx.claim(f"nie2023-fig1-{decoupled}", paper="Nie et al. 2023, Fig. 1 / Table 1", verdict=_direction(
-            d, p, expect=+1), claim=f"InfoNCE beats its decoupled form {TITLES[decoupled]} on STS",
-            finding=f"STS-B test, InfoNCE − {TITLES[decoupled]}: {d:+.2f} (p = {p:.2g})",
-            test=f"Welch's t over seeds, α = {ALPHA}")
+        title = TITLES[decoupled]
+        _welch_claim(ctx, f"claim.infonce_vs_{decoupled}", test_of(decoupled), test_of("infonce"), expect=+1,
+                     cid=f"nie2023-fig1-{decoupled}", paper="Nie et al. 2023, Fig. 1 / Table 1",
+                     claim=f"InfoNCE beats its decoupled form {title} on STS",
+                     finding=lambda d, p, t=title: f"STS-B test, InfoNCE − {t}: {d:+.2f} (p = {p:.2g})")
     mids = {m: _vals(ctx.runs({"loss": "mpt", "params": {"m": m}}), "best_dev") for m in NIE2023_MPT_MARGINS}
     lo, mid, hi = NIE2023_MPT_MARGINS
     d_lo, p_lo = welch(mids[lo], mids[mid])
@@ -906,13 +910,11 @@ def build_nie2023(ctx: Context) -> None:
               finding=f"best dev at m = {mid:g} minus m = {lo:g}: {d_lo:+.2f} (p = {p_lo:.2g}); minus m = {hi:g}: "
                       f"{d_hi:+.2f} (p = {p_hi:.2g})", test=f"Welch's t over seeds, α = {ALPHA}")
     gap = {name: _vals(ctx.runs(name), _last("distance_gap")) for name in NIE2023_LOSSES}
-    d, p = welch(gap["infonce"], gap["align_uniform"])
-    ctx.number("claim.gap_align_uniform_vs_infonce.diff", d)
-    ctx.number("claim.gap_align_uniform_vs_infonce.p", p)
-    ctx.claim("nie2023-fig3b", paper="Nie et al. 2023, Fig. 3b", verdict=_direction(d, p, expect=+1),
-              claim="the decoupled form keeps enlarging the distance gap far beyond InfoNCE's",
-              finding=f"distance gap at the last state, alignment + uniformity − InfoNCE: {d:+.3f} (p = {p:.2g})",
-              test=f"Welch's t over seeds, α = {ALPHA}")
+    _welch_claim(ctx, "claim.gap_align_uniform_vs_infonce", gap["infonce"], gap["align_uniform"], expect=+1,
+                 cid="nie2023-fig3b", paper="Nie et al. 2023, Fig. 3b",
+                 claim="the decoupled form keeps enlarging the distance gap far beyond InfoNCE's",
+                 finding=lambda d, p: f"distance gap at the last state, alignment + uniformity − InfoNCE: {d:+.3f} "
+                                      f"(p = {p:.2g})")
     ctx.markdown(
         "Nie et al. 2023 Figs. 1 and 3 at CPU scale: InfoNCE, its decoupled forms, and MPT's margin",
         "InfoNCE, alignment + uniformity (Wang & Isola 2020) and DCL train side by side with MPT at m ∈ "
