@@ -73,10 +73,10 @@ def _news_batches(steps: int, batch: int = BATCH) -> tuple[list[str], list[list[
     import numpy as np
 
     from gradlab.real.data import load_news_sentences
-    from gradlab.real.train import _batch_order
+    from gradlab.real.train import batch_order
 
     sentences = load_news_sentences()
-    order = _batch_order(len(sentences), steps, batch, np.random.default_rng(0))
+    order = batch_order(len(sentences), steps, batch, np.random.default_rng(0))
     return sentences, [list(map(int, row)) for row in order]
 
 

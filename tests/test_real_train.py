@@ -50,8 +50,8 @@ def test_config_validation():
     assert TrainConfig(lr=0.01).learning_rate == 0.01
 
 
-def test_batch_order_has_no_repeats_within_a_batch():
-    order = train_mod._batch_order(10, 7, 4, np.random.default_rng(0))
+def testbatch_order_has_no_repeats_within_a_batch():
+    order = train_mod.batch_order(10, 7, 4, np.random.default_rng(0))
     assert order.shape == (7, 4)
     assert all(len(set(row)) == 4 for row in order)
     assert order.min() >= 0 and order.max() < 10

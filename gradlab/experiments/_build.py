@@ -33,10 +33,14 @@ from gradlab.experiments._worker import HELDOUT_LAMBDAS, HELDOUT_TAUS
 
 __all__ = ["BUILDERS", "Context"]
 
-TITLES = {"infonce": "InfoNCE", "barlow_twins": "Barlow Twins", "mb": "mB", "vicreg": "VICReg", "mv": "mV",
-          "align_mhe": "alignment + MHE", "mmhe": "mMHE", "align_mhs": "alignment + MHS", "mmhs": "mMHS",
-          "arccon": "ArcCon", "met": "MET", "mpt": "MPT", "dcl": "DCL", "align_uniform": "alignment + uniformity",
-          "baseline": "baseline (Eq. 5)"}
+
+
+def _label(name: str) -> str:
+    """A registered loss's short display name (``LossSpec.label``)."""
+    from gradlab.losses import get_spec
+
+    return get_spec(name).label
+
 SYMBOL = {"m": "m", "tau": "τ", "r": "r"}
 VERDICTS = ("reproduced", "partial", "not reproduced", "not tested")
 #: A difference between two configurations counts only when Welch's t-test over the seeds gives p below this.
@@ -304,7 +308,7 @@ def _series_result(steps, named: Mapping[str, np.ndarray], statistic: str):
 
 def _title(loss: Any) -> str:
     if isinstance(loss, str):
-        return TITLES.get(loss, loss)
+        return _label(loss)
     return loss_label(loss)
 
 
@@ -529,7 +533,7 @@ def build_fig8(ctx: Context) -> None:
     for name in ("arccon", "met"):
         r_runs = ctx.runs(name)
         steps, mean, sd, _ = _stacked(r_runs, "ratio/trained")
-        lines_b[TITLES[name]] = (steps, mean, sd)
+        lines_b[_label(name)] = (steps, mean, sd)
         named_b[name] = mean
         finite = mean[np.isfinite(mean)]
         ctx.number(f"b.{name}.mean_ratio", float(finite.mean()) if finite.size else None)
@@ -539,12 +543,12 @@ def build_fig8(ctx: Context) -> None:
         verdict = "not tested" if not finite.size else ("not reproduced" if finite.min() <= 1 else (
             "reproduced" if finite.size * 2 >= mean.size else "partial"))
         ctx.claim(f"li2024-fig8b-{name}", paper="Li et al. 2024, Fig. 8b", verdict=verdict,
-                  claim=f"{TITLES[name]}'s dynamic ratio stays above 1 through training",
+                  claim=f"{_label(name)}'s dynamic ratio stays above 1 through training",
                   finding=(f"R ∈ [{finite.min():.2f}, {finite.max():.2f}] at the {finite.size} of {mean.size} "
                            "monitored states where some anchor passes the GD gate") if finite.size else
                           "no monitored state has an anchor passing the GD gate",
                   test="every defined seed-mean R > 1; 'partial' when R is defined at fewer than half the states")
-        rows_b.append([TITLES[name], _fmt(_vals(r_runs, "best_dev")),
+        rows_b.append([_label(name), _fmt(_vals(r_runs, "best_dev")),
                        f"{finite.mean():.3f}" if finite.size else "n/a (GD below threshold throughout)",
                        f"{finite[0]:.3f} → {finite[-1]:.3f}" if finite.size else "n/a",
                        f"{finite.size} of {mean.size}", _failures(r_runs) or "ok"])
@@ -568,8 +572,8 @@ def build_fig8(ctx: Context) -> None:
     ctx.figure("fig8bc", plot.step_series({"(b) dynamic ratio R": lines_b, "(c) mean cos(anchor, positive)": lines_c},
                                           suptitle="over training steps (monitored batches)",
                                           gaps={"(b) dynamic ratio R": "no anchor's GD above the threshold"}))
-    if lines_b[TITLES["arccon"]][0].size:
-        ctx.result("fig8b", _series_result(lines_b[TITLES["arccon"]][0], named_b, "monitored dynamic ratio (own loss)"))
+    if lines_b[_label("arccon")][0].size:
+        ctx.result("fig8b", _series_result(lines_b[_label("arccon")][0], named_b, "monitored dynamic ratio (own loss)"))
     if lines_c and next(iter(lines_c.values()))[0].size:
         ctx.result("fig8c", _series_result(next(iter(lines_c.values()))[0], named_c, "monitored mean cos(anchor, pos)"))
     ctx.markdown(
@@ -705,7 +709,7 @@ def build_table3(ctx: Context) -> None:
     entries: list[tuple[str, str, Any]] = []  # (role, label, loss)
     for name in names:
         role = _table3_role(name)
-        label = TITLES.get(name, name)
+        label = _label(name)
         if name in NU_GRID:
             entries += [(role, f"{label} ({_nu_text(loss)}{', default' if i == 0 else ''})", loss)
                         for i, loss in enumerate(nu_losses(name))]
@@ -751,18 +755,18 @@ def build_table3(ctx: Context) -> None:
         mruns = ctx.runs(mod)
         if orig in NU_GRID:
             default = nu_losses(orig)[0]
-            compare(f"{mod}-untuned", f"{TITLES[orig]} ({_nu_text(default)})", ctx.runs(default), TITLES[mod], mruns,
-                    f"{TITLES[mod]} beats {TITLES[orig]} (original at its default ν)")
+            compare(f"{mod}-untuned", f"{_label(orig)} ({_nu_text(default)})", ctx.runs(default), _label(mod), mruns,
+                    f"{_label(mod)} beats {_label(orig)} (original at its default ν)")
             tuned, truns = _tuned(ctx, orig)
             if tuned is not None:
                 ctx.number(f"{orig}.tuned", tuned["params"])
-                compare(f"{mod}-tuned", f"{TITLES[orig]} ({_nu_text(tuned)}, dev-tuned)", truns, TITLES[mod], mruns,
-                        f"{TITLES[mod]} beats {TITLES[orig]} (original with ν tuned on dev)")
+                compare(f"{mod}-tuned", f"{_label(orig)} ({_nu_text(tuned)}, dev-tuned)", truns, _label(mod), mruns,
+                        f"{_label(mod)} beats {_label(orig)} (original with ν tuned on dev)")
         else:
-            compare(mod, TITLES[orig], ctx.runs(orig), TITLES[mod], mruns, f"{TITLES[mod]} beats {TITLES[orig]}")
+            compare(mod, _label(orig), ctx.runs(orig), _label(mod), mruns, f"{_label(mod)} beats {_label(orig)}")
     for weak, strong in TABLE3_CLAIMS:
-        compare(strong, TITLES.get(weak, weak), ctx.runs(weak), TITLES.get(strong, strong), ctx.runs(strong),
-                f"{TITLES.get(strong, strong)} beats {TITLES.get(weak, weak)}")
+        compare(strong, _label(weak), ctx.runs(weak), _label(strong), ctx.runs(strong),
+                f"{_label(strong)} beats {_label(weak)}")
     d, p = welch(_vals(ctx.runs(TABLE3_REFERENCE), "test_after"), _vals(ctx.runs("align_mhs"), "test_after"))
     ctx.number("align_mhs_vs_infonce.test_diff", d)
     ctx.number("align_mhs_vs_infonce.test_p", p)
@@ -788,8 +792,8 @@ def build_fig1(ctx: Context) -> None:
     by = _table3_rows(ctx)
     stat = {n: _mean_sd(_vals(runs, "test_after")) for n, runs in by.items()}
     before = _mean_sd(_vals(by[TABLE3_REFERENCE], "test_before"))[0]
-    pairs = [(TITLES[a], stat[a], TITLES[b], stat[b]) for a, b in TABLE3_PAIRS]
-    ctx.figure("fig1", plot.ori_mod_bars(pairs, reference=(TITLES[TABLE3_REFERENCE], stat[TABLE3_REFERENCE]),
+    pairs = [(_label(a), stat[a], _label(b), stat[b]) for a, b in TABLE3_PAIRS]
+    ctx.figure("fig1", plot.ori_mod_bars(pairs, reference=(_label(TABLE3_REFERENCE), stat[TABLE3_REFERENCE]),
                                          baseline=before, title="original vs modified (STS-B test, best dev)"))
     from gradlab.io import Result
 
@@ -804,7 +808,7 @@ def build_fig1(ctx: Context) -> None:
         ctx.number(f"{n}.test.mean", m)
         ctx.number(f"{n}.test.sd", sd)
     ctx.number("test_before", before)
-    rows = [[f"{TITLES[a]} vs {TITLES[b]}", _fmt(_vals(by[a], "test_after")), _fmt(_vals(by[b], "test_after")),
+    rows = [[f"{_label(a)} vs {_label(b)}", _fmt(_vals(by[a], "test_after")), _fmt(_vals(by[b], "test_after")),
              f"{stat[b][0] - stat[a][0]:+.2f}", _failures(by[a] + by[b]) or "ok"] for (a, b) in TABLE3_PAIRS]
     ctx.markdown("Li et al. 2024 Fig. 1 at CPU scale: original vs modified (bars)",
                  f"The numbers of the table3 study drawn as bars; dotted: before training ({before:.2f}), dashed: "
@@ -839,7 +843,7 @@ def build_trajectory(ctx: Context) -> None:
         res = trajectory(resolve_loss(run["spec"]["loss"]), path, batch_size=ctx.scale.batch_size, grid=grid,
                          batches=batches)
         meta = res["path"].meta
-        t = TITLES.get(name, name) if isinstance(loss, str) or name == "baseline" else _title(loss)
+        t = _label(name) if isinstance(loss, str) or name == "baseline" else _title(loss)
         ctx.figure(f"trajectory_{name}", plot.trajectory_on_maps(
             [res["gd"], res["ratio"]], path["mu_pos"], path["mu_neg"], titles=["simulated GD", "simulated ratio R"],
             quantities=["gd", "ratio"], ranges=[(0.0, 1.0), (0.0, 3.0)],
@@ -873,7 +877,7 @@ def build_nie2023(ctx: Context) -> None:
     losses = [*NIE2023_LOSSES, *({"loss": "mpt", "params": {"m": m}} for m in NIE2023_MPT_MARGINS)]
     rows, panels = [], {"alignment": {}, "uniformity": {}, "distance gap": {}}
     for loss in losses:
-        label = TITLES[loss] if isinstance(loss, str) else f"MPT (m = {loss['params']['m']:g})"
+        label = _label(loss) if isinstance(loss, str) else f"MPT (m = {loss['params']['m']:g})"
         key = loss if isinstance(loss, str) else f"mpt[m={loss['params']['m']:g}]"
         runs = ctx.runs(loss)
         _export(ctx, key, runs, {**RUN_KEYS, "distance_gap_last": _last("distance_gap"),
@@ -893,7 +897,7 @@ def build_nie2023(ctx: Context) -> None:
         return _vals(ctx.runs(loss), "test_after")
 
     for decoupled in ("align_uniform", "dcl"):
-        title = TITLES[decoupled]
+        title = _label(decoupled)
         _welch_claim(ctx, f"claim.infonce_vs_{decoupled}", test_of(decoupled), test_of("infonce"), expect=+1,
                      cid=f"nie2023-fig1-{decoupled}", paper="Nie et al. 2023, Fig. 1 / Table 1",
                      claim=f"InfoNCE beats its decoupled form {title} on STS",

@@ -376,6 +376,7 @@ register(
     LossSpec(
         name="align_uniform",
         title="Alignment & uniformity",
+        label="alignment + uniformity",
         family="ineffective",
         kind="batch",
         defaults={"lam": 0.1, "alpha": 2.0, "t": 6.0},

@@ -11,18 +11,18 @@ import numpy as np
 from gradlab.plot._core import curves, heatmap
 from gradlab.plot._style import AXIS_LABELS, new_figure, set_pi_axis, styled
 
-_TITLES = {"infonce": "InfoNCE", "arccon": "ArcCon", "mpt": "MPT", "met": "MET", "mat": "MAT", "dcl": "DCL",
-           "dcl+": "DCL+", "align": "alignment", "uniform": "uniformity"}
+#: The gradient-norm maps' part names (Nie et al. 2023 Eqs. 8, 17), which are not registered losses.
+_NORM_PARTS = {"align": "alignment", "uniform": "uniformity"}
 
 
 def loss_title(name: str) -> str:
-    """Display name of a loss (registry title where known)."""
-    if name in _TITLES:
-        return _TITLES[name]
+    """Display name of a loss: the registry's short label (``LossSpec.label``), else the name as given."""
+    if name in _NORM_PARTS:
+        return _NORM_PARTS[name]
     try:
         from gradlab.losses import get_spec
 
-        return get_spec(name).title
+        return get_spec(name).label
     except Exception:  # noqa: BLE001 - any unknown name is shown as given
         return str(name)
 

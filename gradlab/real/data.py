@@ -48,7 +48,6 @@ __all__ = [
 ]
 
 STSB_SPLITS = ("train", "dev", "test")
-STSB_SIZES = {"train": 5749, "dev": 1500, "test": 1379}
 
 
 def _package_dir(package: str) -> Path:

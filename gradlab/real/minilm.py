@@ -63,6 +63,7 @@ __all__ = [
     "pack",
     "encode_packed",
     "length_bucket",
+    "pad_ids",
 ]
 
 _MODEL_PACKAGE = "all_minilm_l6_v2"

@@ -61,6 +61,7 @@ __all__ = [
     "make_train_step",
     "data_mesh",
     "monitor_steps",
+    "batch_order",
     "flatten_params",
     "unflatten_params",
     "DEFAULT_LR",
@@ -473,7 +474,7 @@ def monitor_steps(steps: int, every: int) -> list[int]:
     return sorted({0, 1, steps, *range(every, steps + 1, every)})
 
 
-def _batch_order(n: int, steps: int, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+def batch_order(n: int, steps: int, batch_size: int, rng: np.random.Generator) -> np.ndarray:
     """(steps, batch_size) sentence indices: reshuffled epochs, no repeats within a batch."""
     need = steps * batch_size
     chunks, total = [], 0
@@ -774,7 +775,7 @@ def _make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> _Loop
         batches = _StreamBatches(encoder, config.corpus, seed=config.seed, buffer=config.shuffle_buffer,
                                  batch_size=config.batch_size, n_devices=n_devices)
     else:
-        order = _batch_order(len(token_ids), config.steps, config.batch_size, np.random.default_rng(config.seed))
+        order = batch_order(len(token_ids), config.steps, config.batch_size, np.random.default_rng(config.seed))
         batches = _Batches(encoder, token_ids, order, fixed=fixed, n_devices=n_devices)
     step_fn = make_train_step(encoder, loss, optimizer, packed=batches.packed, mesh=mesh)
     frozen = encoder.frozen if mesh is None else _shard(encoder.frozen, mesh, jax.sharding.PartitionSpec())
