@@ -167,8 +167,11 @@ class SubmititExecutor:
     exists (``slurm_array_parallelism`` bounds it), else local processes (at most ``jobs``
     at a time). Options are ``update_parameters`` keywords (``timeout_min``,
     ``gpus_per_node``, ``cpus_per_task``, ``mem_gb``, ``slurm_partition``, ...) plus
-    ``threads`` (XLA / BLAS threads per run), ``cluster`` (``slurm``, ``local``, ``debug``)
-    and ``poll_s`` (seconds between status checks).
+    ``threads`` (XLA / BLAS threads per run), ``cluster`` (``slurm``, ``local``, ``debug``),
+    ``poll_s`` (seconds between status checks) and ``runs_per_task``: how many runs one job
+    (one array task, one fresh Python process) executes in turn. A fresh process pays its
+    start-up and imports once per task, so locally the runs are split evenly over the ``jobs``
+    tasks (the default); on SLURM the default is one run per task (the finest requeueing).
     """
 
     name = "submitit"
@@ -178,6 +181,10 @@ class SubmititExecutor:
         options = dict(options)
         cluster = options.pop("cluster", None) or ("slurm" if shutil.which("sbatch") else "local")
         self.poll_s = float(options.pop("poll_s", 2.0 if cluster == "slurm" else 0.2))
+        per_task = options.pop("runs_per_task", None if cluster != "slurm" else 1)
+        if per_task is not None and (isinstance(per_task, bool) or int(per_task) != per_task or int(per_task) < 1):
+            raise ValueError(f"submitit: runs_per_task must be an integer >= 1; got {per_task!r}")
+        self.runs_per_task = None if per_task is None else int(per_task)
         self.threads = _threads(options, None if cluster == "slurm" else 1)
         self.window = None if cluster == "slurm" else (default_jobs() if jobs is None else int(jobs))
         self.cluster = cluster
@@ -195,25 +202,29 @@ class SubmititExecutor:
 
     def run(self, calls: Sequence[Call]) -> Iterator[tuple[str, Any]]:
         from gradlab.experiments._spec import RunSpec
+        from gradlab.experiments._worker import RemoteRuns
 
-        fn = self.fn
-        queue = [(RunSpec.from_dict(c[0]).id, (*c[:4], self.threads)) for c in calls]
-        running: dict[Any, str] = {}
+        fn = RemoteRuns(self.fn)
+        calls = [(RunSpec.from_dict(c[0]).id, (*c[:4], self.threads)) for c in calls]
+        per_task = self.runs_per_task or max(1, -(-len(calls) // (self.window or 1)))
+        queue = [calls[i:i + per_task] for i in range(0, len(calls), per_task)]  # one task each
+        running: dict[Any, list[str]] = {}
         while queue or running:
             room = len(queue) if self.window is None else self.window - len(running)
             if room > 0 and queue:
                 batch, queue = queue[:room], queue[room:]
-                jobs = self.executor.map_array(fn, *zip(*(args for _, args in batch), strict=True))
-                for job, (rid, _) in zip(jobs, batch, strict=True):
-                    running[job] = rid
+                jobs = self.executor.map_array(fn, [[args for _, args in task] for task in batch])
+                for job, task in zip(jobs, batch, strict=True):
+                    running[job] = [rid for rid, _ in task]
                 self._jobs.extend(jobs)
             finished = [j for j in running if j.done()]
             for job in finished:
-                rid = running.pop(job)
+                rids = running.pop(job)
                 try:
-                    yield rid, job.result()
+                    results = job.result()
                 except Exception as exc:  # noqa: BLE001 - killed, timed out, preempted beyond requeue
-                    yield rid, exc
+                    results = [exc] * len(rids)
+                yield from zip(rids, results, strict=True)
             if not finished:
                 time.sleep(self.poll_s)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from gradlab import defaults
 
-__all__ = ["run_one", "RemoteRun", "is_environmental", "check_probe", "limit_threads", "holdout_split",
+__all__ = ["run_one", "RemoteRun", "RemoteRuns", "is_environmental", "check_probe", "limit_threads", "holdout_split",
            "HOLDOUT_SEED", "HELDOUT_TAUS", "HELDOUT_LAMBDAS"]
 
 #: The held-out split is the same for every run (it depends on the corpus only).
@@ -365,6 +365,35 @@ def _run_leased(spec, out: str, lease, cache: str | None) -> dict[str, Any]:
         return {"status": "retry", "id": run_id, "reason": "the committed run could not be read back",
                 "retryable": True}
     return record
+
+
+class RemoteRuns:
+    """One cluster task running several runs in turn: ``RemoteRuns(fn)([args, ...])`` -> one result each.
+
+    A fresh worker process pays its start-up, imports and model loading once per task instead of
+    once per run. A run's exception becomes its result (the launcher classifies it), so one
+    failing run does not take its neighbours down. ``checkpoint`` (submitit's preemption /
+    timeout hook) releases the held leases and resubmits the whole task; the runs it already
+    committed are found done and not trained again.
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, calls: list) -> list:
+        out = []
+        for args in calls:
+            try:
+                out.append(self.fn(*args))
+            except Exception as exc:  # noqa: BLE001 - reported per run
+                out.append(exc)
+        return out
+
+    def checkpoint(self, *args: Any, **kwargs: Any):
+        from submitit.helpers import DelayedSubmission
+
+        release_held()
+        return DelayedSubmission(self, *args, **kwargs)
 
 
 class RemoteRun:
