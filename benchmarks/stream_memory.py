@@ -22,7 +22,8 @@ from pathlib import Path
 CHILD = r'''
 import resource, sys, time
 from gradlab.real import load_encoder
-from gradlab.real.train import TrainConfig, _make_loop, _resolve_objective, _training_data
+from gradlab.real import TrainConfig
+from gradlab.real.train import _make_loop, _resolve_objective, _training_data
 path, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 enc = load_encoder("minilm")
 enc.max_seq_length = 32

@@ -329,7 +329,7 @@ def train(
     if dev_pairs is not None and dev_pairs < 2:
         raise fail(f"--dev-pairs must be >= 2; got {dev_pairs}")
     from gradlab.losses import get_loss
-    from gradlab.real.train import TrainConfig
+    from gradlab.real import TrainConfig
     from gradlab.real.train import train as run_training
 
     if transform is None:

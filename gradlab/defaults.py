@@ -52,6 +52,7 @@ __all__ = [
     "SIMCSE_EPOCHS",
     "SIMCSE_UNSUP_BATCH_SIZE",
     "SIMCSE_UNSUP_LR",
+    "ENCODER_LR",
 ]
 
 #: The Monte-Carlo protocol of Li et al. 2024 App. A.1: a G × G grid of (μ_pos, μ_neg)
@@ -155,6 +156,11 @@ SIMCSE_EPOCHS = 1
 #: Unsupervised batch size by (model type, size) (Gao et al. 2021, Table A.1).
 SIMCSE_UNSUP_BATCH_SIZE = {("bert", "base"): 64, ("bert", "large"): 64, ("roberta", "base"): 512,
                            ("roberta", "large"): 512}
+
+#: Adam learning rate of a run by encoder when none is given: ``minilm`` and any BERT / RoBERTa
+#: checkpoint take SimCSE's BERT-base rate (Gao et al. 2021, Table A.1); ``light`` (a linear
+#: projection over frozen token embeddings, ours) trains at 1e-3.
+ENCODER_LR = {"light": 1e-3, "minilm": 3e-5}
 
 #: Unsupervised learning rate by (model type, size) (Gao et al. 2021, Table A.1).
 SIMCSE_UNSUP_LR = {("bert", "base"): 3e-5, ("bert", "large"): 1e-5, ("roberta", "base"): 1e-5,

@@ -32,7 +32,8 @@ SENTENCES = ["A man is playing a guitar.", "Two dogs run on the beach in the sun
 GRADLAB = r'''
 import sys, numpy as np
 from gradlab.real import load_encoder, save_transformer
-from gradlab.real.train import TrainConfig, state_path, train, unflatten_params
+from gradlab.real import TrainConfig
+from gradlab.real.train import state_path, train, unflatten_params
 src, out, *sentences = sys.argv[1:]
 corpus = [f"sentence number {i} says something about {w}." for i, w in
           enumerate(["cats", "dogs", "stocks", "rain", "music", "bread", "trains", "rivers"] * 3)]

@@ -448,7 +448,7 @@ def test_cli_rejects_bad_losses_with_one_line_and_writes_nothing(loss_file, tmp_
 
 
 def test_train_config_takes_a_loss_object():
-    from gradlab.real.train import TrainConfig
+    from gradlab.real import TrainConfig
 
     comp = gradlab.compose(gd="fraction", weight="softmax", ratio="arccon", tau=0.1)
     d = TrainConfig(loss=comp, loss_params={"u": 0.2}, steps=1).to_dict()

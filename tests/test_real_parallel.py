@@ -27,7 +27,8 @@ RUN = """
 import json, jax, numpy as np
 from gradlab.real.light import load_light
 from gradlab.real.data import load_news_sentences
-from gradlab.real.train import TrainConfig, train
+from gradlab.real import TrainConfig
+from gradlab.real.train import train
 
 enc = load_light(dim=32, seed=0, dropout=0.2)
 w0 = np.asarray(enc.params["w"]).copy()

@@ -22,7 +22,8 @@ from safetensors.numpy import load_file  # noqa: E402
 
 from gradlab.real import load_encoder  # noqa: E402
 from gradlab.real.plan import plan, step_flops  # noqa: E402
-from gradlab.real.train import TrainConfig, _make_loop, _resolve_objective  # noqa: E402
+from gradlab.real import TrainConfig  # noqa: E402
+from gradlab.real.train import _make_loop, _resolve_objective  # noqa: E402
 from tests._cli import run  # noqa: E402
 
 SENTENCES = [f"sentence number {i} says something about things and more words here." for i in range(24)]

@@ -21,7 +21,8 @@ import jax  # noqa: E402
 
 from gradlab.real import load_encoder  # noqa: E402
 from gradlab.real.data import stream_lines  # noqa: E402
-from gradlab.real.train import TrainConfig, _make_loop, _resolve_objective, train  # noqa: E402
+from gradlab.real import TrainConfig  # noqa: E402
+from gradlab.real.train import _make_loop, _resolve_objective, train  # noqa: E402
 
 
 @pytest.fixture()

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from gradlab.real.train import TrainConfig
+from gradlab.real import TrainConfig
 from tests._real import require_real_extra
 
 require_real_extra()

@@ -70,7 +70,7 @@ def run_study(
 
     if study not in STUDIES:
         raise ValueError(f"unknown study {study!r}; choose from {', '.join(STUDIES)}")
-    scale = Scale() if scale is None else scale
+    scale = Scale.make(study=study) if scale is None else scale
     if losses and study not in ("trajectory", "all"):
         raise ValueError(f"losses= chooses the trajectory study's losses; not {study!r}'s")
     losses = None if not losses else [canonical_loss(loss) for loss in losses]
@@ -82,7 +82,7 @@ def run_study(
     wall = time.perf_counter() - t0
     command = command or f"gradlab.experiments.run_study({study!r}, {str(out)!r}, scale={scale!r})"
     files: list[Path] = []
-    names = [n for n in STUDIES if n != "all"] if study == "all" else [study]
+    names = [n for n in STUDIES if n not in ("all", "simcse")] if study == "all" else [study]
     for name in names:
         sub = {s.id: records[s.id] for s in study_runs(name, scale, losses=losses)}
         ctx = Context(name, sub, scale, Path(out), command=command, wall_s=wall, executed=sum(
@@ -109,7 +109,7 @@ def study_status(study: str, out: str | Path, *, scale: Scale | None = None,
 
     if study not in STUDIES:
         raise ValueError(f"unknown study {study!r}; choose from {', '.join(STUDIES)}")
-    scale = Scale() if scale is None else scale
+    scale = Scale.make(study=study) if scale is None else scale
     losses = None if not losses else [canonical_loss(loss) for loss in losses]
     specs = list({s.id: s for s in study_runs(study, scale, losses=losses)}.values())
     return [{"id": s.id, "label": s.label, **run_state(out, s.id)} for s in specs]

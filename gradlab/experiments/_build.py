@@ -21,8 +21,10 @@ from gradlab.experiments._studies import (
     NIE2023_MPT_MARGINS,
     NU_GRID,
     RATIO_SWEEP,
+    SIMCSE_LOSSES,
     TABLE3_CLAIMS,
     TABLE3_PAIRS,
+    TABLE3_PAPER_BERT,
     TABLE3_REFERENCE,
     TRAJECTORY_LOSSES,
     Scale,
@@ -106,13 +108,15 @@ class Context:
 
         runs = [r for r in self.records.values() if r.get("spec") is not None]
         train_s = sum(float(r.get("seconds") or 0.0) for r in runs)
-        sc = self.scale
+        sc, run = self.scale, self.scale.run
+        encoder = "checkpoint " + Path(run.encoder).name if run.encoder_sha256 else run.encoder
         lines = [
             f"# {title}", "", intro, "",
-            f"Scale: encoder {sc.encoder}, {sc.steps} Adam steps, batch {sc.batch_size}, "
-            f"{sc.max_sentences} training sentences, STS-B dev every {sc.eval_every} steps on "
-            f"{'all 1,500' if sc.dev_pairs is None else sc.dev_pairs} dev pairs, monitor every {sc.monitor_every} "
-            f"steps{', QUICK smoke mode' if sc.quick else ''}. Seeds {list(range(sc.seeds))}; mean ± sample sd.",
+            f"Scale: encoder {encoder}{', recipe ' + run.recipe if run.recipe else ''}, {run.steps} Adam steps, "
+            f"batch {run.batch_size}, {run.max_sentences} training sentences, STS-B dev every {run.eval_every} steps "
+            f"on {'all 1,500' if run.dev_pairs is None else run.dev_pairs} dev pairs, monitor every "
+            f"{run.monitor_every} steps{', QUICK smoke mode' if sc.quick else ''}. Seeds {list(range(sc.seeds))}; "
+            "mean ± sample sd.",
             "", *table, "", *notes, "" if notes else "",
             f"Command: `{self.command}`", "",
             f"Runs: {len(runs)} ({self.executed} executed by this invocation, the rest reused from "
@@ -628,7 +632,7 @@ def build_fig9(ctx: Context) -> None:
     ctx.markdown(
         "Li et al. 2024 Fig. 9 at CPU scale: μ_pos, μ_neg, σ_pos, σ_neg over baseline training",
         f"The ParadigmMonitor's estimates on the training batches (two dropout views), at states 0 (before the first "
-        f"update), 1 and every {ctx.scale.monitor_every} steps, mean over seeds. {_failures(runs)}",
+        f"update), 1 and every {ctx.scale.run.monitor_every} steps, mean over seeds. {_failures(runs)}",
         [*_row_table(["state", *labels.values()], rows), "",
          "The gate of the trained baseline (m = 0.3): its mean GD at each state, the gradient norm of the update "
          "that used those views, and μ_neg (seed means). Adam keeps moving the parameters after the gradient is "
@@ -658,7 +662,7 @@ def _gate_table(ctx: Context, runs: Sequence[dict], steps: np.ndarray, mu_neg: n
     zero = [sum(1 for v in g.values() if v == 0.0) for g in norms if g]
     ctx.number("gate.zero_grad_steps.mean", float(np.mean(zero)) if zero else None)
     ctx.number("gate.zero_grad_steps.seeds", zero)
-    ctx.number("gate.steps", ctx.scale.steps)
+    ctx.number("gate.steps", ctx.scale.run.steps)
     rows = []
     for i, state in enumerate(steps.astype(int)):
         g = [n.get(state + 1) for n in norms if n.get(state + 1) is not None]
@@ -840,7 +844,7 @@ def build_trajectory(ctx: Context) -> None:
             rows.append([_title(loss), "", "", "", f"failed: {run.get('error')}"])
             continue
         path = run_path(run["dir"])
-        res = trajectory(resolve_loss(run["spec"]["loss"]), path, batch_size=ctx.scale.batch_size, grid=grid,
+        res = trajectory(resolve_loss(run["spec"]["loss"]), path, batch_size=ctx.scale.run.batch_size, grid=grid,
                          batches=batches)
         meta = res["path"].meta
         t = _label(name) if isinstance(loss, str) or name == "baseline" else _title(loss)
@@ -848,7 +852,7 @@ def build_trajectory(ctx: Context) -> None:
             [res["gd"], res["ratio"]], path["mu_pos"], path["mu_neg"], titles=["simulated GD", "simulated ratio R"],
             quantities=["gd", "ratio"], ranges=[(0.0, 1.0), (0.0, 3.0)],
             suptitle=f"{t}: training path (seed 0) on its own simulated maps\n(σ_pos={meta['sigma_pos']:.3f}, "
-                     f"σ_neg={meta['sigma_neg']:.3f}, N={ctx.scale.batch_size})"))
+                     f"σ_neg={meta['sigma_neg']:.3f}, N={ctx.scale.run.batch_size})"))
         for key in ("gd", "ratio", "path"):
             ctx.result(f"trajectory_{name}_{key}", res[key])
         gd_path = res["path"].mean
@@ -930,7 +934,64 @@ def build_nie2023(ctx: Context) -> None:
                     "distance gap first", "distance gap →", "status"], rows))
 
 
+def build_simcse(ctx: Context) -> None:
+    """Table 3's InfoNCE vs modified losses under SimCSE's recipe, each modified loss tested against InfoNCE."""
+    rows, labels, per_seed, status, ids = [], [], [], [], []
+    cols: dict[str, list] = {"test_before": [], "best_dev": [], "paper_bert_sts_avg": []}
+    for name in SIMCSE_LOSSES:
+        runs = ctx.runs(name)
+        after, before = _vals(runs, "test_after"), _vals(runs, "test_before")
+        rows.append([_label(name), _fmt(before), f"**{_fmt(after)}**", _fmt(after - before),
+                     _fmt(_vals(runs, "best_dev")), _fmt(_vals(runs, "best_step"), 0),
+                     _fmt(_vals(runs, _last("mu_pos"))), _fmt(_vals(runs, _last("mu_neg"))),
+                     _fmt(_vals(runs, _gd_run), 3), f"{TABLE3_PAPER_BERT[name]:.2f}",
+                     _fmt(_vals(runs, "seconds"), 0), _failures(runs) or "ok"])
+        labels.append(_label(name))
+        per_seed.append(after)
+        status.append(_failures(runs) or "done")
+        ids.append([r["id"] for r in runs])
+        cols["test_before"].append(_mean_sd(before)[0])
+        cols["best_dev"].append(_mean_sd(_vals(runs, "best_dev"))[0])
+        cols["paper_bert_sts_avg"].append(TABLE3_PAPER_BERT[name])
+        _export(ctx, name, runs, RUN_KEYS)
+        ctx.number(f"{name}.paper", TABLE3_PAPER_BERT[name])
+    reference = ctx.runs(TABLE3_REFERENCE)
+    comp_rows = []
+    for name in SIMCSE_LOSSES[1:]:
+        runs = ctx.runs(name)
+        paper = f"{_label(name)} {TABLE3_PAPER_BERT[name]:.2f} vs InfoNCE {TABLE3_PAPER_BERT[TABLE3_REFERENCE]:.2f}"
+        d, p = welch(_vals(reference, "test_after"), _vals(runs, "test_after"))
+        d_dev, p_dev = welch(_vals(reference, "best_dev"), _vals(runs, "best_dev"))
+        verdict = _direction(d, p, expect=+1)
+        for k, v in (("test_diff", d), ("test_p", p), ("dev_diff", d_dev), ("dev_p", p_dev)):
+            ctx.number(f"claim.{name}.{k}", v)
+        comp_rows.append([f"{_label(name)} vs InfoNCE", f"{d:+.2f}", f"{p:.2g}", f"{d_dev:+.2f}", f"{p_dev:.2g}",
+                          f"{TABLE3_PAPER_BERT[name] - TABLE3_PAPER_BERT[TABLE3_REFERENCE]:+.2f}", verdict])
+        ctx.claim(f"li2024-table3-simcse-{name}", paper="Li et al. 2024, Table 3",
+                  claim=f"{_label(name)} beats InfoNCE under SimCSE's recipe ({paper}, BERT-base STS avg.)",
+                  verdict=verdict, finding=f"STS-B test {d:+.2f} (p = {p:.2g}), best dev {d_dev:+.2f} (p = {p_dev:.2g})",
+                  test=f"Welch's t over seeds on STS-B test, α = {ALPHA}")
+    ctx.result("simcse", _table_result(labels, np.array(per_seed),
+                                       "STS-B test Spearman × 100 (best-dev checkpoint)", cols, status, ids))
+    run = ctx.scale.run
+    ctx.markdown(
+        "Li et al. 2024 Table 3 under SimCSE's recipe: InfoNCE vs the modified losses",
+        "SimCSE's unsupervised recipe (Gao et al. 2021): an MLP over [CLS] in training, [CLS] before the MLP "
+        "in evaluation, 32-token sentences, two dropout views (p = 0.1), N = "
+        f"{run.batch_size}, lr {run.learning_rate:g}; each loss at its registry defaults (Li et al. 2024 Table 4). "
+        "The best-dev checkpoint is scored on STS-B test (1,379 pairs). 'paper' is Li et al. 2024 Table 3's "
+        "BERT-base STS avg. over seven tasks after an epoch of 10^6 Wikipedia sentences: a different model, "
+        "length of training and score, given for the ordering only. μ_pos, μ_neg (radians) are the monitor's "
+        "values at the last monitored state; 'GD mean' is the trained loss's mean GD over the run.",
+        [*_row_table(["loss", "test before", "test after (best dev)", "Δ", "best dev", "best step", "μ_pos →",
+                      "μ_neg →", "GD mean", "paper", "s/run", "status"], rows),
+         "", f"Each modified loss against InfoNCE (Welch's t-test over seeds; a difference counts only at p < "
+             f"{ALPHA}):", "",
+         *_row_table(["comparison", "Δ test", "p (test)", "Δ best dev", "p (dev)", "Δ paper", "verdict"], comp_rows)])
+
+
 BUILDERS: dict[str, Callable[[Context], None]] = {
     "fig6": build_fig6, "fig5": build_fig5, "fig7": build_fig7, "fig8": build_fig8, "fig9": build_fig9,
     "table3": build_table3, "fig1": build_fig1, "nie2023": build_nie2023, "trajectory": build_trajectory,
+    "simcse": build_simcse,
 }

@@ -27,7 +27,11 @@ import json
 import math
 import numbers
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+from gradlab.real import ENCODERS
+from gradlab.real.config import CORPORA, RunConfig, TrainConfig
 
 __all__ = ["RunSpec", "SCHEMA_VERSION", "canonical_loss", "loss_label"]
 
@@ -35,7 +39,8 @@ __all__ = ["RunSpec", "SCHEMA_VERSION", "canonical_loss", "loss_label"]
 #: 2: the id hashes the gradlab version and a user loss by function name and file content, not path; the
 #: monitor measures the trained loss itself, from state 0 (before the first update).
 SCHEMA_VERSION = 2
-ENCODERS = ("light", "minilm")
+#: Fields added after their schema: they enter the id only when set, so runs named before stay named.
+_OPTIONAL = ("recipe", "encoder_sha256")
 
 
 def _number(value: Any, what: str) -> float:
@@ -149,24 +154,25 @@ def loss_label(loss: Mapping[str, Any]) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class RunSpec:
-    """One training configuration (its id is the hash of everything here).
+class RunSpec(RunConfig):
+    """One run of a study: a ``gradlab.real.RunConfig`` with a canonical loss and the held-out analysis.
+
+    Its id is the hash of everything here. The fields of ``RunConfig`` (encoder, recipe,
+    steps, batch_size, lr, eval_every, monitor_every, seed, corpus, max_sentences,
+    dev_pairs, eval_test) mean what they mean for ``gradlab train``, except that:
+
+    - ``lr`` None becomes the encoder's rate (``gradlab.real.learning_rate``), written into the spec;
+    - ``corpus`` is ``"NewsArticles"`` or ``"News100"`` and ``max_sentences`` is drawn (seeded)
+      from its non-held-out part;
+    - an ``encoder`` path is named in the id by its content (``encoder_sha256``), not its path.
 
     Attributes:
       loss: a loss dict (see ``canonical_loss``); normalized on construction.
-      encoder: ``"light"`` or ``"minilm"``.
-      seed: seeds the light projection, the training sample, batch order and dropout.
-      steps, batch_size: optimizer steps and N sentences per step.
-      lr: Adam learning rate (None: the encoder's default, written into the spec).
-      eval_every: steps between STS-B dev evaluations (the best-dev checkpoint is kept).
-      monitor_every: steps between ParadigmMonitor records.
-      max_sentences: training sentences drawn (seeded) from the non-held-out pool.
-      dev_pairs: STS-B dev pairs used for checkpoint selection (None: all 1,500).
-      eval_test: score STS-B test before training and with the best checkpoint.
-      dropout: token-embedding dropout of the light encoder's views (MiniLM: its own 0.1).
+      dropout: token-embedding dropout of the light encoder's views (transformers: their own 0.1).
       holdout: fraction of the corpus held out, never trained on (the same split for every run).
       heldout_max: held-out sentences analyzed before / after training (fig5, fig7, fig8a).
-      corpus: ``"NewsArticles"`` or ``"News100"``.
+      encoder_sha256: the SHA-256 of a checkpoint ``encoder``'s files (filled in; None for
+        ``light`` / ``minilm``). A changed checkpoint is a new run.
 
     Examples:
       >>> a = RunSpec(loss="baseline")
@@ -177,51 +183,58 @@ class RunSpec:
     """
 
     loss: Any = "baseline"
-    encoder: str = "light"
-    seed: int = 0
     steps: int = 100
-    batch_size: int = 64
-    lr: float | None = None
     eval_every: int = 25
     monitor_every: int = 5
     max_sentences: int = 20000
-    dev_pairs: int | None = None
-    eval_test: bool = True
     dropout: float = 0.1
     holdout: float = 0.1
     heldout_max: int = 1024
-    corpus: str = "NewsArticles"
+    encoder_sha256: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "loss", canonical_loss(self.loss))
-        if self.encoder not in ENCODERS:
-            raise ValueError(f"unknown encoder {self.encoder!r}; choose from {', '.join(ENCODERS)}")
-        for name, low in (("seed", 0), ("steps", 1), ("batch_size", 2), ("eval_every", 0), ("monitor_every", 1),
-                          ("max_sentences", 2), ("heldout_max", 2)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
-                raise ValueError(f"{name} must be an integer >= {low}; got {v!r}")
-            object.__setattr__(self, name, int(v))
-        if self.dev_pairs is not None and (isinstance(self.dev_pairs, bool) or not isinstance(self.dev_pairs, int)
-                                           or self.dev_pairs < 10):
-            raise ValueError(f"dev_pairs must be None or an integer >= 10; got {self.dev_pairs!r}")
-        if self.max_sentences < self.batch_size:
-            raise ValueError(f"max_sentences={self.max_sentences} is smaller than batch_size={self.batch_size}")
-        if self.heldout_max < self.batch_size:
-            raise ValueError(f"heldout_max={self.heldout_max} is smaller than batch_size={self.batch_size}")
-        lr = {"light": 1e-3, "minilm": 3e-5}[self.encoder] if self.lr is None else _number(self.lr, "lr")
-        if lr <= 0:
-            raise ValueError(f"lr must be > 0; got {lr!r}")
-        object.__setattr__(self, "lr", float(lr))
-        object.__setattr__(self, "eval_test", bool(self.eval_test))
+        super().__post_init__()
+        if self.max_sentences is None:
+            raise ValueError("max_sentences must be an integer: a run samples its training sentences")
+        if self.corpus not in CORPORA:
+            raise ValueError(f"unknown corpus {self.corpus!r}; choose from {', '.join(CORPORA)}")
+        if isinstance(self.heldout_max, bool) or not isinstance(self.heldout_max, numbers.Integral) \
+                or self.heldout_max < self.batch_size:
+            raise ValueError(f"heldout_max must be an integer >= batch_size={self.batch_size}; got {self.heldout_max!r}")
+        object.__setattr__(self, "heldout_max", int(self.heldout_max))
+        object.__setattr__(self, "lr", self.learning_rate)
         if not 0.0 <= _number(self.dropout, "dropout") < 1.0:
             raise ValueError(f"dropout must lie in [0, 1); got {self.dropout!r}")
         if not 0.0 < _number(self.holdout, "holdout") < 1.0:
             raise ValueError(f"holdout must lie in (0, 1); got {self.holdout!r}")
         object.__setattr__(self, "dropout", float(self.dropout))
         object.__setattr__(self, "holdout", float(self.holdout))
-        if self.corpus not in ("NewsArticles", "News100"):
-            raise ValueError(f"unknown corpus {self.corpus!r}; choose from NewsArticles, News100")
+        if self.encoder in ENCODERS:
+            if self.encoder_sha256 is not None:
+                raise ValueError(f"encoder_sha256 names a checkpoint's files; {self.encoder!r} has none")
+            return
+        path = str(Path(self.encoder).resolve())
+        from gradlab.real import checkpoint_sha256
+
+        digest = checkpoint_sha256(path)
+        if self.encoder_sha256 not in (None, digest):
+            raise ValueError(f"{path}: the checkpoint changed since this run was named (sha256 {digest[:12]}…, "
+                             f"expected {str(self.encoder_sha256)[:12]}…)")
+        object.__setattr__(self, "encoder", path)
+        object.__setattr__(self, "encoder_sha256", digest)
+
+    def train_config(self, loss: Any = None, **changes: Any) -> TrainConfig:
+        """The ``gradlab.real.TrainConfig`` that trains this run.
+
+        Args:
+          loss: the resolved loss (default ``resolve_loss(self.loss)``).
+          **changes: shared fields to change or trainer options (e.g. ``monitor=True``).
+        """
+        from gradlab.design import resolve_loss
+
+        shared = {f.name: getattr(self, f.name) for f in dataclasses.fields(RunConfig)}
+        return TrainConfig(**{**shared, **changes}, loss=resolve_loss(self.loss) if loss is None else loss)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-able configuration (what ``config.json`` holds, without the id)."""
@@ -245,6 +258,11 @@ class RunSpec:
 
         d = self.to_dict()
         d["loss"] = _loss_identity(d["loss"])
+        for name in _OPTIONAL:
+            if d[name] is None:
+                del d[name]
+        if "encoder_sha256" in d:
+            d["encoder"] = "checkpoint"  # named by its content, not where it lies
         return json.dumps({"schema": SCHEMA_VERSION, "gradlab": __version__, **d}, sort_keys=True,
                           separators=(",", ":"))
 

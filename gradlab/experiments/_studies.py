@@ -14,7 +14,7 @@ from typing import Any
 
 from gradlab.experiments._spec import RunSpec
 
-__all__ = ["Scale", "STUDIES", "study_runs", "baseline", "BASELINE", "SWEEPS", "QUICK_SWEEPS", "GD_ONE_M",
+__all__ = ["Scale", "CPU_RUN", "QUICK_RUN", "SIMCSE_RUN", "SIMCSE_QUICK_RUN", "SIMCSE_LOSSES", "TABLE3_PAPER_BERT", "STUDIES", "study_runs", "baseline", "BASELINE", "SWEEPS", "QUICK_SWEEPS", "GD_ONE_M",
            "TABLE3_PAIRS", "TABLE3_CLAIMS", "NU_GRID", "NIE2023_LOSSES", "NIE2023_MPT_MARGINS", "RATIO_SWEEP",
            "TRAJECTORY_LOSSES", "table3_losses", "nu_losses"]
 
@@ -44,6 +44,11 @@ NU_GRID = {"barlow_twins": ({"nu": 0.005}, {"nu": 0.05}, {"nu": 0.5}, {"nu": 5.0
 #: the margins of Fig. 3c–e (0.10, 0.23 = the best, 0.80).
 NIE2023_LOSSES = ("infonce", "align_uniform", "dcl")
 NIE2023_MPT_MARGINS = (0.1, 0.23, 0.8)
+#: The ``simcse`` study: Table 3's reference and its four modified losses under SimCSE's recipe.
+SIMCSE_LOSSES = (TABLE3_REFERENCE, *(modified for _, modified in TABLE3_PAIRS))
+#: Li et al. 2024 Table 3, BERT-base column, STS avg. (Spearman × 100 over the seven STS tasks; InfoNCE's
+#: from Gao et al. 2021, the modified losses' the mean of three runs).
+TABLE3_PAPER_BERT = {"infonce": 76.25, "mb": 78.34, "mv": 78.24, "mmhe": 78.40, "mmhs": 78.27}
 #: Runs drawn on their own simulated maps by ``trajectory``.
 TRAJECTORY_LOSSES = ("baseline", "arccon")
 
@@ -61,35 +66,44 @@ def baseline(**changes: float) -> dict[str, Any]:
     return {"loss": "baseline", "params": {**BASELINE, **{k: float(v) for k, v in changes.items()}}}
 
 
+#: The CPU default of every run (the light encoder, 100 steps of N = 64) and the ``--quick`` smoke preset.
+CPU_RUN = RunSpec()
+QUICK_RUN = RunSpec(steps=20, max_sentences=2000, eval_every=10, monitor_every=2, dev_pairs=500, heldout_max=256)
+#: The ``simcse`` study's runs: SimCSE's unsupervised recipe (Gao et al. 2021: MLP over [CLS] in training,
+#: ``cls_before_pooler`` in evaluation, 32-token sentences, N = 64, τ = 0.05, lr 3e-5) on all-MiniLM-L6-v2,
+#: cut to 50 steps so that its 15 runs fit about 45 min of a 2-core CPU (ours; the recipe trains one epoch
+#: of 10^6 sentences). The held-out analysis uses 256 sentences.
+SIMCSE_RUN = RunSpec(encoder="minilm", recipe="simcse-unsup", steps=50, eval_every=25, monitor_every=5,
+                     heldout_max=256)
+SIMCSE_QUICK_RUN = RunSpec(encoder="minilm", recipe="simcse-unsup", steps=4, batch_size=16, max_sentences=2000,
+                           eval_every=2, monitor_every=2, dev_pairs=100, heldout_max=32, eval_test=False)
+
+
 @dataclasses.dataclass(frozen=True)
 class Scale:
-    """How big every run of a study is (CPU defaults: the light encoder, 100 steps, 3 seeds).
+    """How big every run of a study is: a run template, the seeds, and the sweep values.
 
     Attributes:
-      encoder: ``"light"`` or ``"minilm"``.
-      steps, batch_size, seeds: optimizer steps, N, and seeds 0 .. seeds − 1.
-      max_sentences: training sentences per run (seeded sample of the non-held-out corpus).
-      eval_every, monitor_every: STS-B dev and ParadigmMonitor periods (steps).
-      dev_pairs: dev pairs for checkpoint selection (None: all 1,500).
-      heldout_max: held-out sentences analyzed before / after training.
-      lr: Adam learning rate (None: the encoder's default).
+      run: the template :class:`RunSpec` (its loss and seed are replaced per run).
+      seeds: seeds 0 .. seeds − 1.
       quick: the smoke mode (fewer sweep values, see ``QUICK_SWEEPS``).
+      values: Fig. 6 values replacing a component's list.
+
+    Examples:
+      >>> Scale().run.encoder, Scale().run.steps, Scale().seeds
+      ('light', 100, 3)
     """
 
-    encoder: str = "light"
-    steps: int = 100
-    batch_size: int = 64
+    run: RunSpec = CPU_RUN
     seeds: int = 3
-    max_sentences: int = 20000
-    eval_every: int = 25
-    monitor_every: int = 5
-    dev_pairs: int | None = None
-    heldout_max: int = 1024
-    lr: float | None = None
     quick: bool = False
     values: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
     def __post_init__(self):
+        if not isinstance(self.run, RunSpec):
+            raise TypeError(f"run must be a RunSpec; got {type(self.run).__name__}")
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, numbers.Integral) or self.seeds < 1:
+            raise ValueError(f"seeds must be an integer >= 1; got {self.seeds!r}")
         for comp, vals in self.values:
             if comp not in SWEEPS:
                 raise ValueError(f"values: unknown component {comp!r}; choose from {', '.join(SWEEPS)}")
@@ -101,49 +115,64 @@ class Scale:
                     raise ValueError(f"values: {comp}={v!r} is not a valid {comp} (finite, >= 0; tau > 0)")
 
     @classmethod
-    def make(cls, *, quick: bool = False, encoder: str | None = None, steps: int | None = None,
-             batch_size: int | None = None, seeds: int | None = None,
-             values: dict[str, tuple[float, ...]] | None = None) -> Scale:
-        """The CPU default or the ``--quick`` preset, with the given overrides.
+    def make(cls, *, study: str | None = None, quick: bool = False, seeds: int | None = None,
+             values: dict[str, tuple[float, ...]] | None = None, **run: Any) -> Scale:
+        """A study's default scale (or its ``--quick`` preset), with the given overrides.
 
-        With ``steps`` overridden, dev is evaluated 4 times and the monitor records 20 times.
+        Args:
+          study: ``"simcse"`` starts from its recipe runs (``SIMCSE_RUN``); any other from the
+            CPU default (``CPU_RUN``).
+          quick: the smoke preset (1 seed, a few steps).
+          seeds: seeds per configuration.
+          values: Fig. 6 values per component.
+          **run: any :class:`RunSpec` field (``encoder``, ``steps``, ``batch_size``, ``lr``, ...;
+            None leaves it). With ``steps`` changed, dev is evaluated 4 times and the monitor
+            records 20 times; with ``batch_size`` changed, the samples grow to fit it. A
+            changed encoder drops the preset's learning rate (the encoder's own applies).
+
+        Examples:
+          >>> Scale.make(quick=True, steps=40).run.eval_every
+          10
         """
-        base = cls(steps=20, seeds=1, max_sentences=2000, eval_every=10, monitor_every=2, dev_pairs=500,
-                   heldout_max=256, quick=True) if quick else cls()
-        changes: dict[str, Any] = {}
-        for name, v, low in (("steps", steps, 1), ("batch_size", batch_size, 2), ("seeds", seeds, 1)):
-            if v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < low:
-                raise ValueError(f"{name} must be an integer >= {low}; got {v!r}")
-            changes[name] = int(v)
-        if encoder is not None:
-            if encoder not in ("light", "minilm"):
-                raise ValueError(f"unknown encoder {encoder!r}; choose from light, minilm")
-            changes["encoder"] = encoder
-        if values:
-            changes["values"] = tuple((k, tuple(float(x) for x in v)) for k, v in sorted(values.items()))
+        simcse = study == "simcse"
+        base = (SIMCSE_QUICK_RUN if quick else SIMCSE_RUN) if simcse else (QUICK_RUN if quick else CPU_RUN)
+        changes = {k: v for k, v in run.items() if v is not None}
         if "steps" in changes:
-            changes["eval_every"] = max(1, changes["steps"] // 4)
-            changes["monitor_every"] = max(1, changes["steps"] // 20)
+            steps = RunSpec(steps=changes["steps"]).steps  # validated
+            changes.setdefault("eval_every", max(1, steps // 4))
+            changes.setdefault("monitor_every", max(1, steps // 20))
         if "batch_size" in changes:
             b = changes["batch_size"]
-            changes["max_sentences"] = max(base.max_sentences, b)
-            changes["heldout_max"] = max(base.heldout_max, 4 * b)
-        return dataclasses.replace(base, **changes)
+            changes.setdefault("max_sentences", max(base.max_sentences, b))
+            changes.setdefault("heldout_max", max(base.heldout_max, 4 * b))
+        if "encoder" in changes and "lr" not in changes:
+            changes["lr"] = None
+        if simcse and changes.get("encoder") == "light":
+            raise ValueError("the simcse study trains a transformer: --encoder minilm or a checkpoint PATH")
+        fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(RunSpec)}
+        if "encoder" in changes:
+            fields["encoder_sha256"] = None
+        template = RunSpec(**{**fields, **changes})
+        extra: dict[str, Any] = {"quick": quick}
+        if seeds is not None or quick:
+            extra["seeds"] = 1 if seeds is None else seeds
+        if values:
+            extra["values"] = tuple((k, tuple(float(x) for x in v)) for k, v in sorted(values.items()))
+        return cls(run=template, **extra)
 
     def spec(self, loss: Any, seed: int) -> RunSpec:
         """The RunSpec of ``loss`` at this scale and ``seed``."""
-        return RunSpec(loss=loss, encoder=self.encoder, seed=seed, steps=self.steps, batch_size=self.batch_size,
-                       lr=self.lr, eval_every=self.eval_every, monitor_every=self.monitor_every,
-                       max_sentences=self.max_sentences, dev_pairs=self.dev_pairs, heldout_max=self.heldout_max)
+        return self.run.replace(loss=loss, seed=seed)
 
     def sweeps(self) -> dict[str, tuple[float, ...]]:
         """Fig. 6's values per component (``QUICK_SWEEPS`` in quick mode; ``values`` replace a list)."""
         return {**(QUICK_SWEEPS if self.quick else SWEEPS), **dict(self.values)}
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The run template's sizes, the seeds and the sweep values (what a study's numbers record)."""
+        run = self.run.to_dict()
+        run.pop("loss"), run.pop("seed")
+        return {**run, "seeds": self.seeds, "quick": self.quick, "values": [list(v) for v in self.values]}
 
 
 def nu_losses(name: str) -> list[dict[str, Any]]:
@@ -175,6 +204,10 @@ def _losses(study: str, scale: Scale) -> list[Any]:
         return [*NIE2023_LOSSES, *({"loss": "mpt", "params": {"m": m}} for m in NIE2023_MPT_MARGINS)]
     if study == "trajectory":
         return [baseline() if n == "baseline" else n for n in TRAJECTORY_LOSSES]
+    if study == "simcse":
+        if scale.run.recipe != "simcse-unsup":
+            raise ValueError("the simcse study runs SimCSE's recipe: build its scale with Scale.make(study='simcse')")
+        return list(SIMCSE_LOSSES)
     raise ValueError(f"unknown study {study!r}; choose from {', '.join(STUDIES)}")
 
 
@@ -192,7 +225,9 @@ STUDIES = {
     "nie2023": "Nie et al. 2023 Figs. 1 and 3: alignment, uniformity and the distance gap over training for "
                "InfoNCE, its decoupled forms and MPT at three margins",
     "trajectory": "a run's monitored (μ_pos, μ_neg) path on the simulated GD and ratio maps of its loss",
-    "all": "every study",
+    "simcse": "Table 3's InfoNCE vs mB, mV, mMHE, mMHS under SimCSE's unsupervised recipe on a transformer "
+              "(MiniLM by default; any BERT / RoBERTa checkpoint with --encoder PATH)",
+    "all": "every study but simcse (the recipe's runs have their own scale: run it on its own)",
 }
 
 
@@ -208,7 +243,7 @@ def study_runs(study: str, scale: Scale, *, losses: Sequence[Any] | None = None)
       [0.3, 4.0]
     """
     if study == "all":
-        specs = [s for name in STUDIES if name != "all" for s in study_runs(name, scale, losses=losses)]
+        specs = [s for name in STUDIES if name not in ("all", "simcse") for s in study_runs(name, scale, losses=losses)]
         return list({s.id: s for s in specs}.values())
     seeds = [0] if study == "trajectory" else range(scale.seeds)
     chosen = losses if study == "trajectory" and losses else _losses(study, scale)

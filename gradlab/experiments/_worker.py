@@ -97,13 +97,19 @@ def _corpus(spec):
 
 
 def _encoder(spec):
+    """The encoder a run trains: the light head (seeded) over MiniLM's tokens, MiniLM or a checkpoint
+    (loaded once per process), or the recipe's two views of either (its MLP seeded)."""
+    from gradlab.real import load_encoder, simcse_unsup_encoder
     from gradlab.real.light import light_from_minilm
     from gradlab.real.minilm import load_minilm
 
-    base = _cached("minilm", load_minilm)
+    if spec.recipe is not None:
+        return simcse_unsup_encoder(spec.encoder, seed=spec.seed)
+    if spec.encoder == "light":
+        return light_from_minilm(_cached("minilm", load_minilm), seed=spec.seed, dropout=spec.dropout)
     if spec.encoder == "minilm":
-        return base  # train() never modifies the encoder's params
-    return light_from_minilm(base, seed=spec.seed, dropout=spec.dropout)
+        return _cached("minilm", load_minilm)  # train() never modifies the encoder's params
+    return _cached(("checkpoint", spec.encoder_sha256), lambda: load_encoder(spec.encoder))
 
 
 def _views(encoder, params, token_ids, batch_size: int, seed: int):
@@ -180,24 +186,20 @@ def _monitor_summary(path: Path) -> dict[str, Any]:
 def _train_in(spec, build: Path) -> dict[str, Any]:
     import numpy as np
 
-    from gradlab.design import resolve_loss
     from gradlab.io import save_npz_atomic
     from gradlab.real.data import sample_sentences
-    from gradlab.real.train import TrainConfig, train
+    from gradlab.real.train import train
 
-    loss = resolve_loss(spec.loss)
     pool, heldout = _corpus(spec)
     encoder = _encoder(spec)
+    model = (spec.encoder, spec.encoder_sha256, spec.recipe)  # what the token ids depend on
     sentences = sample_sentences(pool, spec.max_sentences, seed=spec.seed)
-    token_ids = _cached(("tok", spec.encoder, spec.corpus, spec.holdout, spec.max_sentences, spec.seed),
+    token_ids = _cached(("tok", model, spec.corpus, spec.holdout, spec.max_sentences, spec.seed),
                         lambda: encoder.token_ids(sentences))
     held = sample_sentences(heldout, spec.heldout_max, seed=0)
-    held_ids = _cached(("held", spec.encoder, spec.corpus, spec.holdout, spec.heldout_max),
+    held_ids = _cached(("held", model, spec.corpus, spec.holdout, spec.heldout_max),
                        lambda: encoder.token_ids(held))
-    config = TrainConfig(loss=loss,
-                         encoder=spec.encoder, steps=spec.steps, batch_size=spec.batch_size, lr=spec.lr,
-                         eval_every=spec.eval_every, seed=spec.seed, dev_pairs=spec.dev_pairs,
-                         eval_test=spec.eval_test, monitor=True, monitor_every=spec.monitor_every)
+    config = spec.train_config(max_sentences=None, monitor=True)  # the sentences are sampled above
     res = train(config, encoder=encoder, sentences=sentences, out_dir=build, token_ids=token_ids)
     done = len(res.losses)
     if done < spec.steps or not all(math.isfinite(x) for x in res.losses):

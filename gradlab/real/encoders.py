@@ -20,7 +20,7 @@ import numpy as np
 
 from gradlab.real import ENCODERS
 
-__all__ = ["Encoder", "PackedEncoder", "load_encoder"]
+__all__ = ["Encoder", "PackedEncoder", "load_encoder", "checkpoint_sha256"]
 
 
 @runtime_checkable
@@ -133,3 +133,28 @@ def load_encoder(spec: str | Path, *, pooling: str | None = None, normalize: boo
         if not src.exists():
             raise ValueError(f"unknown encoder {name!r}: neither {', '.join(ENCODERS)} nor an existing path")
     return load_transformer(src, pooling=pooling, normalize=normalize, dtype=dtype)
+
+
+def checkpoint_sha256(path: str | Path) -> str:
+    """The SHA-256 of a checkpoint's content: every file of a directory (by relative path, size and
+    bytes, in sorted order) or the bytes of a zip. It names a checkpoint wherever it lies.
+
+    Examples:
+      >>> import tempfile; d = Path(tempfile.mkdtemp()); _ = (d / "config.json").write_text("{}")
+      >>> checkpoint_sha256(d) == checkpoint_sha256(str(d))
+      True
+    """
+    import hashlib
+
+    src = Path(path)
+    if not src.exists():
+        raise ValueError(f"no checkpoint at {src}")
+    files = sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else [src]
+    digest = hashlib.sha256()
+    for f in files:
+        name = f.relative_to(src).as_posix() if src.is_dir() else ""
+        digest.update(f"{name}\0{f.stat().st_size}\0".encode())
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()

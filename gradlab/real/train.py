@@ -51,10 +51,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradlab.real._deps import require
+from gradlab.real.config import TrainConfig
 from gradlab.real.encoders import load_encoder
 
 __all__ = [
-    "TrainConfig",
     "TrainResult",
     "load_encoder",
     "train",
@@ -64,164 +64,8 @@ __all__ = [
     "batch_order",
     "flatten_params",
     "unflatten_params",
-    "DEFAULT_LR",
     "state_path",
-    "simcse_unsup_config",
 ]
-
-DEFAULT_LR = {"light": 1e-3, "minilm": 3e-5}
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """What a training run does.
-
-    Attributes:
-      loss: a registered loss name (``gradlab.list_losses()``), any text
-        ``gradlab.resolve_loss`` reads (``"compose:gd=...,weight=...,ratio=..."``,
-        ``"path/to/file.py:function"``, ``"module:function"``), or a ``gradlab.Loss``
-        (e.g. from ``gradlab.loss_from_cosines`` or ``gradlab.compose``).
-      loss_params: parameters of the loss (override a ``Loss``'s own).
-      symmetric: average both directions of the loss.
-      encoder: ``"light"``, ``"minilm"`` or the path of a BERT / RoBERTa checkpoint
-        (:func:`gradlab.real.load_encoder`).
-      steps: optimizer steps.
-      batch_size: N sentences per step (two views each).
-      lr: Adam / AdamW learning rate (None: 1e-3 light, 3e-5 minilm and checkpoints).
-      eval_every: steps between STS-B dev evaluations (0: only at the end).
-      seed: seeds the initial projection (light), batch order and dropout.
-      corpus: ``"NewsArticles"``, ``"News100"``, or a path (zip/CSV/.txt/dir).
-      max_sentences: use at most this many corpus sentences (seeded sample); None = all.
-      dev_pairs: evaluate on the first this-many dev pairs (None = all 1,500).
-      eval_test: also score STS-B test before training and with the best checkpoint.
-      monitor: attach a ParadigmMonitor if ``gradlab.monitor`` is importable.
-      monitor_every: the monitor measures the states 0, 1, every this many steps and the last
-        (``monitor_steps``; state s is the model after s updates).
-      transform: a Rho et al. 2023 gradient-scaling transform (``gradlab.losses.TRANSFORMS``:
-        emphasize, curvature, ratio, attenuate_i, attenuate_ii, margins, none). The trained
-        objective is then ``gradlab.losses.apply_transform(transform, **loss_params)``, the
-        generalized InfoNCE with its gradient rescaled (Eqs. 8–12, Algorithms 3–6); ``loss``
-        must stay ``"infonce"``, which the monitor watches at the same τ.
-      fixed_length: light encoder: pad every batch to the corpus-wide length bucket (one
-        compilation per run; the default, None) instead of the batch's own bucket. MiniLM
-        packs each batch's sentences into rows of one shape per run (no padding to speak of).
-      weight_decay: decoupled weight decay; > 0 trains with AdamW (``optax.adamw``), 0 with Adam.
-      recipe: ``"simcse-unsup"``: SimCSE's unsupervised recipe (Gao et al. 2021; see
-        :mod:`gradlab.real.recipe`): an MLP over [CLS] in training, ``cls_before_pooler`` in
-        evaluation, 32-token training sentences, dropout 0.1, ``corpus`` read one sentence per
-        line. :func:`simcse_unsup_config` fills in its batch size,
-        learning rate, evaluation interval, epoch length and τ.
-      stream: read ``corpus`` (a one-sentence-per-line file) lazily through a shuffle buffer
-        of ``shuffle_buffer`` lines seeded by ``seed`` (:func:`gradlab.real.data.stream_lines`),
-        tokenizing each batch as it comes, so that memory does not grow with the corpus.
-        Every batch then takes ``batch_size`` rows of the encoder's full length (no packing).
-      shuffle_buffer: lines held by the stream's shuffle buffer (None: 10,000).
-      checkpoint_every: write the training state (parameters, optimizer state, step,
-        best-so-far, PRNG key, batch order) to ``OUT/state/state.npz`` every this many steps
-        (0: never), atomically; ``train(..., resume=True)`` continues from it.
-    """
-
-    loss: Any = "infonce"
-    loss_params: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    symmetric: bool = False
-    encoder: str = "light"
-    steps: int = 200
-    batch_size: int = 64
-    lr: float | None = None
-    eval_every: int = 50
-    seed: int = 0
-    corpus: str = "NewsArticles"
-    max_sentences: int | None = None
-    dev_pairs: int | None = None
-    eval_test: bool = True
-    monitor: bool = True
-    monitor_every: int = 10
-    fixed_length: bool | None = None
-    transform: str | None = None
-    weight_decay: float = 0.0
-    checkpoint_every: int = 0
-    recipe: str | None = None
-    stream: bool = False
-    shuffle_buffer: int | None = None
-
-    def __post_init__(self):
-        if self.transform is not None and self.loss != "infonce":
-            raise ValueError(f"a transform rescales InfoNCE's gradient: loss must be 'infonce'; got {self.loss!r}")
-        for name in ("steps", "batch_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
-        if self.batch_size < 2:
-            raise ValueError(f"batch_size must be >= 2 (in-batch negatives); got {self.batch_size}")
-        if not isinstance(self.eval_every, int) or self.eval_every < 0:
-            raise ValueError(f"eval_every must be an integer >= 0; got {self.eval_every!r}")
-        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
-                or self.checkpoint_every < 0:
-            raise ValueError(f"checkpoint_every must be an integer >= 0; got {self.checkpoint_every!r}")
-        if not isinstance(self.monitor_every, int) or self.monitor_every < 1:
-            raise ValueError(f"monitor_every must be an integer >= 1; got {self.monitor_every!r}")
-        if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay)
-                and self.weight_decay >= 0):
-            raise ValueError(f"weight_decay must be a finite number >= 0; got {self.weight_decay!r}")
-        if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a finite number > 0; got {self.lr!r}")
-        if self.encoder not in DEFAULT_LR and not Path(self.encoder).exists():
-            raise ValueError(f"unknown encoder {self.encoder!r}: neither {', '.join(DEFAULT_LR)} nor an existing path")
-        if self.recipe is not None:
-            from gradlab.real.recipe import RECIPES
-
-            if self.recipe not in RECIPES:
-                raise ValueError(f"unknown recipe {self.recipe!r}; choose from {', '.join(RECIPES)}")
-            if self.encoder == "light":
-                raise ValueError("the simcse-unsup recipe needs a transformer encoder (minilm or a checkpoint path)")
-        if self.stream and (self.corpus in ("NewsArticles", "News100") or self.max_sentences is not None):
-            raise ValueError("stream reads a one-sentence-per-line corpus file: give corpus=PATH and no max_sentences")
-        if self.shuffle_buffer is not None and (isinstance(self.shuffle_buffer, bool)
-                                                or not isinstance(self.shuffle_buffer, int) or self.shuffle_buffer < 1):
-            raise ValueError(f"shuffle_buffer must be an integer >= 1; got {self.shuffle_buffer!r}")
-        if self.max_sentences is not None and self.max_sentences < self.batch_size:
-            raise ValueError(f"max_sentences={self.max_sentences} is smaller than batch_size={self.batch_size}")
-
-    @property
-    def learning_rate(self) -> float:
-        if self.lr is None and self.recipe is not None:
-            from gradlab.real.recipe import simcse_unsup_lr
-
-            return simcse_unsup_lr(self.encoder)
-        return float(self.lr if self.lr is not None else DEFAULT_LR.get(self.encoder, DEFAULT_LR["minilm"]))
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d["loss_params"] = dict(self.loss_params)
-        if not isinstance(self.loss, str):  # a gradlab.Loss: its name and every parameter
-            d["loss"] = self.loss.name
-            d["loss_params"] = {k: float(v) for k, v in {**self.loss.params, **d["loss_params"]}.items()}
-        d["learning_rate"] = self.learning_rate
-        return d
-
-
-def simcse_unsup_config(encoder: str | Path, corpus: str | Path, **overrides: Any):
-    """A :class:`gradlab.real.TrainConfig` of the recipe: its settings, then ``overrides``.
-
-    InfoNCE at τ = 0.05 unless ``loss`` / ``loss_params`` / ``transform`` say otherwise (a
-    ``tau`` not given to InfoNCE or a transform is the recipe's).
-
-    Examples:
-      >>> cfg = simcse_unsup_config("path/to/bert-base-uncased", "wiki1m_for_simcse.txt")  # doctest: +SKIP
-      >>> cfg.batch_size, cfg.learning_rate, cfg.eval_every, cfg.steps  # doctest: +SKIP
-      (64, 3e-05, 250, 15625)
-    """
-    from gradlab.real.recipe import simcse_unsup_settings
-
-    s = simcse_unsup_settings(encoder, corpus, batch_size=overrides.get("batch_size"))
-    loss = overrides.pop("loss", "infonce")
-    params = dict(overrides.pop("loss_params", {}))
-    if loss == "infonce" or overrides.get("transform") is not None:
-        params.setdefault("tau", s["tau"])
-    base = {"batch_size": s["batch_size"], "lr": s["lr"], "eval_every": s["eval_every"], "steps": s["steps"]}
-    return TrainConfig(**{**base, **overrides, "loss": loss, "loss_params": params, "encoder": str(encoder),
-                          "corpus": str(corpus), "recipe": "simcse-unsup"})
-
 
 @dataclasses.dataclass
 class TrainResult:
