@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -191,7 +192,7 @@ def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, fake_train):
 
 
 def test_fig6_table_marks_failures_and_holds_the_runs_numbers(tmp_path, fake_train):
-    sc = Scale(**{k: v for k, v in TINY.items() if k != "corpus"}, seeds=2, quick=True,
+    sc = Scale(run=RunSpec(**{k: v for k, v in TINY.items() if k != "corpus"}), seeds=2, quick=True,
                values=(("m", (0.3, 0.7)), ("tau", (0.05,)), ("r", (0.25, 1.0))))
     specs = study_runs("fig6", sc)
     # Scale builds light-encoder runs on NewsArticles; the stand-in never reads the corpus
@@ -316,6 +317,7 @@ def test_report_on_map_rejects_a_directory_without_a_run(tmp_path):
     (["experiment", "fig6", "--jobs", "0"], "--jobs"),
     (["experiment", "fig6", "--steps", "0"], "steps"),
     (["experiment", "fig6", "--encoder", "bert"], "unknown encoder"),
+    (["experiment", "simcse", "--encoder", "light"], "transformer"),
     (["experiment", "fig6", "--format", "gif"], "--format"),
     (["experiment", "fig6", "--loss", "infonce"], "--loss chooses the losses of trajectory"),
     (["experiment", "trajectory", "--param", "tau=0.1"], "give --loss too"),
@@ -369,8 +371,8 @@ def test_two_identical_invocations_give_identical_numbers(tmp_path):
 @needs_real
 def test_train_with_a_loss_object_matches_the_named_loss(tmp_path):
     from gradlab import get_loss
-    from gradlab.real.data import load_news_sentences
     from gradlab.real import TrainConfig
+    from gradlab.real.data import load_news_sentences
     from gradlab.real.train import train
 
     sentences = load_news_sentences("News100")[:64]
@@ -554,3 +556,91 @@ def test_a_moved_loss_file_keeps_the_run_id(tmp_path):
     from gradlab import __version__
 
     assert f'"gradlab":"{__version__}"' in a.canonical_json()
+
+
+# --------------------------------------------------------------------------- one run configuration
+def test_run_ids_of_earlier_runs_are_unchanged():
+    """Ids computed by the code before ``RunSpec`` shared ``gradlab.real.RunConfig`` (commit 9406ce4):
+    a refactor of the configuration must not rename (and so re-run) the runs users have stored."""
+    assert RunSpec(loss="baseline", seed=1).id == "d76c4be30d6c35f1"
+    assert RunSpec(loss="infonce", encoder="minilm", steps=7, batch_size=32, max_sentences=500, heldout_max=128,
+                   dev_pairs=50, corpus="News100").id == "301f6e175a5cd2a4"
+    assert study_runs("fig6", Scale.make(quick=True))[0].id == "34d5d6086a7c2755"
+    assert study_runs("table3", Scale.make())[-1].id == "71ba0bc3a23cc811"
+
+
+def test_run_spec_is_a_run_config_and_builds_the_train_config():
+    from gradlab.real import RunConfig, TrainConfig, learning_rate
+    from gradlab.real.config import RunConfig as Home
+
+    spec = RunSpec(loss="infonce", encoder="minilm", steps=7, batch_size=32, max_sentences=500, heldout_max=128,
+                   dev_pairs=50, corpus="News100", seed=2)
+    assert isinstance(spec, RunConfig) and RunConfig is Home
+    cfg = spec.train_config(monitor=False)
+    assert isinstance(cfg, TrainConfig) and cfg.monitor is False
+    for name in ("encoder", "steps", "batch_size", "lr", "eval_every", "monitor_every", "seed", "corpus",
+                 "max_sentences", "dev_pairs", "eval_test", "recipe"):
+        assert getattr(cfg, name) == getattr(spec, name), name
+    assert cfg.learning_rate == spec.lr == learning_rate("minilm") == 3e-5  # SimCSE's BERT-base rate
+    assert RunSpec().lr == learning_rate("light") == 1e-3
+    with pytest.raises(ValueError, match="steps"):
+        RunSpec(steps=0)  # the shared check, written once in RunConfig
+    with pytest.raises(ValueError, match="steps"):
+        TrainConfig(steps=0)
+
+
+def test_simcse_study_runs_the_recipe_on_a_transformer():
+    runs = study_runs("simcse", Scale.make(study="simcse"))
+    assert [r.loss.get("loss") for r in runs[::3]] == ["infonce", "mb", "mv", "mmhe", "mmhs"]
+    assert {r.seed for r in runs} == {0, 1, 2} and len(runs) == 15
+    assert all(r.recipe == "simcse-unsup" and r.encoder == "minilm" and r.batch_size == 64 for r in runs)
+    assert runs[0].loss["params"]["tau"] == 0.05  # Gao et al. 2021's τ is InfoNCE's registry default
+    assert not {r.id for r in runs} & {r.id for r in study_runs("all", Scale.make())}  # all: not simcse
+    with pytest.raises(ValueError, match="Scale.make"):
+        study_runs("simcse", Scale.make())
+    with pytest.raises(ValueError, match="transformer"):
+        Scale.make(study="simcse", encoder="light")
+    assert Scale.make(study="simcse", steps=100).run.eval_every == 25
+
+
+FIXTURE_BERT = Path(__file__).parent / "fixtures" / "hf" / "bert"
+
+
+def test_a_checkpoint_encoder_is_named_by_content_not_path(tmp_path):
+    import shutil
+
+    a, b = tmp_path / "mnt-a" / "bert", tmp_path / "mnt-b" / "bert"
+    shutil.copytree(FIXTURE_BERT, a)
+    shutil.copytree(FIXTURE_BERT, b)
+    sa, sb = RunSpec(loss="infonce", encoder=str(a), **TINY), RunSpec(loss="infonce", encoder=str(b), **TINY)
+    assert sa.encoder != sb.encoder and sa.id == sb.id
+    assert "mnt-a" not in sa.canonical_json() and sa.encoder_sha256 in sa.canonical_json()
+    assert RunSpec.from_dict(json.loads(json.dumps(sa.to_dict()))).id == sa.id
+    (b / "config.json").write_text((b / "config.json").read_text() + " ")
+    assert RunSpec(loss="infonce", encoder=str(b), **TINY).id != sa.id  # a changed checkpoint is a new run
+    with pytest.raises(ValueError, match="checkpoint changed"):
+        RunSpec.from_dict({**sb.to_dict()})
+    with pytest.raises(ValueError, match="unknown encoder"):
+        RunSpec(encoder=str(tmp_path / "nothing"))
+
+
+@needs_real
+def test_simcse_quick_study_on_a_checkpoint_end_to_end(tmp_path):
+    """The recipe's runs through the whole study path, on the tiny BERT fixture: trained, monitored, built."""
+    out = tmp_path / "exp"
+    res = run("experiment", "simcse", "--quick", "--encoder", FIXTURE_BERT, "--out", out, "--jobs", "1")
+    assert res.exit_code == 0, res.output
+    numbers = load_json(out / "simcse" / "numbers.json")
+    assert [c["id"] for c in numbers["claims"]] == [f"li2024-table3-simcse-{n}" for n in ("mb", "mv", "mmhe", "mmhs")]
+    assert numbers["numbers"]["scale"]["recipe"] == "simcse-unsup"
+    assert numbers["numbers"]["infonce.paper"] == 76.25  # Li et al. 2024 Table 3, BERT-base STS avg.
+    for d in (out / "runs").iterdir():
+        if d.name.startswith("."):
+            continue
+        cfg, result = load_json(d / "config.json"), load_json(d / "result.json")
+        assert cfg["recipe"] == "simcse-unsup" and cfg["encoder_sha256"]
+        assert result["monitor"]["records"] >= 2 and math.isfinite(result["best_dev"])
+        train_json = load_json(d / "train.json")
+        assert train_json["config"]["recipe"] == "simcse-unsup"
+    text = (out / "simcse" / "results.md").read_text()
+    assert "recipe simcse-unsup" in text and "checkpoint bert" in text

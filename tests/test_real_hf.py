@@ -26,8 +26,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
-from gradlab.real import Encoder, PackedEncoder, load_encoder  # noqa: E402
-from gradlab.real import TrainConfig  # noqa: E402
+from gradlab.real import (  # noqa: E402
+    Encoder,
+    PackedEncoder,
+    TrainConfig,  # noqa: E402
+    load_encoder,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 MODELS = ("bert", "roberta")

