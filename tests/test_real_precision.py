@@ -95,6 +95,26 @@ def test_bf16_step_agrees_with_float32_step(recipe):
     assert d16 == {("bfloat16", "bfloat16"), ("float32", "float32")}
 
 
+def test_light_encoder_trains_in_bf16_too():
+    pytest.importorskip("all_minilm_l6_v2")
+    from gradlab.real import load_encoder
+
+    enc = load_encoder("light", dim=16, seed=0)
+    batch = enc.tokenize(TINY_SENTENCES[:8])
+    done = {}
+    for precision in PRECISIONS:
+        opt = optax.adam(1e-3)
+        step = make_train_step(enc, get_loss("infonce", tau=TAU), opt, precision=precision)
+        params = jax.tree_util.tree_map(jnp.copy, enc.params)
+        dots = _dot_dtypes(jax.make_jaxpr(step)(params, opt.init(params), enc.frozen, batch, jax.random.key(0)).jaxpr)
+        params, opt_state, aux = step(params, opt.init(params), enc.frozen, batch, jax.random.key(0))
+        assert _floats((params, opt_state)) == {"float32"} and aux["loss"].dtype == jnp.float32
+        done[precision] = float(aux["loss"]), set(dots)
+    (l32, d32), (l16, d16) = done["float32"], done["bf16"]
+    assert 0 < abs(l16 - l32) <= 5e-2 * abs(l32)
+    assert d32 == {("float32", "float32")} and ("bfloat16", "bfloat16") in d16
+
+
 def test_bad_precision_is_one_line():
     with pytest.raises(ValueError, match=r"^unknown precision 'fp16'; choose from float32, bf16$"):
         TrainConfig(precision="fp16")
