@@ -261,6 +261,7 @@ def train(
     shuffle_buffer: Annotated[int | None, typer.Option("--shuffle-buffer", help="--stream: lines in the shuffle buffer (default 10,000).")] = None,
     plan: Annotated[bool, typer.Option("--plan", help="Print the parameter count, FLOPs per step, and the step time and peak memory measured over a few steps on this device, then the predicted total time; train nothing, write nothing.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/state/ (same options as the interrupted run); start afresh if there is none.")] = False,
+    precision: Annotated[str, typer.Option("--precision", help="float32, or bf16: mixed precision for GPUs (forward and backward in bfloat16; master weights, optimizer state, loss, update and evaluation in float32).")] = "float32",
     dim: Dim = 384,
     dropout: Annotated[float, typer.Option("--dropout", help="light only: token-embedding dropout of the views.")] = 0.1,
     out: Out = Path("."),
@@ -295,9 +296,14 @@ def train(
       gradlab train --encoder path/to/bert-base-uncased --recipe simcse-unsup --corpus wiki1m_for_simcse.txt --out run
 
       gradlab train --encoder path/to/bert-base-uncased --recipe simcse-unsup --corpus wiki1m_for_simcse.txt --plan
+
+      gradlab train --encoder path/to/bert-base-uncased --recipe simcse-unsup --corpus wiki1m_for_simcse.txt --precision bf16 --out run
     """
+    from gradlab.real import PRECISIONS
+
     encoder = _encoder_spec(encoder)
     pooling = _pooling(pooling, encoder)
+    precision = _choice(precision, tuple(PRECISIONS), "--precision")
     params = parse_params(param)
     if recipe is not None:
         recipe = _choice(recipe, ("simcse-unsup",), "--recipe")
@@ -347,7 +353,7 @@ def train(
         batch_size=batch_size, lr=lr, eval_every=eval_every, seed=seed, corpus=corpus,
         max_sentences=max_sentences, dev_pairs=dev_pairs, eval_test=not no_test, monitor=not no_monitor,
         monitor_every=monitor_every, transform=transform, checkpoint_every=checkpoint_every, recipe=recipe,
-        stream=stream, shuffle_buffer=shuffle_buffer,
+        stream=stream, shuffle_buffer=shuffle_buffer, precision=precision,
     )
     if plan:
         from gradlab.real.plan import format_plan

@@ -73,6 +73,6 @@ def test_cli_plan_prints_and_writes_nothing(tmp_path):
             "--dev-pairs", 20, "--plan", "--out", out)
     assert r.exit_code == 0, r.output
     keys = [line.split("  ")[0] for line in r.stdout.strip().splitlines()]
-    assert keys == ["parameters", "FLOPs per step", "device", "step time", "peak memory", "dev evaluation", "total"]
+    assert keys == ["parameters", "FLOPs per step", "device", "precision", "step time", "peak memory", "dev evaluation", "total"]
     assert re.search(r"^total\s+\d+ s = [\d.]+ h for 3 steps of 8$", r.stdout, re.M), r.stdout
     assert not out.exists()

@@ -14,7 +14,7 @@ Public names:
   load_light, LightEncoder                                          (the light encoder)
   stsb_spearman, stsb_scores, pair_cosines, spearman_x100          (STS-B evaluation)
   evaluate_sts, load_senteval, STS_TASKS, STSTask                   (the SentEval STS suite)
-  TrainConfig, train                                                (training)
+  TrainConfig, train, PRECISIONS                                    (training; float32 or bf16)
   save_transformer                          (the trained model as a Hugging Face checkpoint directory)
   simcse_unsup_config, simcse_unsup_encoder, RECIPES, read_lines   (SimCSE's unsupervised recipe)
   load_encoder, Encoder, PackedEncoder     (by name "minilm" | "light" or a checkpoint path; the interface)
@@ -59,6 +59,7 @@ _LAZY = {
     "RunConfig": "gradlab.real.config",
     "TrainConfig": "gradlab.real.config",
     "learning_rate": "gradlab.real.config",
+    "PRECISIONS": "gradlab.real.config",
     "TrainResult": "gradlab.real.train",
     "train": "gradlab.real.train",
     "load_encoder": "gradlab.real.encoders",

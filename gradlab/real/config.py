@@ -21,10 +21,15 @@ from typing import Any
 from gradlab import defaults
 from gradlab.real import ENCODERS
 
-__all__ = ["RunConfig", "TrainConfig", "learning_rate", "simcse_unsup_config", "CORPORA"]
+__all__ = ["RunConfig", "TrainConfig", "learning_rate", "simcse_unsup_config", "CORPORA", "PRECISIONS"]
 
 #: The corpora shipped by ``make real`` (any other corpus is a path).
 CORPORA = ("NewsArticles", "News100")
+
+#: Training precisions (``TrainConfig.precision``, ``gradlab train --precision``) and the dtype
+#: each computes the forward and backward pass in; the master parameters, the optimizer state,
+#: the loss and the update stay float32 in every one (:func:`gradlab.real.train.make_train_step`).
+PRECISIONS = {"float32": "float32", "bf16": "bfloat16"}
 
 
 def learning_rate(encoder: str, lr: float | None = None, recipe: str | None = None) -> float:
@@ -151,6 +156,11 @@ class TrainConfig(RunConfig):
         tokenizing each batch as it comes, so that memory does not grow with the corpus.
         Every batch then takes ``batch_size`` rows of the encoder's full length (no packing).
       shuffle_buffer: lines held by the stream's shuffle buffer (None: 10,000).
+      precision: ``"float32"``, or ``"bf16"``: mixed precision for GPUs. The forward and
+        backward pass run in bfloat16 (parameters cast inside the jitted step); the master
+        parameters, the optimizer state, the embeddings h, h' given to the loss and the
+        monitor, the loss, its gradient and the update stay float32 (``PRECISIONS``).
+        Evaluation scores the float32 parameters, the model that is saved.
 
     With ``recipe="simcse-unsup"`` the corpus is read one sentence per line;
     :func:`simcse_unsup_config` fills in the recipe's batch size, learning rate, evaluation
@@ -167,9 +177,12 @@ class TrainConfig(RunConfig):
     checkpoint_every: int = 0
     stream: bool = False
     shuffle_buffer: int | None = None
+    precision: str = "float32"
 
     def __post_init__(self):
         super().__post_init__()
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}")
         if self.transform is not None and self.loss != "infonce":
             raise ValueError(f"a transform rescales InfoNCE's gradient: loss must be 'infonce'; got {self.loss!r}")
         object.__setattr__(self, "checkpoint_every", _integer(self.checkpoint_every, "checkpoint_every", 0))

@@ -74,7 +74,8 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
       ``parameters``, ``flops_per_step``, ``step_seconds`` (median of the timed steps),
       ``compile_seconds``, ``eval_seconds`` (one STS-B dev evaluation), ``evaluations``,
       ``peak_memory_bytes`` and where it was read, ``steps``, ``total_seconds`` (steps ×
-      step time + evaluations × evaluation time; the STS-B test scoring is not counted), ``device``.
+      step time + evaluations × evaluation time; the STS-B test scoring is not counted), ``device``
+      and ``precision`` (``config.precision``, the one the steps were measured in).
     """
     from gradlab.real import train as tr
 
@@ -113,6 +114,7 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
         "peak_memory_bytes": peak,
         "peak_memory_source": source,
         "device": f"{jax.device_count()} x {jax.devices()[0].device_kind}",
+        "precision": config.precision,
     }
 
 
@@ -123,6 +125,8 @@ def format_plan(p: dict[str, Any]) -> str:
         ("parameters", f"{p['parameters']:,} ({p['trainable_parameters']:,} trained)"),
         ("FLOPs per step", f"{p['flops_per_step']:.3e}  (3 x 2 views x forward matmul FLOPs)"),
         ("device", p["device"]),
+        ("precision", p["precision"] if p["precision"] == "float32" else
+         f"{p['precision']} (forward and backward; float32 master weights, optimizer state and loss)"),
         ("step time", f"{p['step_seconds']:.4f} s  ({tflops:.3g} TFLOP/s; first step with compilation "
                       f"{p['compile_seconds']:.2f} s)"),
         ("peak memory", f"{p['peak_memory_bytes'] / 2**20:,.0f} MiB  ({p['peak_memory_source']})"),

@@ -13,7 +13,11 @@ has one shape: MiniLM packs each batch's sentences end to end into fixed rows, s
 pass instead of storing them, and updates parameters and optimizer state in place. With
 several devices (``jax.devices()``, every host after ``jax.distributed.initialize()``) the
 batch is sharded over a 1-D mesh and the parameters replicated; the loss sees the global
-batch, so the negatives come from every device (docs/distributed.md).
+batch, so the negatives come from every device (docs/distributed.md). ``precision="bf16"``
+(``TrainConfig.precision``) is mixed precision for GPUs: the encoder's forward and backward
+pass run in bfloat16, while the master parameters, the optimizer state, the views given to
+the loss and the monitor, the loss and the update stay float32 (:func:`make_train_step`).
+Evaluation (STS-B dev and test) encodes with the float32 parameters, the model that is saved.
 
 :func:`train` is a straight line of stages: the objective (:func:`_resolve_objective`), the
 encoder (:func:`_encoder_for`), the data (:func:`_training_data`, :func:`_dev_pairs`), the
@@ -59,6 +63,7 @@ __all__ = [
     "load_encoder",
     "train",
     "make_train_step",
+    "compute_dtype",
     "data_mesh",
     "monitor_steps",
     "batch_order",
@@ -141,20 +146,53 @@ def unflatten_params(flat: Mapping[str, np.ndarray], like: Any) -> Any:
 # --------------------------------------------------------------------------- the step
 
 
-def _views_fn(encoder, *, packed: bool) -> Callable:
-    """``(params, frozen, batch, key) -> (h, h_prime)``: two dropout views of a batch (Gao et al. 2021)."""
+def compute_dtype(precision: str) -> Any:
+    """The dtype the forward and backward pass of ``precision`` run in (``gradlab.real.PRECISIONS``).
+
+    Examples:
+      >>> compute_dtype("float32"), compute_dtype("bf16")
+      (dtype('float32'), dtype(bfloat16))
+    """
+    from gradlab.real.config import PRECISIONS
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose from {', '.join(PRECISIONS)}")
+    return jnp.dtype(PRECISIONS[precision])
+
+
+def _cast_floats(tree: Any, dtype: Any) -> Any:
+    """Every floating-point array of ``tree`` cast to ``dtype`` (integer arrays and None kept)."""
+    return jax.tree_util.tree_map(lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
+
+
+def _views_fn(encoder, *, packed: bool, precision: str = "float32") -> Callable:
+    """``(params, frozen, batch, key) -> (h, h_prime)``: two dropout views of a batch (Gao et al. 2021).
+
+    With ``precision="bf16"`` the parameters (trained and frozen) are cast to bfloat16 on the
+    way in, so the encoder computes in bfloat16, and the views are cast back to float32 on the
+    way out; the gradient reaches the float32 parameters through both casts, in float32.
+    """
+    dtype = compute_dtype(precision)
+    mixed = dtype != jnp.float32
 
     def views(params, frozen, batch, key):
+        if mixed:
+            params, frozen = _cast_floats((params, frozen), dtype)
         k1, k2 = jax.random.split(key)
         if packed:
-            return encoder.forward_packed(params, frozen, batch, k1), encoder.forward_packed(params, frozen, batch, k2)
-        ids, mask = batch
-        return encoder.forward(params, frozen, ids, mask, k1), encoder.forward(params, frozen, ids, mask, k2)
+            h, h_prime = encoder.forward_packed(params, frozen, batch, k1), encoder.forward_packed(params, frozen, batch, k2)
+        else:
+            ids, mask = batch
+            h, h_prime = encoder.forward(params, frozen, ids, mask, k1), encoder.forward(params, frozen, ids, mask, k2)
+        if mixed:
+            h, h_prime = h.astype(jnp.float32), h_prime.astype(jnp.float32)
+        return h, h_prime
 
     return views
 
 
-def make_train_step(encoder, loss: Callable, optimizer, *, packed: bool = False, mesh=None) -> Callable:
+def make_train_step(encoder, loss: Callable, optimizer, *, packed: bool = False, mesh=None,
+                    precision: str = "float32") -> Callable:
     """A jitted SimCSE step: ``(params, opt_state, frozen, batch, key) -> (params, opt_state, aux)``.
 
     ``batch`` is ``(ids, mask)`` (padded (N, L) arrays) or, with ``packed``, the encoder's
@@ -165,9 +203,14 @@ def make_train_step(encoder, loss: Callable, optimizer, *, packed: bool = False,
     With a ``mesh`` (a 1-D ``jax.sharding.Mesh`` named ``"batch"``), the batch is split
     over its devices along axis 0 and parameters and optimizer state are replicated; the
     loss is computed on the gathered global batch (negatives from every device).
+
+    ``precision="bf16"`` is mixed precision (as in jmp / optax practice): ``params`` and
+    ``opt_state`` stay float32 (the master copy), the encoder's forward and backward pass run
+    in bfloat16, and ``h``, ``h_prime``, the loss, its gradient, ``grad_norm`` and the update are
+    float32. bfloat16 has float32's exponent range, so no loss scaling is needed.
     """
     optax = require("optax", purpose="training")
-    views = _views_fn(encoder, packed=packed)
+    views = _views_fn(encoder, packed=packed, precision=precision)
 
     def objective(params, frozen, batch, key):
         h, h_prime = views(params, frozen, batch, key)
@@ -621,7 +664,7 @@ def _make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> _Loop
     else:
         order = batch_order(len(token_ids), config.steps, config.batch_size, np.random.default_rng(config.seed))
         batches = _Batches(encoder, token_ids, order, fixed=fixed, n_devices=n_devices)
-    step_fn = make_train_step(encoder, loss, optimizer, packed=batches.packed, mesh=mesh)
+    step_fn = make_train_step(encoder, loss, optimizer, packed=batches.packed, mesh=mesh, precision=config.precision)
     frozen = encoder.frozen if mesh is None else _shard(encoder.frozen, mesh, jax.sharding.PartitionSpec())
     return _Loop(encoder, frozen, optimizer, batches, step_fn, jax.random.key(config.seed), mesh)
 
@@ -692,7 +735,7 @@ def _run_steps(config: TrainConfig, loop: _Loop, state: _State, dev, log: _Log, 
             _evaluate(state, loop.encoder, dev, log)
         after_step(state)
     if watch.monitor is not None and config.steps in watch.due:  # the state after the last update, on fresh views of the last batch
-        views = jax.jit(_views_fn(loop.encoder, packed=loop.batches.packed))
+        views = jax.jit(_views_fn(loop.encoder, packed=loop.batches.packed, precision=config.precision))
         watch(config.steps, *views(state.params, loop.frozen, batch, loop.key(config.steps + 1)))
 
 
