@@ -85,5 +85,16 @@ def test_resume_refuses_another_configuration_and_needs_out_dir(tmp_path):
         train(other, encoder=enc, sentences=SENTENCES, out_dir=tmp_path, resume=True)
     with pytest.raises(ValueError, match="out_dir"):
         train(cfg, encoder=enc, sentences=SENTENCES, resume=True)
+    # a state written before a config field existed resumes when the run uses that field's default
+    path = state_path(tmp_path)
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["meta"]))
+    del meta["config"]["precision"]
+    np.savez(path, **{**arrays, "meta": np.asarray(json.dumps(meta))})
+    assert train(cfg, encoder=enc, sentences=SENTENCES, out_dir=tmp_path, resume=True).best_step >= 0
+    with pytest.raises(ValueError, match="another configuration.*precision"):
+        train(TrainConfig(**{**cfg.__dict__, "precision": "bf16"}), encoder=enc, sentences=SENTENCES,
+              out_dir=tmp_path, resume=True)
     with pytest.raises(ValueError, match="checkpoint_every"):
         TrainConfig(checkpoint_every=-1)

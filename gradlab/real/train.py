@@ -597,8 +597,10 @@ def _load_state(path: Path, config: TrainConfig, loop: _Loop) -> _State:
     with np.load(path) as z:
         arrays = {k: z[k] for k in z.files}
     meta = json.loads(str(arrays["meta"]))
-    if meta["config"] != _resumable(config):
-        diff = sorted(k for k in meta["config"] if meta["config"][k] != _resumable(config).get(k))
+    # a field added since the state was written takes its default (e.g. precision: float32)
+    saved = {**{k: v for k, v in _resumable(TrainConfig()).items() if k not in meta["config"]}, **meta["config"]}
+    if saved != _resumable(config):
+        diff = sorted(k for k in {*saved, *_resumable(config)} if saved.get(k) != _resumable(config).get(k))
         raise ValueError(f"{path} was written by another configuration (differs in {', '.join(diff)})")
     order = loop.batches.order
     if not ((order is None or np.array_equal(arrays["order"], order))
