@@ -73,6 +73,7 @@ def experiment(
     encoder: Annotated[str | None, typer.Option("--encoder", "-e", help="light (default, CPU), minilm, or the PATH of a BERT / RoBERTa checkpoint (named in run ids by its content, not its path); simcse: minilm (default) or a PATH.")] = None,
     steps: Annotated[int | None, typer.Option("--steps", help="Adam steps per run (default 100, simcse 50; --quick 20, simcse 4).")] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", "-N", help="Sentences per step (default 64).")] = None,
+    precision: Annotated[str | None, typer.Option("--precision", help="float32 (default), or bf16: mixed precision for GPUs (forward and backward in bfloat16; master weights, optimizer state, loss and evaluation in float32).")] = None,
     values: Annotated[list[str] | None, typer.Option("--values", help="fig6: replace a component's values, e.g. --values tau=0.01,0.05,0.3 (repeatable).")] = None,
     loss: Annotated[list[str] | None, typer.Option("--loss", "-l", help="trajectory: train these losses and draw each on its own simulated maps (repeatable; default: the baseline and ArcCon). " + LOSS_HELP)] = None,
     param: Params = None,
@@ -102,7 +103,7 @@ def experiment(
 
       gradlab experiment simcse --out exp/   (SimCSE's recipe on MiniLM: about 45 min on 2 CPU cores)
 
-      gradlab experiment simcse --encoder path/to/bert-base-uncased --steps 15625 --out exp-gpu/
+      gradlab experiment simcse --encoder path/to/bert-base-uncased --steps 15625 --precision bf16 --out exp-gpu/
 
       gradlab experiment trajectory --loss my_losses.py:focal --param gamma=1 --quick
 
@@ -134,7 +135,7 @@ def experiment(
 
     try:
         scale = Scale.make(study=name, quick=quick, encoder=encoder, steps=steps, batch_size=batch_size,
-                           seeds=seeds, values=parsed)
+                           precision=precision, seeds=seeds, values=parsed)
     except (TypeError, ValueError) as exc:
         raise fail(str(exc)) from None
     if losses:

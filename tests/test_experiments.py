@@ -318,6 +318,7 @@ def test_report_on_map_rejects_a_directory_without_a_run(tmp_path):
     (["experiment", "fig6", "--steps", "0"], "steps"),
     (["experiment", "fig6", "--encoder", "bert"], "unknown encoder"),
     (["experiment", "simcse", "--encoder", "light"], "transformer"),
+    (["experiment", "fig6", "--precision", "fp16"], "unknown precision"),
     (["experiment", "fig6", "--format", "gif"], "--format"),
     (["experiment", "fig6", "--loss", "infonce"], "--loss chooses the losses of trajectory"),
     (["experiment", "trajectory", "--param", "tau=0.1"], "give --loss too"),
@@ -601,6 +602,9 @@ def test_simcse_study_runs_the_recipe_on_a_transformer():
     with pytest.raises(ValueError, match="transformer"):
         Scale.make(study="simcse", encoder="light")
     assert Scale.make(study="simcse", steps=100).run.eval_every == 25
+    bf16 = study_runs("simcse", Scale.make(study="simcse", precision="bf16"))
+    assert bf16[0].precision == "bf16" and bf16[0].id != runs[0].id
+    assert bf16[0].train_config().precision == "bf16"
 
 
 FIXTURE_BERT = Path(__file__).parent / "fixtures" / "hf" / "bert"

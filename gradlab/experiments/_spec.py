@@ -39,8 +39,9 @@ __all__ = ["RunSpec", "SCHEMA_VERSION", "canonical_loss", "loss_label"]
 #: 2: the id hashes the gradlab version and a user loss by function name and file content, not path; the
 #: monitor measures the trained loss itself, from state 0 (before the first update).
 SCHEMA_VERSION = 2
-#: Fields added after their schema: they enter the id only when set, so runs named before stay named.
-_OPTIONAL = ("recipe", "encoder_sha256")
+#: Fields added after their schema, with the value every earlier run had: they enter the id only
+#: when they differ from it, so runs named before keep their names.
+_OPTIONAL = {"recipe": None, "encoder_sha256": None, "precision": "float32"}
 
 
 def _number(value: Any, what: str) -> float:
@@ -159,7 +160,7 @@ class RunSpec(RunConfig):
 
     Its id is the hash of everything here. The fields of ``RunConfig`` (encoder, recipe,
     steps, batch_size, lr, eval_every, monitor_every, seed, corpus, max_sentences,
-    dev_pairs, eval_test) mean what they mean for ``gradlab train``, except that:
+    dev_pairs, eval_test, precision) mean what they mean for ``gradlab train``, except that:
 
     - ``lr`` None becomes the encoder's rate (``gradlab.real.learning_rate``), written into the spec;
     - ``corpus`` is ``"NewsArticles"`` or ``"News100"`` and ``max_sentences`` is drawn (seeded)
@@ -258,8 +259,8 @@ class RunSpec(RunConfig):
 
         d = self.to_dict()
         d["loss"] = _loss_identity(d["loss"])
-        for name in _OPTIONAL:
-            if d[name] is None:
+        for name, before in _OPTIONAL.items():
+            if d[name] == before:
                 del d[name]
         if "encoder_sha256" in d:
             d["encoder"] = "checkpoint"  # named by its content, not where it lies

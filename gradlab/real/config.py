@@ -78,6 +78,11 @@ class RunConfig:
       max_sentences: use at most this many corpus sentences (seeded sample); None = all.
       dev_pairs: evaluate on the first this-many STS-B dev pairs (None = all 1,500).
       eval_test: also score STS-B test before training and with the best checkpoint.
+      precision: ``"float32"``, or ``"bf16"``: mixed precision for GPUs. The forward and
+        backward pass run in bfloat16 (parameters cast inside the jitted step); the master
+        parameters, the optimizer state, the embeddings h, h' given to the loss and the
+        monitor, the loss, its gradient and the update stay float32 (``PRECISIONS``).
+        Evaluation scores the float32 parameters, the model that is saved.
     """
 
     encoder: str = "light"
@@ -92,6 +97,7 @@ class RunConfig:
     max_sentences: int | None = None
     dev_pairs: int | None = None
     eval_test: bool = True
+    precision: str = "float32"
 
     def __post_init__(self):
         for name, low in (("steps", 1), ("batch_size", 2), ("eval_every", 0), ("monitor_every", 1), ("seed", 0)):
@@ -108,6 +114,8 @@ class RunConfig:
                 raise ValueError(f"lr must be a finite number > 0; got {self.lr!r}")
             object.__setattr__(self, "lr", float(self.lr))
         object.__setattr__(self, "eval_test", bool(self.eval_test))
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}")
         if not isinstance(self.encoder, str) or (self.encoder not in ENCODERS and not Path(self.encoder).exists()):
             raise ValueError(f"unknown encoder {self.encoder!r}: neither {', '.join(ENCODERS)} nor an existing path")
         if self.recipe is not None:
@@ -129,7 +137,7 @@ class TrainConfig(RunConfig):
     """What a training run does: a :class:`RunConfig` and the trained objective.
 
     The fields of :class:`RunConfig` (encoder, recipe, steps, batch_size, lr, eval_every,
-    monitor_every, seed, corpus, max_sentences, dev_pairs, eval_test), and:
+    monitor_every, seed, corpus, max_sentences, dev_pairs, eval_test, precision), and:
 
     Attributes:
       loss: a registered loss name (``gradlab.list_losses()``), any text
@@ -156,11 +164,6 @@ class TrainConfig(RunConfig):
         tokenizing each batch as it comes, so that memory does not grow with the corpus.
         Every batch then takes ``batch_size`` rows of the encoder's full length (no packing).
       shuffle_buffer: lines held by the stream's shuffle buffer (None: 10,000).
-      precision: ``"float32"``, or ``"bf16"``: mixed precision for GPUs. The forward and
-        backward pass run in bfloat16 (parameters cast inside the jitted step); the master
-        parameters, the optimizer state, the embeddings h, h' given to the loss and the
-        monitor, the loss, its gradient and the update stay float32 (``PRECISIONS``).
-        Evaluation scores the float32 parameters, the model that is saved.
 
     With ``recipe="simcse-unsup"`` the corpus is read one sentence per line;
     :func:`simcse_unsup_config` fills in the recipe's batch size, learning rate, evaluation
@@ -177,12 +180,9 @@ class TrainConfig(RunConfig):
     checkpoint_every: int = 0
     stream: bool = False
     shuffle_buffer: int | None = None
-    precision: str = "float32"
 
     def __post_init__(self):
         super().__post_init__()
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}")
         if self.transform is not None and self.loss != "infonce":
             raise ValueError(f"a transform rescales InfoNCE's gradient: loss must be 'infonce'; got {self.loss!r}")
         object.__setattr__(self, "checkpoint_every", _integer(self.checkpoint_every, "checkpoint_every", 0))
