@@ -193,6 +193,21 @@ def _welch_claim(ctx: Context, key: str, a: np.ndarray, b: np.ndarray, *, expect
     return d, p
 
 
+def _test_dev_claim(ctx: Context, key: str, cid: str, weaker: Sequence[dict], stronger: Sequence[dict], *,
+                    label: str, claim: str, extra: Sequence[str] = ()) -> list[str]:
+    """Li et al. 2024 Table 3's claim that ``stronger`` beats ``weaker``: Welch's t over the seeds on
+    STS-B test (the verdict) and on best dev, exported as ``claim.<key>.*``; returns the table row."""
+    d, p = welch(_vals(weaker, "test_after"), _vals(stronger, "test_after"))
+    d_dev, p_dev = welch(_vals(weaker, "best_dev"), _vals(stronger, "best_dev"))
+    verdict = _direction(d, p, expect=+1)
+    for k, v in (("test_diff", d), ("test_p", p), ("dev_diff", d_dev), ("dev_p", p_dev)):
+        ctx.number(f"claim.{key}.{k}", v)
+    ctx.claim(cid, paper="Li et al. 2024, Table 3", claim=claim, verdict=verdict,
+              finding=f"STS-B test {d:+.2f} (p = {p:.2g}), best dev {d_dev:+.2f} (p = {p_dev:.2g})",
+              test=f"Welch's t over seeds on STS-B test, α = {ALPHA}")
+    return [label, f"{d:+.2f}", f"{p:.2g}", f"{d_dev:+.2f}", f"{p_dev:.2g}", *extra, verdict]
+
+
 def _failures(runs: Sequence[dict]) -> str:
     bad = [r for r in runs if r.get("status") != "done"]
     if not bad:
@@ -744,16 +759,8 @@ def build_table3(ctx: Context) -> None:
     comp_rows = []
 
     def compare(cid: str, weaker: str, wruns: list[dict], stronger: str, sruns: list[dict], claim: str) -> None:
-        d, p = welch(_vals(wruns, "test_after"), _vals(sruns, "test_after"))
-        d_dev, p_dev = welch(_vals(wruns, "best_dev"), _vals(sruns, "best_dev"))
-        verdict = _direction(d, p, expect=+1)
-        for k, v in (("test_diff", d), ("test_p", p), ("dev_diff", d_dev), ("dev_p", p_dev)):
-            ctx.number(f"claim.{cid}.{k}", v)
-        comp_rows.append([f"{stronger} vs {weaker}", f"{d:+.2f}", f"{p:.2g}", f"{d_dev:+.2f}", f"{p_dev:.2g}",
-                          verdict])
-        ctx.claim(f"li2024-table3-{cid}", paper="Li et al. 2024, Table 3", claim=claim, verdict=verdict,
-                  finding=f"STS-B test {d:+.2f} (p = {p:.2g}), best dev {d_dev:+.2f} (p = {p_dev:.2g})",
-                  test=f"Welch's t over seeds on STS-B test, α = {ALPHA}")
+        comp_rows.append(_test_dev_claim(ctx, cid, f"li2024-table3-{cid}", wruns, sruns,
+                                         label=f"{stronger} vs {weaker}", claim=claim))
 
     for orig, mod in TABLE3_PAIRS:
         mruns = ctx.runs(mod)
@@ -960,17 +967,10 @@ def build_simcse(ctx: Context) -> None:
     for name in SIMCSE_LOSSES[1:]:
         runs = ctx.runs(name)
         paper = f"{_label(name)} {TABLE3_PAPER_BERT[name]:.2f} vs InfoNCE {TABLE3_PAPER_BERT[TABLE3_REFERENCE]:.2f}"
-        d, p = welch(_vals(reference, "test_after"), _vals(runs, "test_after"))
-        d_dev, p_dev = welch(_vals(reference, "best_dev"), _vals(runs, "best_dev"))
-        verdict = _direction(d, p, expect=+1)
-        for k, v in (("test_diff", d), ("test_p", p), ("dev_diff", d_dev), ("dev_p", p_dev)):
-            ctx.number(f"claim.{name}.{k}", v)
-        comp_rows.append([f"{_label(name)} vs InfoNCE", f"{d:+.2f}", f"{p:.2g}", f"{d_dev:+.2f}", f"{p_dev:.2g}",
-                          f"{TABLE3_PAPER_BERT[name] - TABLE3_PAPER_BERT[TABLE3_REFERENCE]:+.2f}", verdict])
-        ctx.claim(f"li2024-table3-simcse-{name}", paper="Li et al. 2024, Table 3",
-                  claim=f"{_label(name)} beats InfoNCE under SimCSE's recipe ({paper}, BERT-base STS avg.)",
-                  verdict=verdict, finding=f"STS-B test {d:+.2f} (p = {p:.2g}), best dev {d_dev:+.2f} (p = {p_dev:.2g})",
-                  test=f"Welch's t over seeds on STS-B test, α = {ALPHA}")
+        comp_rows.append(_test_dev_claim(
+            ctx, name, f"li2024-table3-simcse-{name}", reference, runs, label=f"{_label(name)} vs InfoNCE",
+            claim=f"{_label(name)} beats InfoNCE under SimCSE's recipe ({paper}, BERT-base STS avg.)",
+            extra=[f"{TABLE3_PAPER_BERT[name] - TABLE3_PAPER_BERT[TABLE3_REFERENCE]:+.2f}"]))
     ctx.result("simcse", _table_result(labels, np.array(per_seed),
                                        "STS-B test Spearman × 100 (best-dev checkpoint)", cols, status, ids))
     run = ctx.scale.run
