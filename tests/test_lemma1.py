@@ -77,7 +77,7 @@ def _bounds_float64(tp, tn, a, lam):
 
 @pytest.mark.parametrize("lam", [0.01, 0.1, 0.5, 1.0])
 def test_bounds_float32_within_a_few_ulp_of_a_float64_reference(lam):
-    """Issue 15: no cancellation in float32 when 1/λ is large.
+    """No cancellation in float32 when 1/λ is large.
 
     Errors are in ulp (float32) of the terms added: |x| + y / (1/λ + √D) for r_low and
     1/λ + |x| + √D for r_high (x = t cos α / s, y = t² sin²α / s², D = 1/λ² − y). Excluded:

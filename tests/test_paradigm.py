@@ -22,7 +22,7 @@ def _batch(seed, n=6, d=20):
 @pytest.mark.parametrize("name", ["infonce", "arccon", "met", "mat", "mpt", "dcl"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_decompose_recovers_closed_form_components(name, seed):
-    """Done-means of issue 2: decompose recovers GD·W and R of the closed forms to 1e-8."""
+    """decompose recovers GD·W and R of the closed forms to 1e-8."""
     loss = gradlab.get_loss(name, **({"tau": 0.2} if "tau" in gradlab.get_loss(name).params else {}))
     h, hp = _batch(seed)
     dec = gradlab.decompose(loss.per_anchor, h, hp)

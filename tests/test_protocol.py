@@ -1,4 +1,4 @@
-"""Protocol validation: the one home of the Monte-Carlo checks the CLI relies on (issue 10)."""
+"""Protocol validation: the one home of the Monte-Carlo checks the CLI relies on."""
 
 import math
 

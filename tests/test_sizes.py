@@ -1,4 +1,5 @@
-"""Sizes refused up front: estimates before allocation, one-line errors, the two crashes of issue 15."""
+"""Sizes refused up front: estimates before allocation, one-line errors, the two sizes that once crashed the process
+(a 100000-cell grid with 100000 batches, an 80000-cell grid with 10 batches)."""
 
 
 import jax
@@ -14,7 +15,7 @@ from tests._cli import one_line_error, run
 
 
 @pytest.mark.parametrize("args", [("--grid", 100000, "--batches", 100000), ("--grid", 80000, "--batches", 10)])
-def test_the_two_crashes_of_the_issue_are_refused_at_once(tmp_path, args):
+def test_the_sizes_that_once_crashed_are_refused_at_once(tmp_path, args):
     out = tmp_path / "out"
     result = run("heatmap", "--loss", "arccon", *args, "--no-plot", "--out", out)  # how fast: benchmarks/latency.py
     err = one_line_error(result)
