@@ -186,13 +186,8 @@ def check_formats(formats: Sequence[str] | None) -> list[str]:
         raise fail(f"--format: {exc}") from None
 
 
-def _typer_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("typer")
-    except PackageNotFoundError:  # pragma: no cover - typer runs this code
-        return None
+def _typer_version() -> str:
+    return typer.__version__
 
 
 class Writer(outputs.Writer):

@@ -25,6 +25,7 @@ extra is the one-line error that names it.
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 from enum import Enum
@@ -595,9 +596,25 @@ def _register_plugins(target: typer.Typer, plugins=PLUGINS) -> list[str]:
 _register_plugins(app)
 
 
+def _app_for(argv: list[str]) -> typer.Typer:
+    """``app`` with only the command that ``argv`` names (the first word that is not a root option):
+    Typer turns each registered command's signature into click options when the group is built,
+    and a run needs only its own. The whole app for ``gradlab``, ``--help``, ``--version`` or an
+    unknown name (its listing and suggestions need every command)."""
+    name = next((word for word in argv if not word.startswith("-")), None)
+    chosen = [c for c in app.registered_commands
+              if typer.main.get_command_name(c.name or c.callback.__name__) == name]
+    if len(chosen) != 1:
+        return app
+    one = copy.copy(app)
+    one.registered_commands = chosen
+    return one
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point (``gradlab``); ``_Gradlab.main`` is the one error handler."""
-    command = typer.main.get_command(app)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = typer.main.get_command(_app_for(argv))
     return command.main(args=argv, prog_name="gradlab", standalone_mode=True)
 
 

@@ -14,12 +14,31 @@ Bounded: JAX's least-recently-used eviction keeps the directory under ``max_size
 read and write of the directory through one file lock (the ``filelock`` package), so a
 process never reads an entry another is still writing; an unreadable entry is a cache miss
 (a warning and a fresh compilation), never a wrong program.
+
+Stored programs. JAX's cache still traces and lowers a function before it can look it up (its
+key is the lowered program), which is most of a warm command's own time. gradlab's fixed
+programs (the simulation engine's stages for a registered loss, the normal map of the draws)
+are therefore also kept whole, as serialized executables, in ``programs/`` inside the cache
+directory (``stored_program``), with the few numbers the memory check traces for
+(``stored_value``). Their key is what the computation depends on beyond its arguments: the
+program's own identity (statistic, registered loss, stage, chunk), the shapes and dtypes of
+its arguments, and a fingerprint of gradlab's source files (size and modification time),
+of JAX, jaxlib and their configuration, of the devices and of the host CPU, so that a new
+version, an edited checkout or another machine reads nothing stale. A user's loss (a file
+or a module) has no such identity and always goes through ``jax.jit`` and JAX's cache. An
+entry that cannot be read is a miss (it is compiled again and rewritten), never a failure;
+the directory keeps at most ``PROGRAMS_MAX`` entries (least recently used removed).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import pickle
+import platform
 import sys
+import tempfile
 from pathlib import Path
 
 #: Environment variable that moves the cache (``off`` disables it).
@@ -27,7 +46,7 @@ ENV_DIR = "GRADLAB_CACHE_DIR"
 #: Environment variable that bounds the cache size in bytes.
 ENV_MAX = "GRADLAB_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 2**30
-_ACTIVE: dict = {"dir": None, "off": False}
+_ACTIVE: dict = {"dir": None, "off": False, "programs": True}
 _OFF = ("off", "0", "false", "no", "none", "")
 
 
@@ -100,7 +119,8 @@ def _settings(path: Path | None, max_bytes: int) -> dict:
     }
 
 
-def enable_cache(directory: str | os.PathLike | None = None, *, max_size: int | None = None) -> Path | None:
+def enable_cache(directory: str | os.PathLike | None = None, *, max_size: int | None = None,
+                 programs: bool = True) -> Path | None:
     """Switch JAX's persistent compilation cache on for this process (opt-in for the library).
 
     Call it before the first computation. Without JAX imported yet, it only sets the
@@ -113,6 +133,8 @@ def enable_cache(directory: str | os.PathLike | None = None, *, max_size: int | 
         platform's user cache directory (``cache_dir``). ``"off"`` disables the cache.
       max_size: bound in bytes (least recently used entries are evicted); None =
         ``GRADLAB_CACHE_MAX_BYTES`` or 1 GiB.
+      programs: also keep gradlab's fixed programs whole (``stored_program``), so that a later
+        process neither traces nor lowers them; False leaves only JAX's cache.
 
     Returns:
       The cache directory, or None if the cache is off.
@@ -131,7 +153,7 @@ def enable_cache(directory: str | os.PathLike | None = None, *, max_size: int | 
             raise ValueError(f"cannot create the compilation cache directory {str(path)!r} "
                              f"({exc.strerror or exc}); set {ENV_DIR}=off or another directory") from None
     _apply(settings)
-    _ACTIVE["dir"], _ACTIVE["off"] = path, path is None
+    _ACTIVE.update(dir=path, off=path is None, programs=bool(programs))
     return path
 
 
@@ -171,3 +193,191 @@ def _apply(settings: dict) -> None:
     for name, value in settings.items():
         jax.config.update(name, value)
     compilation_cache.reset_cache()
+
+
+# --- stored programs ---------------------------------------------------------------------------
+#: Entries kept in ``programs/`` (each a few tens of kB); the least recently used go first.
+PROGRAMS_MAX = 512
+#: The program store: this folder of the cache directory.
+PROGRAMS = "programs"
+_FINGERPRINT: dict = {}
+
+
+def _programs_dir() -> Path | None:
+    """``<cache>/programs``, or None where the cache is off or this process never switched it on."""
+    if _ACTIVE["off"] or _ACTIVE["dir"] is None or not _ACTIVE["programs"]:
+        return None
+    import jax
+
+    if jax.process_count() > 1:  # a program spanning several processes is compiled by each, together
+        return None
+    return _ACTIVE["dir"] / PROGRAMS
+
+
+def source_stamp(root: str | os.PathLike | None = None) -> list:
+    """(relative path, size, modification time in ns) of every ``.py`` file under ``root``
+    (default: the installed gradlab package): any edit of the sources changes it."""
+    root = Path(__file__).resolve().parent if root is None else Path(root)
+    stamp = []
+    for path in sorted(root.rglob("*.py")):
+        st = path.stat()
+        stamp.append((str(path.relative_to(root)), st.st_size, st.st_mtime_ns))
+    return stamp
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def fingerprint() -> str:
+    """What every stored program depends on besides its own key (computed once per process).
+
+    gradlab's source files (relative path, size, modification time), the versions of gradlab,
+    JAX and jaxlib, JAX's configuration (all of ``jax.config.values`` but the cache settings),
+    ``XLA_FLAGS``, the devices (platform, platform version, kinds, count) and the host CPU
+    (architecture and instruction-set flags).
+    """
+    if "value" not in _FINGERPRINT:
+        import jax
+        import jaxlib
+
+        from gradlab._version import __version__
+
+        devices = jax.devices()
+        config = sorted((k, repr(v)) for k, v in jax.config.values.items() if "cache" not in k)
+        parts = [__version__, jax.__version__, jaxlib.__version__, config, os.environ.get("XLA_FLAGS", ""),
+                 devices[0].platform, devices[0].client.platform_version, [d.device_kind for d in devices],
+                 platform.machine(), _cpu_flags(), source_stamp()]
+        _FINGERPRINT["value"] = hashlib.sha256(repr(parts).encode()).hexdigest()
+    return _FINGERPRINT["value"]
+
+
+def _signature(args) -> str:
+    import jax
+
+    leaves, treedef = jax.tree.flatten(args)
+    return repr((str(treedef), [(getattr(x, "shape", ()), str(getattr(x, "dtype", type(x).__name__)),
+                                 bool(getattr(x, "weak_type", False))) for x in leaves]))
+
+
+def _entry(directory: Path, key: tuple, args, kind: str) -> Path:
+    digest = hashlib.sha256(repr((fingerprint(), kind, key, _signature(args))).encode()).hexdigest()
+    return directory / f"{kind}-{digest}"
+
+
+def _write(path: Path, payload: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    trim(path.parent)
+
+
+def _used(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:  # removed meanwhile by another process
+        return 0
+
+
+def trim(directory: str | os.PathLike, keep: int | None = None) -> None:
+    """Remove the least recently used entries of a program store beyond ``keep`` (``PROGRAMS_MAX``)."""
+    keep = PROGRAMS_MAX if keep is None else keep
+    entries = [p for p in Path(directory).iterdir() if not p.name.startswith(".")]
+    for p in sorted(entries, key=_used)[: max(0, len(entries) - keep)]:
+        p.unlink(missing_ok=True)
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        payload = path.read_bytes()
+        os.utime(path)  # recently used
+        return payload
+    except OSError:
+        return None
+
+
+def _compile_fresh(jitted, args: tuple):
+    """``jitted`` compiled for ``args`` without JAX's persistent cache. An executable that JAX read
+    back from its cache serializes without the code of its fused kernels (jaxlib 0.10 on the CPU:
+    the next process fails with "Function ... not found"), so only a fresh compilation is stored."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    was = bool(jax.config.jax_enable_compilation_cache)
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+    try:
+        return jitted.lower(*args).compile()
+    finally:
+        jax.config.update("jax_enable_compilation_cache", was)
+        compilation_cache.reset_cache()
+
+
+def stored_program(jitted, args: tuple, key: tuple | None):
+    """``jitted`` compiled for ``args``: read whole from the program store, or compiled and stored.
+
+    Args:
+      jitted: a ``jax.jit`` function without static arguments (close over them, and name them
+        in ``key``).
+      args: example arguments; the program is called later with arguments of the same shapes,
+        dtypes and structure.
+      key: what the computation is, beyond the shapes of its arguments, as plain data (names,
+        numbers); None when nothing stable names it (a user's loss): then ``jitted`` itself is
+        returned and JAX's own cache serves it.
+
+    Returns:
+      A callable: a ``jax.stages.Compiled`` (from the store, or compiled now), or ``jitted``.
+    """
+    directory = None if key is None else _programs_dir()
+    if directory is None:
+        return jitted
+    from jax.experimental import serialize_executable
+
+    path = _entry(directory, key, args, "program")
+    payload = _read(path)
+    if payload is not None:
+        try:
+            return serialize_executable.deserialize_and_load(*pickle.loads(payload))
+        except Exception:  # noqa: BLE001 - an unreadable entry is a miss: compiled again below
+            path.unlink(missing_ok=True)
+    compiled = _compile_fresh(jitted, args)
+    try:
+        _write(path, pickle.dumps(serialize_executable.serialize(compiled)))
+    except Exception:  # noqa: BLE001 - a store that cannot be written only costs the next start
+        pass
+    return compiled
+
+
+def stored_value(key: tuple, make, args=()):
+    """``make()`` (JSON data: numbers, lists, strings), kept in the program store under ``key`` and
+    the shapes of ``args``, so that a later process skips the tracing behind it. Without a store
+    (cache off) or without a key, ``make()`` is called."""
+    directory = None if key is None else _programs_dir()
+    if directory is None:
+        return make()
+    path = _entry(directory, key, args, "value")
+    payload = _read(path)
+    if payload is not None:
+        try:
+            return json.loads(payload)
+        except ValueError:
+            path.unlink(missing_ok=True)
+    value = make()
+    try:
+        _write(path, json.dumps(value).encode())
+    except (OSError, TypeError, ValueError):
+        pass
+    return value

@@ -100,6 +100,9 @@ def versions() -> dict[str, Any]:
 
     meta = runtime_meta()
     meta["python"] = sys.version.split()[0]
+    if "matplotlib" in sys.modules:  # drawn: its own version (no scan of the installed packages)
+        meta["matplotlib_version"] = sys.modules["matplotlib"].__version__
+        return meta
     try:
         meta["matplotlib_version"] = version("matplotlib")
     except PackageNotFoundError:  # pragma: no cover - matplotlib is a base dependency

@@ -31,6 +31,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from gradlab._cache import stored_program, stored_value
 from gradlab.simulate._sampling import CellDraws, CommonDraws, cell_draws, draws_for, normal_bound
 from gradlab.simulate._trig import cos_for
 
@@ -46,11 +47,16 @@ class Stat:
       key: hashable identity (same key = same computation).
       neg: ``(c_neg (B, K), params) -> tables`` (pytree with leading axis B).
       pair: ``(c_pos (B,), tables, u (B,), params) -> {name: (value, include)}``.
+      stored: the same identity as plain data that means the same computation in every
+        process (a registered loss by name), so that its compiled programs are kept whole in
+        the program store (``gradlab._cache.stored_program``); None (a user's loss): compiled
+        through ``jax.jit`` and JAX's cache.
     """
 
     key: tuple
     neg: Callable
     pair: Callable
+    stored: tuple | None = None
 
     def __hash__(self):
         return hash(self.key)
@@ -130,11 +136,15 @@ def _fetch(tree):
     return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
 
 
-def _run_steps(compiled, items: np.ndarray, rep, step: int, progress):
-    """Run ``compiled`` on fixed-size slices of ``items`` (padded by repeating the last one)."""
+def _run_steps(compiled, items: np.ndarray, rep, step: int, progress, key: tuple | None = None):
+    """Run ``compiled`` on fixed-size slices of ``items`` (padded by repeating the last one).
+
+    ``key`` (the program's identity as plain data, or None) reads the compiled program from the
+    program store instead of tracing it (``gradlab._cache.stored_program``)."""
     n = items.shape[0]
     total = _pad(n, step)
     padded = np.concatenate([items, np.repeat(items[-1:], total - n, axis=0)]) if total > n else items
+    compiled = stored_program(compiled, (padded[:step], rep), key)
     outs = []
     n_steps = total // step
     for i in range(n_steps):
@@ -161,10 +171,16 @@ def _shapes(stat: Stat, batches: int, n_neg: int, dtype_name: str, params_sig):
     """Bytes of one μ_neg column's tables and of one cell's moments (``jax.eval_shape``: no allocation)."""
     params = jax.tree.unflatten(params_sig[0], [jax.ShapeDtypeStruct(s, d) for s, d in params_sig[1]])
     sds = functools.partial(jax.ShapeDtypeStruct, dtype=jnp.dtype(dtype_name))
-    tables = jax.eval_shape(stat.neg, sds((batches, n_neg)), params)
-    cell = jax.eval_shape(lambda c, t, u, p: _reduce(stat.pair(c, t, u, p)), sds((batches,)), tables,
-                          sds((batches,)), params)
-    return _nbytes(tables), _nbytes(cell)
+
+    def traced():
+        tables = jax.eval_shape(stat.neg, sds((batches, n_neg)), params)
+        cell = jax.eval_shape(lambda c, t, u, p: _reduce(stat.pair(c, t, u, p)), sds((batches,)), tables,
+                              sds((batches,)), params)
+        return [_nbytes(tables), _nbytes(cell)]
+
+    key = None if stat.stored is None else ("shapes", stat.stored, batches, n_neg, dtype_name)
+    table_col, cell = stored_value(key, traced, params)
+    return int(table_col), int(cell)
 
 
 def _signature(params):
@@ -278,7 +294,9 @@ def neg_tables(stat: Stat, draws: CommonDraws, mu_neg: np.ndarray, params):
     dtype = draws.dtype
     rep = (np.asarray(draws.sigma_neg, dtype), draws.z_neg, params)
     nd = _n_devices()
-    return _run_steps(_neg_stage(stat, nd), np.asarray(mu_neg, dtype), rep, _pad(len(mu_neg), _NEG_CHUNK * nd), None)
+    key = None if stat.stored is None else ("neg", stat.stored, nd)
+    return _run_steps(_neg_stage(stat, nd), np.asarray(mu_neg, dtype), rep, _pad(len(mu_neg), _NEG_CHUNK * nd), None,
+                      key)
 
 
 def run_common(stat: Stat, draws: CommonDraws, mu_pos, mu_neg, params, *, chunk=None, progress=None):
@@ -293,7 +311,8 @@ def run_common(stat: Stat, draws: CommonDraws, mu_pos, mu_neg, params, *, chunk=
     nd = _n_devices()
     chunk = plan.chunk
     step = _step_size(chunk, nd, len(mu_pos), progress)
-    return _run_steps(_pair_stage(stat, chunk, nd), mu_pos, rep, step, progress)
+    key = None if stat.stored is None else ("pair", stat.stored, chunk, nd)
+    return _run_steps(_pair_stage(stat, chunk, nd), mu_pos, rep, step, progress, key)
 
 
 # --- independent mode ------------------------------------------------------------------------
@@ -335,7 +354,8 @@ def run_independent(stat: Stat, draws: CellDraws, mu_pos, mu_neg, params, *, chu
     bound = max(np.max(np.abs(mu_pos)) + draws.sigma_pos * z, np.max(np.abs(mu_neg)) + draws.sigma_neg * z)
     cos = cos_for(dtype, float(bound))
     compiled = _cell_stage(stat, chunk, nd, draws.batches, draws.batch_size, dtype.name, cos)
-    flat = _run_steps(compiled, np.arange(n_cells, dtype=np.uint32), rep, step, progress)
+    key = None if stat.stored is None else ("cell", stat.stored, chunk, nd, f"{cos.__module__}.{cos.__qualname__}")
+    flat = _run_steps(compiled, np.arange(n_cells, dtype=np.uint32), rep, step, progress, key)
     return jax.tree.map(lambda a: a.reshape((p_, q_) + a.shape[1:]), flat)
 
 

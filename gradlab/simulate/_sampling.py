@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gradlab._cache import stored_program
 from gradlab.geometry import fold_angle
 
 COMMON_TAG = 0xFFFFFFFF
@@ -160,7 +161,9 @@ def _uniform_from_bits(bits: np.ndarray, dtype) -> np.ndarray:
 
 # One elementwise program; the positive's column is split off on the host (splitting inside
 # the program made XLA duplicate the erfinv fusion per output: twice the compile time).
-_normal_map = jax.jit(normal_from_bits, static_argnums=1)
+@functools.cache
+def _normal_map(dtype_name: str):
+    return jax.jit(functools.partial(normal_from_bits, dtype=dtype_name))
 
 
 def common_draws(protocol):
@@ -173,7 +176,7 @@ def common_draws(protocol):
     if dtype.itemsize == 8 and not jax.config.jax_enable_x64:
         raise ValueError("float64 draws need jax.config.update('jax_enable_x64', True)")
     bits, ubits = _common_bits(protocol.seed, protocol.batches, protocol.batch_size, dtype)
-    z = np.asarray(_normal_map(bits, dtype.name))
+    z = np.asarray(stored_program(_normal_map(dtype.name), (bits,), ("normal_from_bits", dtype.name))(bits))
     return z[:, 0].copy(), np.ascontiguousarray(z[:, 1:]), _uniform_from_bits(ubits, dtype)
 
 

@@ -107,6 +107,11 @@ def _effective_ratio(weight, ratio):
     return jnp.where(total != 0, jnp.sum(weight * ratio, axis=-1) / safe, jnp.nan)
 
 
+def _stored(loss: Loss, *key) -> tuple | None:
+    """A statistic's identity in every process (``Stat.stored``): a registered loss by name, else None."""
+    return (loss.spec.name, *key) if _registered(loss) else None
+
+
 def _stat(key: tuple, build: Callable[[], Stat]) -> Stat:
     if key not in _STAT_CACHE:
         _STAT_CACHE[key] = build()
@@ -127,7 +132,8 @@ def _gd_stat(loss: Loss, kind: str, with_ratio: bool) -> Stat:
             out["ratio"] = (eff, jnp.isfinite(eff) if loss.spec.family == "user" else None)
         return out
 
-    return Stat(key=("gd", loss.spec, kind, with_ratio), neg=neg, pair=pair)
+    return Stat(key=("gd", loss.spec, kind, with_ratio), neg=neg, pair=pair,
+                stored=_stored(loss, "gd", kind, with_ratio))
 
 
 def gd_map(loss, protocol: Protocol | None = None, *, exact: bool = False, method: str = "auto", progress=None) -> Result:
@@ -225,7 +231,8 @@ def _weight_stat(loss: Loss, kind: str, gated: bool) -> Stat:
         include = gd >= p["gd_gate"] if gated else None
         return {"share": (share, include), "gd": (gd, None)}
 
-    return Stat(key=("weight", loss.spec, kind, gated), neg=neg, pair=pair)
+    return Stat(key=("weight", loss.spec, kind, gated), neg=neg, pair=pair,
+                stored=_stored(loss, "weight", kind, gated))
 
 
 def _check_weight_args(loss: Loss, gd_gate, what: str):
@@ -381,7 +388,8 @@ def _lemma_stat(alpha_key, alpha: Callable) -> Stat:
             "sphere_disagree": ((sat != closer).astype(dt), None),
         }
 
-    return Stat(key=("lemma1",) + alpha_key, neg=neg, pair=pair)
+    stored = None if alpha_key[0] == "callable" else ("lemma1", *alpha_key)  # a user's α law: no stable name
+    return Stat(key=("lemma1",) + alpha_key, neg=neg, pair=pair, stored=stored)
 
 
 def lemma1_map(
