@@ -12,6 +12,7 @@ import re
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -96,6 +97,26 @@ def angle(raw: str) -> float:
     if not 0 <= value <= math.pi:
         raise typer.BadParameter(f"must lie within [0, pi]; got {value:g}")
     return value
+
+
+def pi_text(value: float, max_denominator: int = 360) -> str:
+    """A radian value as π text that ``number`` reads back exactly, else the float's ``repr``.
+
+    For the defaults shown by ``--help`` (``gradlab.defaults``): a simple rational multiple of π
+    (numerator and denominator at most ``max_denominator``) is written ``pi/20``, ``pi``,
+    ``3*pi/4``; any other value (or one whose π text would not parse back to the very same
+    float) as ``repr(value)``.
+
+    Examples:
+      >>> pi_text(math.pi / 20), pi_text(math.pi), pi_text(3 * math.pi / 4), pi_text(0.5)
+      ('pi/20', 'pi', '3*pi/4', '0.5')
+    """
+    if not math.isfinite(value):
+        return repr(value)
+    ratio = Fraction(value / math.pi).limit_denominator(max_denominator)
+    p, q = abs(ratio.numerator), ratio.denominator
+    text = ("-" if ratio < 0 else "") + ("pi" if p == 1 else f"{p}*pi") + ("" if q == 1 else f"/{q}")
+    return text if 0 < p <= max_denominator and number(text) == value else repr(value)
 
 
 def key_value(raw: str) -> tuple[str, float]:

@@ -48,6 +48,7 @@ from gradlab_cli._common import (
     make_writer,
     number,
     parse_params,
+    pi_text,
     progress_bar,
     resolve_loss,
 )
@@ -226,8 +227,11 @@ Batches = Annotated[int, typer.Option("--batches", help=f"Batches per (μ_pos, �
 BatchSize = Annotated[int, typer.Option("--batch-size", "-N", help=f"N: 1 positive + N-1 negatives (the paper: {defaults.BATCH_SIZE}).")]
 SigmaPos = Annotated[float, typer.Option("--sigma-pos", help=f"σ_pos of θ_ii' (the paper: {defaults.SIGMA_POS:g}; 0 draws every angle at its mean).")]
 SigmaNeg = Annotated[float, typer.Option("--sigma-neg", help=f"σ_neg of θ_ij' (the paper: {defaults.SIGMA_NEG:.2f}).")]
-MuPosRange = Annotated[tuple[float, float], typer.Option("--mu-pos-range", parser=number, metavar="LO HI", help="LO HI of μ_pos, radians within [0, pi]; pi allowed (pi/20 pi/2).")]
-MuNegRange = Annotated[tuple[float, float], typer.Option("--mu-neg-range", parser=number, metavar="LO HI", help="LO HI of μ_neg, radians within [0, pi] (pi/20 pi).")]
+#: The paper's μ ranges (``gradlab.defaults``) as the π text the options show and parse back.
+MU_POS_RANGE = tuple(map(pi_text, defaults.MU_POS_RANGE))
+MU_NEG_RANGE = tuple(map(pi_text, defaults.MU_NEG_RANGE))
+MuPosRange = Annotated[tuple[float, float], typer.Option("--mu-pos-range", parser=number, metavar="LO HI", help=f"LO HI of μ_pos, radians within [0, pi]; pi allowed ({' '.join(MU_POS_RANGE)}).")]
+MuNegRange = Annotated[tuple[float, float], typer.Option("--mu-neg-range", parser=number, metavar="LO HI", help=f"LO HI of μ_neg, radians within [0, pi] ({' '.join(MU_NEG_RANGE)}).")]
 Seed = Annotated[int, typer.Option("--seed", help="Root seed in [0, 2**31 - 1]: fixes every number bit for bit.")]
 ModeOpt = Annotated[Mode, typer.Option("--mode", help="common: one set of draws for every cell (fast); independent: draws per cell.")]
 
@@ -263,8 +267,8 @@ def heatmap(
     batch_size: BatchSize = defaults.BATCH_SIZE,
     sigma_pos: SigmaPos = defaults.SIGMA_POS,
     sigma_neg: SigmaNeg = defaults.SIGMA_NEG,
-    mu_pos_range: MuPosRange = ("pi/20", "pi/2"),
-    mu_neg_range: MuNegRange = ("pi/20", "pi"),
+    mu_pos_range: MuPosRange = MU_POS_RANGE,
+    mu_neg_range: MuNegRange = MU_NEG_RANGE,
     seed: Seed = 0,
     mode: ModeOpt = Mode.common,
     exact: Annotated[bool, typer.Option("--exact", help="Quadrature instead of Monte Carlo (GD of MPT, MET, MAT).")] = False,
@@ -321,7 +325,7 @@ def heatmap(
 @app.command(context_settings=CONTEXT)
 def weight(
     tau: Annotated[list[float] | None, typer.Option("--tau", help="Temperature τ (repeatable; default the paper's six).")] = None,
-    mu_pos: Annotated[float, typer.Option("--mu-pos", parser=angle, help="Fixed μ_pos, radians within [0, pi] (pi allowed).")] = "pi/6",
+    mu_pos: Annotated[float, typer.Option("--mu-pos", parser=angle, help="Fixed μ_pos, radians within [0, pi] (pi allowed).")] = pi_text(defaults.WEIGHT_MU_POS),
     loss: Annotated[str, typer.Option("--loss", "-l", help="A loss with a temperature tau: " + LOSS_HELP)] = "infonce",
     gd_gate: Annotated[float | None, typer.Option("--gd-gate", help="Count only batches with GD >= this.")] = None,
     grid: Grid = defaults.GRID,
@@ -329,7 +333,7 @@ def weight(
     batch_size: BatchSize = defaults.BATCH_SIZE,
     sigma_pos: SigmaPos = defaults.SIGMA_POS,
     sigma_neg: SigmaNeg = defaults.SIGMA_NEG,
-    mu_neg_range: MuNegRange = ("pi/20", "pi"),
+    mu_neg_range: MuNegRange = MU_NEG_RANGE,
     seed: Seed = 0,
     mode: ModeOpt = Mode.common,
     param: Params = None,
@@ -380,15 +384,15 @@ def lemma1(
     ratio: Annotated[list[float] | None, typer.Option("--ratio", "-r", help="Static ratio r to test (repeatable; default 1 1.25 1.5 1.75 2).")] = None,
     alpha_law: Annotated[str, typer.Option("--alpha-law", parser=_alpha_law, help="Law of α, the angle between the planes: 'uniform' on [0, π] or a fixed angle (pi allowed).")] = "uniform",
     embeddings: Annotated[Path | None, typer.Option("--embeddings", help="An .npz with two views 'h' and 'h_prime' (N, D): the distribution from real embeddings.")] = None,
-    dist_mu_pos: Annotated[float, typer.Option("--dist-mu-pos", parser=angle, help="μ_pos of the simulated distribution (pi allowed).")] = "pi/6",
-    dist_mu_neg: Annotated[float, typer.Option("--dist-mu-neg", parser=angle, help="μ_neg of the simulated distribution.")] = "pi/3",
+    dist_mu_pos: Annotated[float, typer.Option("--dist-mu-pos", parser=angle, help="μ_pos of the simulated distribution (pi allowed).")] = pi_text(defaults.LEMMA1_MU_POS),
+    dist_mu_neg: Annotated[float, typer.Option("--dist-mu-neg", parser=angle, help="μ_neg of the simulated distribution.")] = pi_text(defaults.LEMMA1_MU_NEG),
     grid: Grid = defaults.GRID,
     batches: Batches = defaults.BATCHES,
     batch_size: BatchSize = defaults.BATCH_SIZE,
     sigma_pos: SigmaPos = defaults.SIGMA_POS,
     sigma_neg: SigmaNeg = defaults.SIGMA_NEG,
-    mu_pos_range: MuPosRange = ("pi/20", "pi/2"),
-    mu_neg_range: MuNegRange = ("pi/20", "pi"),
+    mu_pos_range: MuPosRange = MU_POS_RANGE,
+    mu_neg_range: MuNegRange = MU_NEG_RANGE,
     seed: Seed = 0,
     mode: ModeOpt = Mode.common,
     out: Out = Path("."),

@@ -10,6 +10,7 @@ from unittest import mock
 import numpy as np
 import pytest
 
+from gradlab import defaults
 from gradlab.io import Result
 from tests._cli import one_line_error, run
 
@@ -338,6 +339,26 @@ def test_numbers_may_be_written_with_pi(text, value):
     from gradlab_cli._common import number
 
     assert number(text) == pytest.approx(value, rel=1e-15)
+
+
+@pytest.mark.parametrize("value,text", [(defaults.MU_POS_RANGE[0], "pi/20"), (defaults.MU_POS_RANGE[1], "pi/2"),
+                                        (defaults.MU_NEG_RANGE[0], "pi/20"), (defaults.MU_NEG_RANGE[1], "pi"),
+                                        (defaults.WEIGHT_MU_POS, "pi/6"), (defaults.LEMMA1_MU_POS, "pi/6"),
+                                        (defaults.LEMMA1_MU_NEG, "pi/3"), (3 * math.pi / 4, "3*pi/4"),
+                                        (-math.pi / 2, "-pi/2"), (0.5, "0.5"), (0.0, "0.0")])
+def test_angle_defaults_are_written_as_pi_text_that_parses_back_exactly(value, text):
+    from gradlab_cli._common import number, pi_text
+
+    assert pi_text(value) == text
+    assert number(pi_text(value)) == value
+
+
+def test_help_shows_the_paper_angles_as_pi_text():
+    heatmap = " ".join(run("heatmap", "--help").stdout.split())
+    assert "(pi/20 pi/2)" in heatmap and "[default: pi/20, pi/2]" in heatmap
+    assert "(pi/20 pi)" in heatmap and "[default: pi/20, pi]" in heatmap
+    lemma1 = " ".join(run("lemma1", "--help").stdout.split())
+    assert "[default: pi/6]" in lemma1 and "[default: pi/3]" in lemma1
 
 
 def test_norms_accepts_a_parameter_of_any_requested_part(tmp_path):

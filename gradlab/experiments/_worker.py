@@ -1,22 +1,37 @@
 """Execute one run (in the calling process or a spawned worker): train, analyze the held-out
 sentences before and after, write the run directory and commit it.
 
-This module imports no JAX at import time, so a spawned worker can limit XLA's threads
-(``limit_threads``) before JAX starts.
+One run's life, top to bottom (``run_one``): check the store (``_check_store``: the probe, a
+committed ``done`` record, the lease) -> build directory (``_build_dir``) -> train and held-out
+analysis (``_train``, ``_train_in``) -> commit (``_commit_if_held``) -> the record.
+
+This module imports no JAX (nor NumPy) at import time, so a spawned worker can limit XLA's
+threads (``limit_threads``) before JAX starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
 import shutil
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from gradlab import defaults
+from gradlab.experiments._spec import RunSpec
+from gradlab.experiments._store import (
+    Lease,
+    acquire_lease,
+    commit_run,
+    read_lease,
+    read_record,
+    tmp_dir,
+)
 
 __all__ = ["run_one", "RemoteRun", "RemoteRuns", "is_environmental", "check_probe", "limit_threads", "holdout_split",
            "HOLDOUT_SEED", "HELDOUT_TAUS", "HELDOUT_LAMBDAS"]
@@ -30,8 +45,11 @@ _MONITOR_KEYS = ("mu_pos", "mu_neg", "sigma_pos", "sigma_neg", "cos_pos_mean", "
                  "m_o", "m_r", "distance_gap")
 
 _CACHE: dict[Any, Any] = {}
+#: The leases this process holds, by run id (``release_held`` frees them on preemption).
+_HELD: dict[str, Lease] = {}
 
 
+# --------------------------------------------------------------------------- the worker process
 def limit_threads(threads: int) -> None:
     """Ask XLA and BLAS for ``threads`` threads per process; call before JAX computes anything."""
     if threads != 1:
@@ -61,6 +79,261 @@ def use_compile_cache(directory: str | None = None) -> None:
         enable_cache(directory)
     except Exception:  # noqa: BLE001 - a cache is an optimization only
         pass
+
+
+def release_held() -> None:
+    """Release every lease this process holds (a preempted job, before it is requeued)."""
+    for lease in list(_HELD.values()):
+        lease.release()
+
+
+# --------------------------------------------------------------------------- faults
+#: ``errno`` values of an ``OSError`` that say the machine, not the run, failed.
+ENVIRONMENTAL_ERRNO = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.ESTALE, errno.ENOMEM})
+
+
+def is_environmental(exc: BaseException) -> bool:
+    """Whether an exception is a fault of the machine (retried, never recorded as a result).
+
+    Environmental: ``OSError`` ENOSPC / EIO / EDQUOT / ESTALE / ENOMEM, ``MemoryError``, and XLA's
+    ``RESOURCE_EXHAUSTED`` (out of device memory). Anything else raised by a run (its loss
+    raising, a non-finite loss, a ``ValueError`` / ``TypeError``) is deterministic.
+
+    Examples:
+      >>> is_environmental(OSError(errno.ENOSPC, "No space left on device"))
+      True
+      >>> is_environmental(RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 4 GiB"))
+      True
+      >>> is_environmental(FloatingPointError("non-finite training loss at step 3"))
+      False
+    """
+    if isinstance(exc, MemoryError):
+        return True
+    if isinstance(exc, OSError) and exc.errno in ENVIRONMENTAL_ERRNO:
+        return True
+    return "RESOURCE_EXHAUSTED" in str(exc)
+
+
+def one_line(exc: BaseException) -> str:
+    """``"Type: message"`` on one line."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+class StoreNotShared(RuntimeError):
+    """The worker cannot read the launcher's probe file: it does not see the same OUT."""
+
+
+PROBE = ".probe-"
+
+
+def check_probe(out: str, probe: str) -> None:
+    """Raise :class:`StoreNotShared` unless ``out/.probe-<probe>`` holds ``probe``."""
+    import socket
+
+    path = Path(out) / f"{PROBE}{probe}"
+    try:
+        seen = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        seen = None
+    if seen != probe:
+        raise StoreNotShared(f"the experiment directory {str(out)!r} is not the launcher's on host "
+                             f"{socket.gethostname()!r} (cannot read {path.name}): workers must see the same "
+                             "directory (a shared filesystem)")
+
+
+# --------------------------------------------------------------------------- one run's life
+def run_one(spec_dict: dict[str, Any], out: str, probe: str | None = None, cache: str | None = None) -> dict[str, Any]:
+    """Claim, train and commit one run ``out/runs/<id>``; returns its record.
+
+    ``record["status"]``: ``done`` or ``failed`` (committed: a deterministic error of the run,
+    its one-line error recorded); ``retry`` (an environmental fault, see ``is_environmental``:
+    nothing committed, ``reason`` says why); ``busy`` (another live worker holds the run's
+    lease; ``holder`` names its host). A KeyboardInterrupt removes the build directory,
+    releases the lease and propagates.
+
+    Args:
+      spec_dict: ``RunSpec.to_dict()`` (all that travels to a worker, with ``out``).
+      out: the experiment directory, as the worker sees it.
+      probe: the launcher's probe token (checks that the worker sees the launcher's ``out``).
+      cache: the compilation cache directory (``use_compile_cache``).
+    """
+    spec = RunSpec.from_dict(spec_dict)
+    record, lease = _check_store(out, spec.id, probe)
+    if lease is not None:
+        record = _run_leased(spec, out, lease, cache)
+    return {**record, "spec": spec.to_dict()}
+
+
+def _check_store(out: str, run_id: str, probe: str | None) -> tuple[dict[str, Any] | None, Lease | None]:
+    """The store's answer before any work: ``(None, lease)`` when this worker claimed the run, else
+    ``(record, None)``: its committed ``done`` record, ``busy`` (another worker's live lease) or
+    ``retry`` (the store itself failed: not this run's result)."""
+    try:
+        if probe is not None:
+            check_probe(out, probe)
+        record = _done_record(out, run_id)
+        lease = None if record is not None else acquire_lease(out, run_id)
+    except Exception as exc:  # noqa: BLE001 - the store itself failed: not this run's result
+        return _retry(run_id, one_line(exc), retryable=not isinstance(exc, StoreNotShared)), None
+    if record is None and lease is None:
+        record = _busy(run_id, (read_lease(out, run_id) or {}).get("host"))
+    return record, lease
+
+
+def _run_leased(spec: RunSpec, out: str, lease: Lease, cache: str | None) -> dict[str, Any]:
+    """The record of a claimed run; the lease is released whatever happens (a KeyboardInterrupt too)."""
+    _HELD[spec.id] = lease
+    try:
+        done = _done_record(out, spec.id)  # committed by another worker between the check and the claim
+        return done if done is not None else _build_train_commit(spec, out, lease, cache)
+    finally:
+        _HELD.pop(spec.id, None)
+        lease.release()
+
+
+def _build_train_commit(spec: RunSpec, out: str, lease: Lease, cache: str | None) -> dict[str, Any]:
+    """Build the run directory, train, commit: the committed record; ``busy`` when the lease was lost
+    meanwhile; ``retry`` when the machine failed (disk, memory: nothing is committed)."""
+    t0 = time.perf_counter()
+    try:
+        use_compile_cache(cache)
+        with _build_dir(out, spec.id, lease.token) as build:
+            _write_json(build / "config.json", {"id": spec.id, "schema_json": spec.canonical_json(), **spec.to_dict()})
+            marker = _train(spec, build, t0)
+            committed = _commit_if_held(out, spec.id, build, marker, lease)
+    except Exception as exc:  # noqa: BLE001 - the machine failed (disk, memory): nothing is committed
+        return _retry(spec.id, one_line(exc))
+    return _read_back(out, spec.id) if committed else _lease_lost(spec.id)
+
+
+@contextlib.contextmanager
+def _build_dir(out: str, run_id: str, token: str) -> Iterator[Path]:
+    """A fresh private build directory, removed if anything (a fault, a KeyboardInterrupt) escapes."""
+    build = tmp_dir(out, run_id, token)
+    try:
+        yield build
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
+
+
+def _train(spec: RunSpec, build: Path, t0: float) -> dict[str, Any]:
+    """Train in ``build`` and write ``result.json``: the marker to commit. A deterministic error of the
+    run is the ``failed`` marker (its traceback in ``error.txt``); an environmental one propagates."""
+    try:
+        result = _train_in(spec, build)
+        seconds = time.perf_counter() - t0
+        _write_json(build / "result.json", {"id": spec.id, "label": spec.label, **result})
+        return {"status": "done", "id": spec.id, "seconds": seconds}
+    except Exception as exc:  # noqa: BLE001 - a failing run is recorded, the sweep goes on
+        if is_environmental(exc):
+            raise
+        (build / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
+        return {"status": "failed", "id": spec.id, "error": one_line(exc), "seconds": time.perf_counter() - t0}
+
+
+def _commit_if_held(out: str, run_id: str, build: Path, marker: dict[str, Any], lease: Lease) -> bool:
+    """Commit ``build`` as the run; False (``build`` removed) when another worker reclaimed the lease as stale."""
+    held = lease.held()
+    if held:
+        commit_run(out, run_id, build, marker, token=lease.token)
+    else:
+        shutil.rmtree(build, ignore_errors=True)
+    return held
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    from gradlab.io import save_json_atomic  # NumPy: only once a run starts
+
+    save_json_atomic(path, data)
+
+
+def _done_record(out: str, run_id: str) -> dict[str, Any] | None:
+    """The run's committed record if it is ``done``, else None."""
+    record = read_record(out, run_id)
+    return record if record is not None and record["status"] == "done" else None
+
+
+def _read_back(out: str, run_id: str) -> dict[str, Any]:
+    """The record just committed."""
+    record = read_record(out, run_id)
+    if record is None:  # pragma: no cover - committed by the caller
+        return _retry(run_id, "the committed run could not be read back")
+    return record
+
+
+def _retry(run_id: str, reason: str, retryable: bool = True) -> dict[str, Any]:
+    return {"status": "retry", "id": run_id, "reason": reason, "retryable": retryable}
+
+
+def _busy(run_id: str, holder: str | None) -> dict[str, Any]:
+    return {"status": "busy", "id": run_id, "holder": holder}
+
+
+def _lease_lost(run_id: str) -> dict[str, Any]:
+    return {**_busy(run_id, None), "reason": "lease lost (reclaimed as stale)"}
+
+
+# --------------------------------------------------------------------------- train and analyze
+def _train_in(spec: RunSpec, build: Path) -> dict[str, Any]:
+    """Train the run in ``build``, then analyze its held-out sentences before and after: its result."""
+    encoder, sentences, token_ids, held_ids = _inputs(spec)
+    res = _train_encoder(spec, encoder, sentences, token_ids, build)
+    heldout = _heldout_analysis(spec, encoder, res.params, held_ids, build)
+    return {
+        "best_dev": res.best_dev, "best_step": res.best_step, "dev_before": res.dev_before,
+        "test_before": res.test_before, "test_after": res.test_after, "evals": res.evals,
+        "loss_first": float(res.losses[0]), "loss_last": float(res.losses[-1]),
+        "n_sentences": len(sentences), "n_heldout": int(len(held_ids) // spec.batch_size * spec.batch_size),
+        "monitor_status": res.monitor, "monitor": _monitor_summary(build / "paradigm_monitor.jsonl"),
+        "heldout": heldout,
+    }
+
+
+def _inputs(spec: RunSpec) -> tuple[Any, list[str], Any, Any]:
+    """(encoder, training sentences, their token ids, the held-out sentences' token ids); token ids are
+    cached per process."""
+    from gradlab.real.data import sample_sentences
+
+    pool, heldout = _corpus(spec)
+    encoder = _encoder(spec)
+    model = (spec.encoder, spec.encoder_sha256, spec.recipe)  # what the token ids depend on
+    sentences = sample_sentences(pool, spec.max_sentences, seed=spec.seed)
+    token_ids = _cached(("tok", model, spec.corpus, spec.holdout, spec.max_sentences, spec.seed),
+                        lambda: encoder.token_ids(sentences))
+    held = sample_sentences(heldout, spec.heldout_max, seed=0)
+    held_ids = _cached(("held", model, spec.corpus, spec.holdout, spec.heldout_max),
+                       lambda: encoder.token_ids(held))
+    return encoder, sentences, token_ids, held_ids
+
+
+def _train_encoder(spec: RunSpec, encoder, sentences: list[str], token_ids, build: Path):
+    """The trainer's result, its logs written into ``build``; FloatingPointError unless every step ran
+    with a finite loss. Checkpoints are not kept (size); rerun to get one."""
+    from gradlab.real.train import train
+
+    config = spec.train_config(max_sentences=None, monitor=True)  # the sentences are sampled by the caller
+    res = train(config, encoder=encoder, sentences=sentences, out_dir=build, token_ids=token_ids)
+    done = len(res.losses)
+    if done < spec.steps or not all(math.isfinite(x) for x in res.losses):
+        raise FloatingPointError(f"non-finite training loss at step {done}")
+    (build / "best_params.npz").unlink(missing_ok=True)
+    shutil.rmtree(build / "checkpoint", ignore_errors=True)  # nor a transformer's HF-layout model
+    return res
+
+
+def _heldout_analysis(spec: RunSpec, encoder, params, held_ids, build: Path) -> dict[str, dict[str, float]]:
+    """Held-out statistics before (the encoder's own params) and after training (``params``): all of
+    them saved to ``build/heldout.npz``, the scalars returned by phase."""
+    import numpy as np
+
+    from gradlab.io import save_npz_atomic
+
+    stats = {"before": _heldout_stats(encoder, encoder.params, held_ids, spec),
+             "after": _heldout_stats(encoder, params, held_ids, spec)}
+    save_npz_atomic(build / "heldout.npz",
+                    **{f"{phase}/{k}": np.asarray(v) for phase, d in stats.items() for k, v in d.items()})
+    return {phase: {k: float(v) for k, v in d.items() if np.ndim(v) == 0} for phase, d in stats.items()}
 
 
 def holdout_split(n: int, fraction: float) -> tuple[Any, Any]:
@@ -183,192 +456,7 @@ def _monitor_summary(path: Path) -> dict[str, Any]:
             "sigma_neg_mean": sum(sig["sigma_neg"]) / len(sig["sigma_neg"]) if sig["sigma_neg"] else None}
 
 
-def _train_in(spec, build: Path) -> dict[str, Any]:
-    import numpy as np
-
-    from gradlab.io import save_npz_atomic
-    from gradlab.real.data import sample_sentences
-    from gradlab.real.train import train
-
-    pool, heldout = _corpus(spec)
-    encoder = _encoder(spec)
-    model = (spec.encoder, spec.encoder_sha256, spec.recipe)  # what the token ids depend on
-    sentences = sample_sentences(pool, spec.max_sentences, seed=spec.seed)
-    token_ids = _cached(("tok", model, spec.corpus, spec.holdout, spec.max_sentences, spec.seed),
-                        lambda: encoder.token_ids(sentences))
-    held = sample_sentences(heldout, spec.heldout_max, seed=0)
-    held_ids = _cached(("held", model, spec.corpus, spec.holdout, spec.heldout_max),
-                       lambda: encoder.token_ids(held))
-    config = spec.train_config(max_sentences=None, monitor=True)  # the sentences are sampled above
-    res = train(config, encoder=encoder, sentences=sentences, out_dir=build, token_ids=token_ids)
-    done = len(res.losses)
-    if done < spec.steps or not all(math.isfinite(x) for x in res.losses):
-        raise FloatingPointError(f"non-finite training loss at step {done}")
-    (build / "best_params.npz").unlink(missing_ok=True)  # checkpoints are not kept (size); rerun to get one
-    shutil.rmtree(build / "checkpoint", ignore_errors=True)  # a transformer's HF-layout model, likewise
-    before = _heldout_stats(encoder, encoder.params, held_ids, spec)
-    after = _heldout_stats(encoder, res.params, held_ids, spec)
-    save_npz_atomic(build / "heldout.npz", **{f"before/{k}": np.asarray(v) for k, v in before.items()},
-                    **{f"after/{k}": np.asarray(v) for k, v in after.items()})
-    return {
-        "best_dev": res.best_dev, "best_step": res.best_step, "dev_before": res.dev_before,
-        "test_before": res.test_before, "test_after": res.test_after, "evals": res.evals,
-        "loss_first": float(res.losses[0]), "loss_last": float(res.losses[-1]),
-        "n_sentences": len(sentences), "n_heldout": int(len(held_ids) // spec.batch_size * spec.batch_size),
-        "monitor_status": res.monitor, "monitor": _monitor_summary(build / "paradigm_monitor.jsonl"),
-        "heldout": {phase: {k: float(v) for k, v in d.items() if np.ndim(v) == 0}
-                    for phase, d in (("before", before), ("after", after))},
-    }
-
-
-#: ``errno`` values of an ``OSError`` that say the machine, not the run, failed.
-ENVIRONMENTAL_ERRNO = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.ESTALE, errno.ENOMEM})
-
-
-def is_environmental(exc: BaseException) -> bool:
-    """Whether an exception is a fault of the machine (retried, never recorded as a result).
-
-    Environmental: ``OSError`` ENOSPC / EIO / EDQUOT / ESTALE / ENOMEM, ``MemoryError``, and XLA's
-    ``RESOURCE_EXHAUSTED`` (out of device memory). Anything else raised by a run (its loss
-    raising, a non-finite loss, a ``ValueError`` / ``TypeError``) is deterministic.
-
-    Examples:
-      >>> is_environmental(OSError(errno.ENOSPC, "No space left on device"))
-      True
-      >>> is_environmental(RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 4 GiB"))
-      True
-      >>> is_environmental(FloatingPointError("non-finite training loss at step 3"))
-      False
-    """
-    if isinstance(exc, MemoryError):
-        return True
-    if isinstance(exc, OSError) and exc.errno in ENVIRONMENTAL_ERRNO:
-        return True
-    return "RESOURCE_EXHAUSTED" in str(exc)
-
-
-def one_line(exc: BaseException) -> str:
-    """``"Type: message"`` on one line."""
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
-
-
-class StoreNotShared(RuntimeError):
-    """The worker cannot read the launcher's probe file: it does not see the same OUT."""
-
-
-PROBE = ".probe-"
-
-
-def check_probe(out: str, probe: str) -> None:
-    """Raise :class:`StoreNotShared` unless ``out/.probe-<probe>`` holds ``probe``."""
-    import socket
-
-    path = Path(out) / f"{PROBE}{probe}"
-    try:
-        seen = path.read_text(encoding="utf-8").strip()
-    except OSError:
-        seen = None
-    if seen != probe:
-        raise StoreNotShared(f"the experiment directory {str(out)!r} is not the launcher's on host "
-                             f"{socket.gethostname()!r} (cannot read {path.name}): workers must see the same "
-                             "directory (a shared filesystem)")
-
-
-_HELD: dict[str, Any] = {}
-
-
-def run_one(spec_dict: dict[str, Any], out: str, probe: str | None = None, cache: str | None = None) -> dict[str, Any]:
-    """Claim, train and commit one run ``out/runs/<id>``; returns its record.
-
-    ``record["status"]``: ``done`` or ``failed`` (committed: a deterministic error of the run,
-    its one-line error recorded); ``retry`` (an environmental fault, see ``is_environmental``:
-    nothing committed, ``reason`` says why); ``busy`` (another live worker holds the run's
-    lease; ``holder`` names its host). A KeyboardInterrupt removes the build directory,
-    releases the lease and propagates.
-
-    Args:
-      spec_dict: ``RunSpec.to_dict()`` (all that travels to a worker, with ``out``).
-      out: the experiment directory, as the worker sees it.
-      probe: the launcher's probe token (checks that the worker sees the launcher's ``out``).
-      cache: the compilation cache directory (``use_compile_cache``).
-    """
-    from gradlab.experiments._spec import RunSpec
-    from gradlab.experiments._store import acquire_lease, read_lease, read_record
-
-    spec = RunSpec.from_dict(spec_dict)
-    run_id = spec.id
-    try:
-        if probe is not None:
-            check_probe(out, probe)
-        record = read_record(out, run_id)
-        lease = None if record is not None and record["status"] == "done" else acquire_lease(out, run_id)
-    except Exception as exc:  # noqa: BLE001 - the store itself failed: not this run's result
-        return {"status": "retry", "id": run_id, "reason": one_line(exc),
-                "retryable": not isinstance(exc, StoreNotShared), "spec": spec.to_dict()}
-    if lease is None and (record is None or record["status"] != "done"):
-        holder = read_lease(out, run_id) or {}
-        return {"status": "busy", "id": run_id, "holder": holder.get("host"), "spec": spec.to_dict()}
-    if lease is not None:
-        _HELD[run_id] = lease
-        try:
-            record = _run_leased(spec, out, lease, cache)
-        finally:
-            _HELD.pop(run_id, None)
-            lease.release()
-    record["spec"] = spec.to_dict()
-    return record
-
-
-def release_held() -> None:
-    """Release every lease this process holds (a preempted job, before it is requeued)."""
-    for lease in list(_HELD.values()):
-        lease.release()
-
-
-def _run_leased(spec, out: str, lease, cache: str | None) -> dict[str, Any]:
-    import shutil
-
-    from gradlab.experiments._store import commit_run, read_record, tmp_dir
-    from gradlab.io import save_json_atomic
-
-    run_id = spec.id
-    record = read_record(out, run_id)
-    if record is not None and record["status"] == "done":  # committed before we claimed it
-        return record
-    build = None
-    t0 = time.perf_counter()
-    try:
-        use_compile_cache(cache)
-        build = tmp_dir(out, run_id, lease.token)
-        save_json_atomic(build / "config.json", {"id": run_id, "schema_json": spec.canonical_json(), **spec.to_dict()})
-        try:
-            result = _train_in(spec, build)
-            marker = {"status": "done", "id": run_id, "seconds": time.perf_counter() - t0}
-            save_json_atomic(build / "result.json", {"id": run_id, "label": spec.label, **result})
-        except Exception as exc:  # noqa: BLE001 - a failing run is recorded, the sweep goes on
-            if is_environmental(exc):
-                raise
-            (build / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
-            marker = {"status": "failed", "id": run_id, "error": one_line(exc), "seconds": time.perf_counter() - t0}
-        if not lease.held():
-            shutil.rmtree(build, ignore_errors=True)
-            return {"status": "busy", "id": run_id, "holder": None, "reason": "lease lost (reclaimed as stale)"}
-        commit_run(out, run_id, build, marker, token=lease.token)
-    except Exception as exc:  # noqa: BLE001 - the machine failed (disk, memory): nothing is committed
-        if build is not None:
-            shutil.rmtree(build, ignore_errors=True)
-        return {"status": "retry", "id": run_id, "reason": one_line(exc), "retryable": True}
-    except BaseException:
-        if build is not None:
-            shutil.rmtree(build, ignore_errors=True)
-        raise
-    record = read_record(out, run_id)
-    if record is None:  # pragma: no cover - committed above
-        return {"status": "retry", "id": run_id, "reason": "the committed run could not be read back",
-                "retryable": True}
-    return record
-
-
+# --------------------------------------------------------------------------- cluster callables
 class RemoteRuns:
     """One cluster task running several runs in turn: ``RemoteRuns(fn)([args, ...])`` -> one result each.
 
