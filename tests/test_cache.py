@@ -176,3 +176,27 @@ def test_the_store_keeps_the_most_recently_used_entries(tmp_path):
         os.utime(entry, ns=(10**18 + i * 10**9, 10**18 + i * 10**9))
     _cache.trim(tmp_path, keep=3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["program-2", "program-3", "program-4"]
+
+
+REGISTERED_USER = """
+import dataclasses, sys, jax, gradlab
+from gradlab.losses import BUILTIN, register
+from gradlab.simulate import Protocol, gd_map
+user = gradlab.loss_from_cosines(lambda c_pos, c_neg, *, tau: -c_pos / tau + jax.nn.logsumexp(c_neg / tau, axis=-1),
+                                 name="registered_by_a_user", params={"tau": 0.1})
+register(dataclasses.replace(user.spec, family="effective"))
+assert "registered_by_a_user" not in BUILTIN and "infonce" in BUILTIN
+gradlab.enable_cache(sys.argv[1])
+gd_map(gradlab.get_loss("registered_by_a_user"), Protocol(grid=3, batches=8, batch_size=4))
+"""
+
+
+def test_a_loss_a_user_registers_is_never_stored(tmp_path):
+    # registered under a name, but its code is the user's: the store's key does not cover it
+    cache = tmp_path / "cache"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", REGISTERED_USER, str(cache)], env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kinds = sorted(p.name.split("-")[0] for p in (cache / _cache.PROGRAMS).iterdir())
+    assert kinds == ["program"], kinds  # only the draws' normal map

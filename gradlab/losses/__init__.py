@@ -122,6 +122,7 @@ __all__ = [
     "offdiag_kernel",
     "threshold_angle",
     "triplet_gate",
+    "BUILTIN",
     "FACTORED_PATHS",
     "FAMILIES",
     "KINDS",
@@ -146,3 +147,7 @@ __all__ = [
     "probe",
     "undefined_mask",
 ]
+
+#: The names of the losses gradlab itself defines, fixed once this package is imported (a user's
+#: ``register`` adds to the registry, never to this set).
+BUILTIN = frozenset(list_losses())

@@ -28,7 +28,7 @@ import numpy as np
 from gradlab import defaults
 from gradlab.io import Result
 from gradlab.lemma1 import lemma1_bounds, sphere_cosines, summarize_min_ratio
-from gradlab.losses import Loss, get_spec, list_losses
+from gradlab.losses import BUILTIN, Loss, get_spec, list_losses
 from gradlab.simulate._engine import Stat, run
 from gradlab.simulate._protocol import Protocol
 from gradlab.simulate._quadrature import quadrature_gd_map
@@ -108,8 +108,10 @@ def _effective_ratio(weight, ratio):
 
 
 def _stored(loss: Loss, *key) -> tuple | None:
-    """A statistic's identity in every process (``Stat.stored``): a registered loss by name, else None."""
-    return (loss.spec.name, *key) if _registered(loss) else None
+    """A statistic's identity in every process (``Stat.stored``): one of gradlab's own losses by name
+    (its code is gradlab's, which the store's key covers); None for any other loss, a user's
+    ``register``-ed one included."""
+    return (loss.spec.name, *key) if loss.spec.name in BUILTIN and _registered(loss) else None
 
 
 def _stat(key: tuple, build: Callable[[], Stat]) -> Stat:
