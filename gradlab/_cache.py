@@ -201,6 +201,7 @@ PROGRAMS_MAX = 512
 #: The program store: this folder of the cache directory.
 PROGRAMS = "programs"
 _FINGERPRINT: dict = {}
+_LOADED: dict = {}  # entry path -> the program read or compiled by this process
 
 
 def _programs_dir() -> Path | None:
@@ -347,13 +348,16 @@ def stored_program(jitted, args: tuple, key: tuple | None):
     from jax.experimental import serialize_executable
 
     path = _entry(directory, key, args, "program")
+    if path in _LOADED:  # read once per process, like jax.jit's own in-memory cache
+        return _LOADED[path]
     payload = _read(path)
     if payload is not None:
         try:
-            return serialize_executable.deserialize_and_load(*pickle.loads(payload))
+            _LOADED[path] = serialize_executable.deserialize_and_load(*pickle.loads(payload))
+            return _LOADED[path]
         except Exception:  # noqa: BLE001 - an unreadable entry is a miss: compiled again below
             path.unlink(missing_ok=True)
-    compiled = _compile_fresh(jitted, args)
+    compiled = _LOADED[path] = _compile_fresh(jitted, args)
     try:
         _write(path, pickle.dumps(serialize_executable.serialize(compiled)))
     except Exception:  # noqa: BLE001 - a store that cannot be written only costs the next start
