@@ -207,10 +207,6 @@ def check_formats(formats: Sequence[str] | None) -> list[str]:
         raise fail(f"--format: {exc}") from None
 
 
-def _typer_version() -> str:
-    return typer.__version__
-
-
 class Writer(outputs.Writer):
     """A command's ``gradlab.outputs.Writer``: the command line as typed, the command, its
     parameters and seed in every ``.json``; ``report()`` prints the paths written."""
@@ -220,7 +216,7 @@ class Writer(outputs.Writer):
         parameters = dict(parameters)
         super().__init__(out, formats=check_formats(formats), plot=plot, command_line=command_line(),
                          meta={"command": command, "parameters": parameters, "seed": parameters.get("seed"),
-                               "typer_version": _typer_version()})
+                               "typer_version": typer.__version__})
 
     def report(self) -> None:
         for p in self.written:

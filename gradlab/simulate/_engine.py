@@ -58,6 +58,11 @@ class Stat:
     pair: Callable
     stored: tuple | None = None
 
+    def program_key(self, *parts) -> tuple | None:
+        """The program store's key of one of this statistic's programs (``stored`` plus ``parts``:
+        the stage and what it closes over), or None when the statistic is not stored."""
+        return None if self.stored is None else (*parts[:1], self.stored, *parts[1:])
+
     def __hash__(self):
         return hash(self.key)
 
@@ -178,8 +183,7 @@ def _shapes(stat: Stat, batches: int, n_neg: int, dtype_name: str, params_sig):
                               sds((batches,)), params)
         return [_nbytes(tables), _nbytes(cell)]
 
-    key = None if stat.stored is None else ("shapes", stat.stored, batches, n_neg, dtype_name)
-    table_col, cell = stored_value(key, traced, params)
+    table_col, cell = stored_value(stat.program_key("shapes", batches, n_neg, dtype_name), traced, params)
     return int(table_col), int(cell)
 
 
@@ -294,9 +298,8 @@ def neg_tables(stat: Stat, draws: CommonDraws, mu_neg: np.ndarray, params):
     dtype = draws.dtype
     rep = (np.asarray(draws.sigma_neg, dtype), draws.z_neg, params)
     nd = _n_devices()
-    key = None if stat.stored is None else ("neg", stat.stored, nd)
     return _run_steps(_neg_stage(stat, nd), np.asarray(mu_neg, dtype), rep, _pad(len(mu_neg), _NEG_CHUNK * nd), None,
-                      key)
+                      stat.program_key("neg", nd))
 
 
 def run_common(stat: Stat, draws: CommonDraws, mu_pos, mu_neg, params, *, chunk=None, progress=None):
@@ -311,8 +314,7 @@ def run_common(stat: Stat, draws: CommonDraws, mu_pos, mu_neg, params, *, chunk=
     nd = _n_devices()
     chunk = plan.chunk
     step = _step_size(chunk, nd, len(mu_pos), progress)
-    key = None if stat.stored is None else ("pair", stat.stored, chunk, nd)
-    return _run_steps(_pair_stage(stat, chunk, nd), mu_pos, rep, step, progress, key)
+    return _run_steps(_pair_stage(stat, chunk, nd), mu_pos, rep, step, progress, stat.program_key("pair", chunk, nd))
 
 
 # --- independent mode ------------------------------------------------------------------------
@@ -354,7 +356,7 @@ def run_independent(stat: Stat, draws: CellDraws, mu_pos, mu_neg, params, *, chu
     bound = max(np.max(np.abs(mu_pos)) + draws.sigma_pos * z, np.max(np.abs(mu_neg)) + draws.sigma_neg * z)
     cos = cos_for(dtype, float(bound))
     compiled = _cell_stage(stat, chunk, nd, draws.batches, draws.batch_size, dtype.name, cos)
-    key = None if stat.stored is None else ("cell", stat.stored, chunk, nd, f"{cos.__module__}.{cos.__qualname__}")
+    key = stat.program_key("cell", chunk, nd, f"{cos.__module__}.{cos.__qualname__}")
     flat = _run_steps(compiled, np.arange(n_cells, dtype=np.uint32), rep, step, progress, key)
     return jax.tree.map(lambda a: a.reshape((p_, q_) + a.shape[1:]), flat)
 
