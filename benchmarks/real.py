@@ -239,13 +239,26 @@ def light_step_torch() -> dict:
 
 def make_bert_base(folder: str) -> None:
     """A BERT-base-shaped HF checkpoint with random weights (seed 0), and the benchmark's sentences."""
+    from gradlab.real.minilm import model_zip_path
+
+    with zipfile.ZipFile(model_zip_path()) as zf:
+        write_bert_base(folder, json.loads(zf.read("tokenizer.json")))
+    sentences, order = _news_batches(BASE_STEPS_TIMED + 1, batch=BASE_STEP_BATCH)
+    with open(os.path.join(folder, "sentences.json"), "w") as f:
+        json.dump({"encode": _stsb_sentences()[:BASE_SENTENCES],
+                   "batches": [[sentences[i] for i in idx] for idx in order]}, f)
+
+
+def write_bert_base(folder: str, tokenizer: dict, layers: int | None = None) -> None:
+    """``folder``: a BERT-base-shaped HF checkpoint (random weights, seed 0) with ``tokenizer`` (a
+    tokenizer.json's content, WordPiece of 30,522 entries: MiniLM's, which is bert-base-uncased's);
+    ``layers`` replaces its 12 layers (for a quick trial of a script)."""
     import numpy as np
     from safetensors.numpy import save_file
 
-    from gradlab.real.minilm import model_zip_path
-
+    config = {**BASE, "num_hidden_layers": layers or BASE["num_hidden_layers"]}
     rng = np.random.default_rng(0)
-    H, inter, n = BASE["hidden_size"], BASE["intermediate_size"], BASE["num_hidden_layers"]
+    H, inter, n = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
 
     def normal(*shape):
         return (0.02 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
@@ -268,16 +281,10 @@ def make_bert_base(folder: str) -> None:
         state[name + ".bias"] = np.zeros(H, np.float32)
     save_file(state, os.path.join(folder, "model.safetensors"))
     with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(BASE, f)
-    with zipfile.ZipFile(model_zip_path()) as zf:
-        tok = json.loads(zf.read("tokenizer.json"))
-    tok["truncation"] = tok["padding"] = None
+        json.dump(config, f)
+    tok = {**tokenizer, "truncation": None, "padding": None}
     with open(os.path.join(folder, "tokenizer.json"), "w") as f:
         json.dump(tok, f)
-    sentences, order = _news_batches(BASE_STEPS_TIMED + 1, batch=BASE_STEP_BATCH)
-    with open(os.path.join(folder, "sentences.json"), "w") as f:
-        json.dump({"encode": _stsb_sentences()[:BASE_SENTENCES],
-                   "batches": [[sentences[i] for i in idx] for idx in order]}, f)
 
 
 def _base_data() -> tuple[str, dict]:

@@ -101,7 +101,7 @@ def experiment(
 
       gradlab experiment table3 --encoder minilm --steps 1000 --batch-size 64 --seeds 3
 
-      gradlab experiment simcse --out exp/   (SimCSE's recipe on MiniLM: about an hour on 2 CPU cores)
+      gradlab experiment simcse --out exp/   (SimCSE's recipe on MiniLM: about 42 min on 2 CPU cores)
 
       gradlab experiment simcse --encoder path/to/bert-base-uncased --steps 15625 --precision bf16 --out exp-gpu/
 

@@ -76,3 +76,20 @@ def test_cli_plan_prints_and_writes_nothing(tmp_path):
     assert keys == ["parameters", "FLOPs per step", "device", "precision", "step time", "peak memory", "dev evaluation", "total"]
     assert re.search(r"^total\s+\d+ s = [\d.]+ h for 3 steps of 8$", r.stdout, re.M), r.stdout
     assert not out.exists()
+
+
+def test_plan_after_the_train_function_was_imported(tmp_path):
+    """``from gradlab.real import train`` (the function) first, then ``plan``: a fresh process,
+    since whichever of function and module the package attribute names depends on import order."""
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "wiki.txt"
+    corpus.write_text("\n".join(SENTENCES) + "\n")
+    code = ("from gradlab.real import simcse_unsup_config, train\n"
+            "from gradlab.real.plan import plan\n"
+            f"cfg = simcse_unsup_config({str(FIXTURES / 'bert')!r}, {str(corpus)!r}, batch_size=8, steps=3, dev_pairs=20)\n"
+            "p = plan(cfg)\n"
+            "assert callable(train) and p['steps'] == 3 and p['step_seconds'] > 0, p\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]

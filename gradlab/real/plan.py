@@ -21,6 +21,7 @@ batch of B sentences: F_view = 2BHD.
 
 from __future__ import annotations
 
+import importlib
 import resource
 import statistics
 import sys
@@ -32,7 +33,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["plan", "step_flops", "format_plan"]
+__all__ = ["plan", "step_flops", "transformer_step_flops", "format_plan"]
+
+
+def transformer_step_flops(config, rows: int, width: int, sentences: int, *, pooler: bool) -> int:
+    """F_step = 3 × 2 × F_view of the module docstring for a BERT / RoBERTa ``config``
+    (``num_hidden_layers``, ``hidden_size``, ``intermediate_size``) on ``rows`` × ``width``
+    tokens holding ``sentences`` sentences; ``pooler``: a trained (H, H) pooler / MLP.
+
+    Examples:
+      >>> from types import SimpleNamespace
+      >>> bert_base = SimpleNamespace(num_hidden_layers=12, hidden_size=768, intermediate_size=3072)
+      >>> transformer_step_flops(bert_base, 64, 32, 64, pooler=True) / 1e12  # SimCSE's batch, 32 tokens each
+      2.102302605312
+    """
+    H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    T = rows * width
+    f_view = L * (2 * T * (4 * H * H + 2 * H * I) + 4 * rows * width * width * H)
+    if pooler:
+        f_view += 2 * sentences * H * H
+    return 6 * f_view
 
 
 def step_flops(encoder, batches) -> int:
@@ -43,13 +63,8 @@ def step_flops(encoder, batches) -> int:
         H, D = encoder.params["w"].shape
         return 6 * 2 * batches.batch_size * H * D
     view = getattr(encoder, "train_view", encoder)
-    cfg = view.config
-    R, C, S = batches.rows, batches.width, batches.batch_size
-    H, I, L, T = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, batches.rows * batches.width
-    f_view = L * (2 * T * (4 * H * H + 2 * H * I) + 4 * R * C * C * H)
-    if view.pooling.mode == "cls":
-        f_view += 2 * S * H * H
-    return 6 * f_view
+    return transformer_step_flops(view.config, batches.rows, batches.width, batches.batch_size,
+                                  pooler=view.pooling.mode == "cls")
 
 
 def _peak_memory() -> tuple[int, str]:
@@ -77,7 +92,7 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
       step time + evaluations × evaluation time; the STS-B test scoring is not counted), ``device``
       and ``precision`` (``config.precision``, the one the steps were measured in).
     """
-    from gradlab.real import train as tr
+    tr = importlib.import_module("gradlab.real.train")  # the module: ``gradlab.real.train`` may name the function
 
     loss = tr._resolve_objective(config)
     encoder = tr._encoder_for(config, encoder)
