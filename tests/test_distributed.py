@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests._xla import xla_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 
 WORKER = textwrap.dedent("""
@@ -38,8 +40,8 @@ def _free_port() -> int:
 
 
 def _launch(tmp_path, n: int, rank: int, port: int):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "GRADLAB_CACHE_DIR": "off"}
-    env.pop("XLA_FLAGS", None)  # one CPU device per process
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "GRADLAB_CACHE_DIR": "off",
+           "XLA_FLAGS": xla_flags(1)}  # one CPU device per process
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     out = tmp_path / f"maps_{n}_{rank}.npz"

@@ -10,6 +10,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from tests._xla import xla_flags
+
 CFG = dict(losses=("infonce", "mat"), ratio_losses=("arccon",), taus=(0.05,), lambdas=(0.5,),
            histograms=True, hist_bins=16)
 
@@ -63,7 +65,7 @@ def _leaves(rec, prefix=""):
 def _run(tmp_path, dtypes):
     import json
 
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu",
+    env = {**os.environ, "XLA_FLAGS": xla_flags(4), "JAX_PLATFORMS": "cpu",
            "PYTHONPATH": os.getcwd()}
     path = tmp_path / "out.json"
     cfg = {k: list(v) if isinstance(v, tuple) else v for k, v in CFG.items()}

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tests._real import require_real_extra
+from tests._xla import xla_flags
 
 require_real_extra()
 
@@ -44,11 +45,8 @@ print(json.dumps({"devices": jax.device_count(), "losses": res.losses.tolist(),
 
 
 def _run(devices: int, script: str = RUN, *args: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = {**os.environ, "XLA_FLAGS": xla_flags(devices), "JAX_PLATFORMS": "cpu"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env["JAX_PLATFORMS"] = "cpu"
-    if devices > 1:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     proc = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, env=env, timeout=600,
                           check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -7,6 +7,8 @@ import textwrap
 
 import numpy as np
 
+from tests._xla import xla_flags
+
 SCRIPT = textwrap.dedent(
     """
     import sys, jax, numpy as np
@@ -25,7 +27,7 @@ SCRIPT = textwrap.dedent(
 
 def _run(tmp_path, n_devices):
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={n_devices}"
+    env["XLA_FLAGS"] = xla_flags(n_devices)
     env["JAX_PLATFORMS"] = "cpu"
     path = tmp_path / f"d{n_devices}.npz"
     subprocess.run([sys.executable, "-c", SCRIPT, str(path)], env=env, check=True, timeout=600)
