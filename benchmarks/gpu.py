@@ -121,7 +121,7 @@ def _gradlab(precision: str, batch: int = BATCH) -> dict:
     cfg = simcse_unsup_config(ckpt, corpus, steps=TIMED + 1, precision=precision, eval_test=False, batch_size=batch)
     r = plan(cfg, measure_steps=TIMED + 1)
     return {"step_s": r["step_seconds"], "first_s": r["compile_seconds"], "flops": r["flops_per_step"],
-            "peak_bytes": r["peak_memory_bytes"], "device": r["device"], "tokens": 2 * batch * _mean_tokens(corpus, ckpt)}
+            "peak_bytes": r["peak_memory_bytes"], "device": r["device"], "sentences": 2 * batch}
 
 
 def gradlab_float32() -> dict:
@@ -184,7 +184,7 @@ def _torch(bf16: bool, tf32: bool = False, pad_to_max: bool = False) -> dict:
                              for f in batches[warm:])
     return {"step_s": statistics.median(times), "times_ms": [round(1e3 * t, 1) for t in times], "flops": flops,
             "peak_bytes": torch.cuda.max_memory_allocated(),
-            "device": torch.cuda.get_device_name(), "tokens": 2 * BATCH * _mean_tokens(corpus, ckpt)}
+            "device": torch.cuda.get_device_name(), "sentences": 2 * BATCH}
 
 
 def torch_float32() -> dict:
@@ -216,7 +216,7 @@ def gradlab_train_bf16(steps: int) -> dict:
     summary = json.loads(Path(out, "train.json").read_text())
     return {"wall_s": wall, "train_s": summary.get("seconds"), "steps": steps, "step_s": summary["seconds"] / steps,
             "best_dev": summary.get("best_dev_spearman"), "monitor": summary.get("monitor"),
-            "tokens": 2 * BATCH * _mean_tokens(corpus, ckpt), "last_line": proc.stdout.strip().splitlines()[-1]}
+            "sentences": 2 * BATCH, "last_line": proc.stdout.strip().splitlines()[-1]}
 
 
 def gradlab_plan_epoch() -> dict:
@@ -262,13 +262,6 @@ def _run_worker(name: str, *args: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _torch_missing() -> str | None:
-    import importlib.util
-
-    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
-    return f"needs {' and '.join(missing)}" if missing else None
-
-
 def _peak_of(device: str) -> float | None:
     return next((v for k, v in DATASHEET_BF16.items() if k in device), None)
 
@@ -291,7 +284,11 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         _setup(folder, args.tokenizer, args.corpus_lines, args.layers)
         print(f"checkpoint and corpus written in {time.perf_counter() - t0:.1f} s", flush=True)
-        skip = _torch_missing()
+        ckpt, corpus = _paths()
+        tokens_per_sentence = _mean_tokens(corpus, ckpt)
+        import real  # on sys.path since _setup
+
+        skip = real._torch_missing(("torch", "transformers"))
         for name in args.rows:
             if name.startswith("torch") and skip:
                 results[name] = {"skipped": skip}
@@ -314,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name:<22}{'':>9} {r.get('skipped') or r.get('error')}")
             continue
         rate = r.get("flops", 0) / r["step_s"] if "flops" in r else None
-        tokens = f"{r['tokens'] / r['step_s']:,.0f}" if "tokens" in r else ""
+        tokens = f"{r['sentences'] * tokens_per_sentence / r['step_s']:,.0f}" if "sentences" in r else ""
         mem = f"{r['peak_bytes'] / 2**30:.2f}" if "peak_bytes" in r else ""
         print(f"{name:<22}{1e3 * r['step_s']:>9.1f}{tokens:>11}{(rate or 0) / 1e12:>9.1f}{mem:>10}"
               f"{(f'{rate / peak:.1%}' if rate and peak else ''):>9}")
@@ -322,7 +319,8 @@ def main(argv: list[str] | None = None) -> None:
         print("\ngradlab train --recipe simcse-unsup --precision bf16 --plan, one epoch of the corpus:")
         print("\n".join(results["gradlab_plan_epoch"]["plan"]))
     if args.json:
-        Path(args.json).write_text(json.dumps({"peak_flops": peak, "rows": results}, indent=1))
+        Path(args.json).write_text(json.dumps({"peak_flops": peak, "tokens_per_sentence": tokens_per_sentence,
+                                               "rows": results}, indent=1))
 
 
 if __name__ == "__main__":

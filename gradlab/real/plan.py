@@ -21,7 +21,6 @@ batch of B sentences: F_view = 2BHD.
 
 from __future__ import annotations
 
-import importlib
 import resource
 import statistics
 import sys
@@ -92,12 +91,21 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
       step time + evaluations × evaluation time; the STS-B test scoring is not counted), ``device``
       and ``precision`` (``config.precision``, the one the steps were measured in).
     """
-    tr = importlib.import_module("gradlab.real.train")  # the module: ``gradlab.real.train`` may name the function
+    # from the module by its full name: the package attribute ``gradlab.real.train`` is also the function
+    from gradlab.real.train import (
+        _dev_pairs,
+        _dev_score,
+        _encoder_for,
+        _eval_due,
+        _make_loop,
+        _resolve_objective,
+        _training_data,
+    )
 
-    loss = tr._resolve_objective(config)
-    encoder = tr._encoder_for(config, encoder)
-    _, token_ids = tr._training_data(config, encoder, sentences, token_ids)
-    loop = tr._make_loop(config, encoder, loss, token_ids)
+    loss = _resolve_objective(config)
+    encoder = _encoder_for(config, encoder)
+    _, token_ids = _training_data(config, encoder, sentences, token_ids)
+    loop = _make_loop(config, encoder, loss, token_ids)
     params = jax.tree_util.tree_map(jnp.copy, encoder.params)
     opt_state = loop.optimizer.init(params)
     n = max(2, int(measure_steps))
@@ -109,9 +117,9 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
         jax.block_until_ready(aux["loss"])
         times.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    tr._dev_score(encoder, tr._dev_pairs(config), params)
+    _dev_score(encoder, _dev_pairs(config), params)
     eval_seconds = time.perf_counter() - t0
-    evaluations = 1 + sum(1 for s in range(1, config.steps + 1) if tr._eval_due(config, s))  # + state 0
+    evaluations = 1 + sum(1 for s in range(1, config.steps + 1) if _eval_due(config, s))  # + state 0
     step_seconds = statistics.median(times[1:])
     peak, source = _peak_memory()
     leaves = jax.tree_util.tree_leaves((encoder.params, encoder.frozen))
