@@ -1,40 +1,45 @@
-"""The SimCSE recipe on a GPU: a BERT-base-shaped checkpoint, gradlab (JAX) beside transformers/torch.
+"""The SimCSE recipe, the engine and the training loop on a GPU, beside the strongest PyTorch.
 
-    python benchmarks/gpu.py                              # every row
-    python benchmarks/gpu.py --tokenizer tokenizer.json --train-steps 500 --json gpu.json
+    python benchmarks/gpu.py --json benchmarks/results/gpu.json       # every row, about 7 minutes
+    python benchmarks/gpu.py --rows gradlab_bf16 torch_compile_cudagraphs
 
 Everything large is made here, on the GPU machine: a BERT-base-shaped HF checkpoint with
 random weights (seed 0; 12 layers, hidden 768, MiniLM's WordPiece vocabulary, which is
 bert-base-uncased's; ``real.write_bert_base``) and a one-sentence-per-line corpus of STS-B
-train sentences. One table, every row measured in this run, each in its own process (its
-peak memory is that process's):
+train sentences. Every row runs in its own process (its peak memory is that process's), in
+the order below, inside one time budget (``--budget``): a row that would start past it is
+reported as skipped, and the JSON is written after every row.
 
-* matmul: an 8192³ bfloat16 product in JAX, median of 10 after a warm-up: the bf16 rate
-  the chip reaches, printed beside its datasheet peak (dense bf16: 989 TFLOP/s for
-  H100 SXM and H200).
-* gradlab float32 / bf16: ``gradlab.real.plan`` of ``simcse_unsup_config`` (MLP over
-  [CLS], 32 tokens, batch 64, τ 0.05, lr 3e-5; Gao et al. 2021), median of 20 steps
-  after the compiling one; peak memory from JAX's allocator.
-* torch float32 / tf32 / bf16 / bf16 padded to 32: transformers' ``BertModel`` of the same checkpoint, the same step
-  (an MLP over [CLS], both dropout views in one forward as SimCSE's trainer does, InfoNCE
-  τ 0.05, AdamW lr 3e-5), padded to each batch's longest sentence; bf16 is
-  ``torch.autocast``; tf32 allows TF32 matrix products in float32, as XLA's default precision
-  does for gradlab's float32 row on a GPU (torch's default does not); "padded to 32" gives
-  every batch one shape, as gradlab's packing does; median of 20 steps after 5 warm-ups;
-  ``torch.cuda.max_memory_allocated``.
-  Needs torch and transformers (skipped with one line without them).
-* gradlab bf16, batch 512: not the recipe's batch; how much of the chip a larger one fills.
-* gradlab train bf16: ``gradlab train --recipe simcse-unsup --precision bf16 --steps N``
-  end to end on the 20,000-line corpus (STS-B dev at state 0 and every 250 steps, test at
-  the end, ParadigmMonitor attached, compilation included): wall seconds per step.
-* ``--plan``: ``gradlab train --recipe simcse-unsup --precision bf16 --plan`` on a corpus of
-  ``--corpus-lines`` lines (default 10^6, wiki1m_for_simcse.txt's length: one epoch is
-  SimCSE's 15,625 steps), printed below the table.
+* ``matmul``: an 8192³ bfloat16 product in JAX, median of 10: the bf16 rate the chip reaches.
+* ``gradlab_bf16`` / ``gradlab_float32``: ``gradlab.real.plan`` of ``simcse_unsup_config``
+  (MLP over [CLS], 32 tokens, batch 64, τ 0.05, lr 3e-5; Gao et al. 2021): the SimCSE step,
+  both dropout views in one forward, median of 20 steps after the compiling one; peak
+  memory from JAX's allocator. ``gradlab_bf16_unrolled`` unrolls the loop over the 12 layers
+  (``MiniLM.unroll``; the default keeps the ``lax.scan``); ``gradlab_bf16_batch512`` is not
+  the recipe's batch: how much of the chip a larger one fills.
+* ``torch_compile`` / ``torch_compile_cudagraphs`` / ``torch_compile_tf32_cudagraphs``: the
+  same step as a careful PyTorch user writes it: transformers' ``BertModel`` of the same
+  checkpoint with sdpa attention and the MLP, both views in one forward and the InfoNCE loss
+  inside one ``torch.compile``d module (as SimCSE's model computes its loss in ``forward``),
+  batches padded to 32 tokens (one shape), fused AdamW; bf16 autocast, in ``torch.compile``'s
+  default mode and in ``mode="reduce-overhead"`` (CUDA graphs); float32 with TF32 matrix
+  products in ``reduce-overhead`` mode. Median of 20 steps after 8 warm-ups;
+  ``torch.cuda.max_memory_allocated``. Needs torch and transformers (skipped without them).
+* ``engine``: ``gradlab.simulate.gd_map`` of the full paper map (100 × 100 cells, 1,000
+  batches of 128) for InfoNCE, ArcCon, MPT and MET in common mode (median of 20 after two
+  warm-up maps; the copy to the host included), and InfoNCE and ArcCon in independent mode
+  (median of 5).
+* ``train_loop``: ``gradlab train --recipe simcse-unsup --precision bf16 --steps 300`` in a
+  process of its own, as a user runs it (STS-B dev at state 0 and every 250 steps, the
+  ParadigmMonitor every 10 steps, the JAX cache on): steps per second between the first and
+  the last step (from the log's ``elapsed``), the dev evaluations' seconds, the first step's
+  seconds; then the same command again: the warm start's first step. The rows share one JAX
+  cache (``GRADLAB_CACHE_DIR``), as a user's runs do, so this command finds the step that
+  ``gradlab_bf16`` compiled (its configuration is this command's).
 
 FLOPs are the executed matrix products of a step (``gradlab.real.plan.transformer_step_flops``
-on the shape each side runs: gradlab packs sentences into rows, torch pads them); the last
-column is those FLOPs per second over the datasheet peak. Tokens/s counts the sentences'
-own tokens (two views), the same for both sides.
+on the shape each side runs: gradlab packs sentences into rows, torch pads them); "of peak" is
+those FLOPs per second over the datasheet dense bf16 peak.
 """
 
 from __future__ import annotations
@@ -51,13 +56,17 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-BATCH, MAX_LEN, TAU, LR, TIMED = 64, 32, 0.05, 3e-5, 20
-DATASHEET_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense, TFLOP/s
+BATCH, MAX_LEN, TAU, LR, TIMED, TORCH_WARM = 64, 32, 0.05, 3e-5, 20, 8
+LOOP_STEPS = 300
+DATASHEET_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense, FLOP/s
+ENGINE_LOSSES = ("infonce", "arccon", "mpt", "met")
 ENV_DIR = "GRADLAB_GPU_BENCH_DIR"
+GRID_ENV = "GRADLAB_GPU_BENCH_GRID"  # the engine rows' grid side (100: the paper's); smaller for a trial
+LOOP_ENV = "GRADLAB_GPU_BENCH_LOOP_STEPS"  # the train_loop row's steps (300); fewer for a trial
 
 
-def _setup(folder: str, tokenizer: str | None, lines: int, layers: int | None = None) -> None:
-    """The checkpoint and the corpora in ``folder``: 20,000 lines for the rows, ``lines`` for the plan."""
+def _setup(folder: str, tokenizer: str | None, layers: int | None = None) -> None:
+    """The checkpoint and a 20,000-line corpus in ``folder``."""
     sys.path.insert(0, str(HERE))
     import real
 
@@ -77,8 +86,7 @@ def _setup(folder: str, tokenizer: str | None, lines: int, layers: int | None = 
     real.write_bert_base(str(ckpt), tok, layers)
     p = load_stsb("train")
     sentences = list(dict.fromkeys(p.sentence1 + p.sentence2))
-    for name, n in (("corpus.txt", 20_000), ("epoch.txt", lines)):
-        Path(folder, name).write_text("\n".join(sentences[i % len(sentences)] for i in range(n)) + "\n")
+    Path(folder, "corpus.txt").write_text("\n".join(sentences[i % len(sentences)] for i in range(20_000)) + "\n")
 
 
 def _paths() -> tuple[str, str]:
@@ -95,6 +103,9 @@ def _mean_tokens(corpus: str, ckpt: str) -> float:
     return statistics.fmean(min(len(e.ids), MAX_LEN) for e in tok.encode_batch(lines))
 
 
+# --------------------------------------------------------------------------- gradlab rows
+
+
 def matmul() -> dict:
     import jax
     import jax.numpy as jnp
@@ -109,27 +120,46 @@ def matmul() -> dict:
         t0 = time.perf_counter()
         f(a, b).block_until_ready()
         times.append(time.perf_counter() - t0)
-    s = statistics.median(times)
-    return {"step_s": s, "flops": 2 * n**3, "device": jax.devices()[0].device_kind}
+    return {"step_s": statistics.median(times), "flops": 2 * n**3, "device": jax.devices()[0].device_kind}
 
 
-def _gradlab(precision: str, batch: int = BATCH) -> dict:
+def _gradlab(precision: str, batch: int = BATCH, unroll: bool | None = None) -> dict:
+    import dataclasses
+
+    import gradlab
     from gradlab.real import simcse_unsup_config
     from gradlab.real.plan import plan
+    from gradlab.real.recipe import simcse_unsup_encoder
 
+    gradlab.enable_cache()  # GRADLAB_CACHE_DIR: one cache for every row of this run, as for a user's runs
     ckpt, corpus = _paths()
-    cfg = simcse_unsup_config(ckpt, corpus, steps=TIMED + 1, precision=precision, eval_test=False, batch_size=batch)
-    r = plan(cfg, measure_steps=TIMED + 1)
+    # the train_loop row's configuration, so that its command finds these programs compiled
+    cfg = simcse_unsup_config(ckpt, corpus, steps=_loop_steps(), precision=precision, eval_test=False,
+                              batch_size=batch)
+    enc = simcse_unsup_encoder(ckpt, seed=0)
+    if unroll is not None:
+        enc = dataclasses.replace(enc, train_view=dataclasses.replace(enc.train_view, unroll=unroll))
+    r = plan(cfg, encoder=enc, measure_steps=TIMED + 1)
     return {"step_s": r["step_seconds"], "first_s": r["compile_seconds"], "flops": r["flops_per_step"],
-            "peak_bytes": r["peak_memory_bytes"], "device": r["device"], "sentences": 2 * batch}
+            "peak_bytes": r["peak_memory_bytes"], "device": r["device"], "sentences": 2 * batch,
+            "dev_eval_s": r["eval_seconds"]}
+
+
+def _loop_steps() -> int:
+    return int(os.environ.get(LOOP_ENV, LOOP_STEPS))
+
+
+def gradlab_bf16() -> dict:
+    return _gradlab("bf16")
 
 
 def gradlab_float32() -> dict:
     return _gradlab("float32")
 
 
-def gradlab_bf16() -> dict:
-    return _gradlab("bf16")
+def gradlab_bf16_unrolled() -> dict:
+    """The loop over the 12 layers unrolled (the default is a ``lax.scan``)."""
+    return _gradlab("bf16", unroll=True)
 
 
 def gradlab_bf16_batch512() -> dict:
@@ -137,7 +167,70 @@ def gradlab_bf16_batch512() -> dict:
     return _gradlab("bf16", 512)
 
 
-def _torch(bf16: bool, tf32: bool = False, pad_to_max: bool = False) -> dict:
+def engine() -> dict:
+    """Full paper maps (100 × 100 cells, 1,000 batches of 128): ms per map, host copy included."""
+    import jax
+
+    from gradlab.simulate import Protocol, gd_map
+
+    grid = int(os.environ.get(GRID_ENV, "100"))
+    out = {"device": jax.devices()[0].device_kind, "grid": grid}
+    for mode, losses, repeats in (("common", ENGINE_LOSSES, 20), ("independent", ("infonce", "arccon"), 5)):
+        p = Protocol(grid=grid, batches=1000, batch_size=128, mode=mode)
+        for loss in losses:
+            t0 = time.perf_counter()
+            gd_map(loss, p)
+            first = time.perf_counter() - t0
+            gd_map(loss, p)
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                gd_map(loss, p)
+                times.append(time.perf_counter() - t0)
+            key = loss if mode == "common" else f"{loss}_independent"
+            out[key] = {"ms": 1e3 * statistics.median(times), "ms_all": [round(1e3 * t, 3) for t in times],
+                        "first_s": first}
+    return out
+
+
+def _log_records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def train_loop() -> dict:
+    """``gradlab train`` end to end, as a user runs it, then a warm start of the same command."""
+    ckpt, corpus = _paths()
+    base = ["train", "--encoder", ckpt, "--recipe", "simcse-unsup", "--corpus", corpus, "--precision", "bf16",
+            "--no-plot", "--no-test"]
+    folder = os.environ[ENV_DIR]
+    out = {}
+    for name in ("cold", "warm"):  # the same command twice: the second finds its programs in the cache
+        steps = _loop_steps()
+        run = os.path.join(folder, f"train-{name}")
+        t0 = time.perf_counter()
+        _gradlab_cli(*base, "--steps", str(steps), "--out", run)
+        wall = time.perf_counter() - t0
+        recs = _log_records(Path(run, "train_log.jsonl"))
+        steps_ = [r for r in recs if r["event"] == "step"]
+        evals = [r for r in recs if r["event"] == "eval"]
+        out[name] = {"wall_s": wall, "first_step_s": steps_[0]["seconds"], "steps": len(steps_),
+                     "dev_eval_s": [round(r.get("seconds", float("nan")), 4) for r in evals]}
+        if name == "cold":
+            span = steps_[-1]["elapsed"] - steps_[0]["elapsed"]
+            out["steps_per_s"] = (len(steps_) - 1) / span
+            out["dev_eval_s"] = statistics.median(r["seconds"] for r in evals[1:]) if len(evals) > 1 else None
+            summary = json.loads(Path(run, "train.json").read_text())
+            out["monitor"] = summary.get("monitor")
+            out["evaluations_in_span"] = sum(1 for r in evals if 1 < r["step"] <= steps_[-1]["step"])
+    out["warm_compile_s"] = out["warm"]["first_step_s"]
+    return out
+
+
+# --------------------------------------------------------------------------- torch.compile rows
+
+
+def _torch_rows(specs: list[tuple[str, str | None, bool]]) -> dict:
+    """One process, several compiled variants (name, torch.compile mode, bf16): each row's numbers."""
     import torch
     import torch.nn.functional as F
     from transformers import BertModel, PreTrainedTokenizerFast
@@ -145,86 +238,85 @@ def _torch(bf16: bool, tf32: bool = False, pad_to_max: bool = False) -> dict:
     from gradlab.real.plan import transformer_step_flops
 
     ckpt, corpus = _paths()
-    torch.manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
-    dev = torch.device("cuda")
-    model = BertModel.from_pretrained(ckpt, add_pooling_layer=False).to(dev).train()
-    mlp = torch.nn.Sequential(torch.nn.Linear(768, 768), torch.nn.Tanh()).to(dev)
-    opt = torch.optim.AdamW(list(model.parameters()) + list(mlp.parameters()), lr=LR)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(ckpt, "tokenizer.json"), pad_token="[PAD]")
     lines = Path(corpus).read_text().splitlines()
-    warm = 5
-    n_batches = TIMED + warm
-    padding = "max_length" if pad_to_max else True
-    batches = [tok(lines[i * BATCH:(i + 1) * BATCH], padding=padding, truncation=True, max_length=MAX_LEN,
-                   return_tensors="pt") for i in range(n_batches)]
+    n_batches = TIMED + TORCH_WARM
+    batches = []
+    for i in range(n_batches):
+        f = tok(lines[i * BATCH:(i + 1) * BATCH], padding="max_length", truncation=True, max_length=MAX_LEN,
+                return_tensors="pt")
+        batches.append((f["input_ids"].to(dev), f["attention_mask"].to(dev)))
     labels = torch.arange(BATCH, device=dev)
 
-    def step(feats):
-        ids = feats["input_ids"].to(dev).repeat(2, 1)  # both views in one forward
-        mask = feats["attention_mask"].to(dev).repeat(2, 1)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-            h = mlp(model(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0])
+    class SimCSE(torch.nn.Module):
+        """BERT, the MLP over [CLS] and InfoNCE of the two views, one forward (SimCSE's cl_forward)."""
+
+        def __init__(self):
+            super().__init__()
+            self.bert = BertModel.from_pretrained(ckpt, add_pooling_layer=False, attn_implementation="sdpa")
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(768, 768), torch.nn.Tanh())
+
+        def forward(self, ids, mask, bf16: bool):
+            ids, mask = ids.repeat(2, 1), mask.repeat(2, 1)  # both dropout views in one forward
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+                h = self.mlp(self.bert(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0])
             z1, z2 = F.normalize(h[:BATCH].float(), dim=-1), F.normalize(h[BATCH:].float(), dim=-1)
-            loss = F.cross_entropy(z1 @ z2.T / TAU, labels)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
+            return F.cross_entropy(z1 @ z2.T / TAU, labels)
 
-    times = []
-    for i, feats in enumerate(batches):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        float(step(feats))
-        torch.cuda.synchronize()
-        if i >= warm:
-            times.append(time.perf_counter() - t0)
-    flops = statistics.fmean(transformer_step_flops(model.config, BATCH, f["input_ids"].shape[1], BATCH, pooler=True)
-                             for f in batches[warm:])
-    return {"step_s": statistics.median(times), "times_ms": [round(1e3 * t, 1) for t in times], "flops": flops,
-            "peak_bytes": torch.cuda.max_memory_allocated(),
-            "device": torch.cuda.get_device_name(), "sentences": 2 * BATCH}
-
-
-def torch_float32() -> dict:
-    return _torch(False)
-
-
-def torch_bf16() -> dict:
-    return _torch(True)
-
-
-def torch_tf32() -> dict:
-    """float32 with TF32 matrix products, as XLA's default precision computes gradlab's float32 row."""
-    return _torch(False, tf32=True)
-
-
-def torch_bf16_padded32() -> dict:
-    """Every batch padded to 32 tokens: one shape, as gradlab's packed rows have."""
-    return _torch(True, pad_to_max=True)
-
-
-def gradlab_train_bf16(steps: int) -> dict:
-    """``gradlab train`` end to end, in a process of its own (the command's own start counted)."""
-    ckpt, corpus = _paths()
-    out = os.path.join(os.environ[ENV_DIR], "train-run")
-    t0 = time.perf_counter()
-    proc = _gradlab_cli("train", "--encoder", ckpt, "--recipe", "simcse-unsup", "--corpus", corpus,
-                        "--steps", str(steps), "--precision", "bf16", "--no-plot", "--out", out)
-    wall = time.perf_counter() - t0
-    summary = json.loads(Path(out, "train.json").read_text())
-    return {"wall_s": wall, "train_s": summary.get("seconds"), "steps": steps, "step_s": summary["seconds"] / steps,
-            "best_dev": summary.get("best_dev_spearman"), "monitor": summary.get("monitor"),
-            "sentences": 2 * BATCH, "last_line": proc.stdout.strip().splitlines()[-1]}
+    out = {}
+    for name, mode, bf16 in specs:
+        try:
+            torch.manual_seed(0)
+            tf32 = not bf16
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+            model = SimCSE().to(dev).train()
+            opt = torch.optim.AdamW(model.parameters(), lr=LR, fused=dev.type == "cuda")
+            compiled = torch.compile(model, mode=mode)
+            graphs = mode == "reduce-overhead"
+            if dev.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
+            times = []
+            t_first = time.perf_counter()
+            for i, (ids, mask) in enumerate(batches):
+                if dev.type == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                if graphs:
+                    torch.compiler.cudagraph_mark_step_begin()
+                loss = compiled(ids, mask, bf16)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                float(loss)
+                if i == 0:
+                    first = time.perf_counter() - t_first
+                if i >= TORCH_WARM:
+                    times.append(time.perf_counter() - t0)
+            cfg = model.bert.config
+            out[name] = {"step_s": statistics.median(times), "times_ms": [round(1e3 * t, 2) for t in times],
+                         "first_s": first, "flops": transformer_step_flops(cfg, BATCH, MAX_LEN, BATCH, pooler=True),
+                         "peak_bytes": torch.cuda.max_memory_allocated() if dev.type == "cuda" else None,
+                         "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
+                         "sentences": 2 * BATCH, "torch": torch.__version__}
+            del model, opt, compiled
+            torch._dynamo.reset()
+        except Exception as exc:  # noqa: BLE001 - one failed variant keeps the others
+            out[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    return out
 
 
-def gradlab_plan_epoch() -> dict:
-    """``gradlab train --recipe simcse-unsup --precision bf16 --plan`` on the whole corpus (one epoch)."""
-    ckpt, corpus = _paths()
-    proc = _gradlab_cli("train", "--encoder", ckpt, "--recipe", "simcse-unsup", "--corpus",
-                        os.path.join(os.path.dirname(corpus), "epoch.txt"), "--precision", "bf16", "--plan")
-    return {"plan": proc.stdout.strip().splitlines()}
+def torch_compile_bf16() -> dict:
+    """torch.compile's default mode, then with CUDA graphs (``reduce-overhead``), bf16 autocast."""
+    return _torch_rows([("torch_compile", None, True), ("torch_compile_cudagraphs", "reduce-overhead", True)])
+
+
+def torch_compile_tf32() -> dict:
+    """float32 with TF32 matrix products (what XLA's default precision does for gradlab's float32)."""
+    return _torch_rows([("torch_compile_tf32_cudagraphs", "reduce-overhead", False)])
+
+
+# --------------------------------------------------------------------------- the driver
 
 
 def _gradlab_cli(*args: str) -> subprocess.CompletedProcess:
@@ -248,79 +340,155 @@ def _cli_env() -> dict:
     return env
 
 
-ROWS = {"matmul": matmul, "gradlab_float32": gradlab_float32, "gradlab_bf16": gradlab_bf16,
-        "torch_float32": torch_float32, "torch_tf32": torch_tf32, "torch_bf16": torch_bf16,
-        "torch_bf16_padded32": torch_bf16_padded32, "gradlab_bf16_batch512": gradlab_bf16_batch512}
+#: name -> (worker, whether it needs torch, the most seconds it may take); run in this order.
+ROWS = {
+    "gradlab_bf16": (gradlab_bf16, False, 150),
+    "torch_compile_bf16": (torch_compile_bf16, True, 240),
+    "engine": (engine, False, 120),
+    "train_loop": (train_loop, False, 150),
+    "gradlab_float32": (gradlab_float32, False, 120),
+    "torch_compile_tf32": (torch_compile_tf32, True, 150),
+    "gradlab_bf16_batch512": (gradlab_bf16_batch512, False, 120),
+    "matmul": (matmul, False, 30),
+    "gradlab_bf16_unrolled": (gradlab_bf16_unrolled, False, 120),
+}
 
 
-def _run_worker(name: str, *args: str) -> dict:
-    code = f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import gpu; print(json.dumps(gpu.{name}({', '.join(args)})))"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_cli_env())
+def _run_worker(name: str, timeout: float) -> dict:
+    code = f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import gpu; print(json.dumps(gpu.{name}()))"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_cli_env(),
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()
         return {"error": tail[-1] if tail else f"exit {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _torch_missing() -> str | None:
+    import importlib.util
+
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    return f"needs {' and '.join(missing)} (not installed)" if missing else None
+
+
 def _peak_of(device: str) -> float | None:
     return next((v for k, v in DATASHEET_BF16.items() if k in device), None)
+
+
+def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> list[str]:
+    rows = {k: v for k, v in results["rows"].items()}
+    lines = [f"{'row':<30}{'ms/step':>9}{'tokens/s':>11}{'TFLOP/s':>9}{'peak GiB':>10}{'of peak':>9}"]
+    for name, r in rows.items():
+        if "step_s" not in r:
+            lines.append(f"{name:<30}{'':>9} {r.get('skipped') or r.get('error')}")
+            continue
+        rate = r["flops"] / r["step_s"] if r.get("flops") else None
+        tokens = f"{r['sentences'] * tokens_per_sentence / r['step_s']:,.0f}" if "sentences" in r else ""
+        mem = f"{r['peak_bytes'] / 2**30:.2f}" if r.get("peak_bytes") else ""
+        lines.append(f"{name:<30}{1e3 * r['step_s']:>9.2f}{tokens:>11}{(rate or 0) / 1e12:>9.1f}{mem:>10}"
+                     f"{(f'{rate / peak:.1%}' if rate and peak else ''):>9}")
+    rows_ = results["rows"]
+
+    def ratio(a: str, b: str) -> str:
+        ra, rb = rows_.get(a, {}), rows_.get(b, {})
+        return f"{rb['step_s'] / ra['step_s']:.2f}x" if "step_s" in ra and "step_s" in rb else "n/a"
+
+    lines += ["", f"gradlab bf16 against torch.compile + CUDA graphs: {ratio('gradlab_bf16', 'torch_compile_cudagraphs')}; "
+              f"against torch.compile's default mode: {ratio('gradlab_bf16', 'torch_compile')}; "
+              f"gradlab float32 against torch.compile TF32 + CUDA graphs: "
+              f"{ratio('gradlab_float32', 'torch_compile_tf32_cudagraphs')}"]
+    if results["engine_ms"]:
+        lines.append("engine, full paper map (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in results["engine_ms"].items()))
+    loop = results["train_loop"]
+    if "steps_per_s" in loop:
+        pure = rows_.get("gradlab_bf16", {}).get("step_s")
+        share = f" = {loop['steps_per_s'] * pure:.2f} of the pure step rate" if pure else ""
+        lines.append(f"gradlab train: {loop['steps_per_s']:.1f} steps/s between its first and last step{share}; "
+                     f"dev evaluation {loop['dev_eval_s']:.3f} s; warm start's first step {loop['warm_compile_s']:.2f} s "
+                     f"(cold {loop['cold']['first_step_s']:.2f} s)")
+    elif loop:
+        lines.append(f"gradlab train: {loop.get('error') or loop.get('skipped')}")
+    return lines
+
+
+def _collect(rows: dict) -> dict:
+    """The results file: ``device``, ``rows.<name>``, ``engine_ms.<loss>``, ``train_loop``."""
+    flat, engine_ms, loop = {}, {}, {}
+    for name, r in rows.items():
+        if name == "engine":
+            engine_ms = {k: v["ms"] for k, v in r.items() if isinstance(v, dict) and "ms" in v}
+            flat[name] = r
+        elif name == "train_loop":
+            loop = r
+        elif name.startswith("torch_compile_") and "error" not in r and "skipped" not in r:
+            flat.update(r)
+        else:
+            flat[name] = r
+    device = next((r["device"] for r in flat.values() if isinstance(r, dict) and "device" in r), "")
+    return {"device": device, "rows": {k: v for k, v in flat.items() if k != "engine"},
+            "engine": flat.get("engine", {}), "engine_ms": engine_ms, "train_loop": loop}
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokenizer", help="a WordPiece tokenizer.json (default: MiniLM's, from the real extra)")
-    ap.add_argument("--train-steps", type=int, default=500, help="steps of the end-to-end gradlab train row (0: skip)")
-    ap.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak (default: its datasheet, H100/H200/A100)")
-    ap.add_argument("--json", help="write every row's numbers here")
+    ap.add_argument("--json", help="write every row's numbers here (after every row)")
     ap.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS), help="the rows to measure (default: all)")
+    ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run; a row starting later is skipped")
     ap.add_argument("--layers", type=int, help="a checkpoint of this many layers instead of 12 (a quick trial on a CPU)")
-    ap.add_argument("--corpus-lines", type=int, default=1_000_000,
-                    help="lines of the corpus (default: wiki1m_for_simcse.txt's 10^6, so --plan predicts one paper epoch)")
-    ap.add_argument("--plan", action="store_true", help="also print `gradlab train --plan` for one epoch of the corpus")
+    ap.add_argument("--engine-grid", type=int, default=100, help="the engine rows' grid side (default: the paper's 100)")
+    ap.add_argument("--cap-scale", type=float, default=1.0, help="multiply each row's time cap (a trial on a CPU)")
+    ap.add_argument("--loop-steps", type=int, default=LOOP_STEPS, help=f"the train_loop row's steps (default {LOOP_STEPS})")
+    ap.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak (default: its datasheet, H100/H200/A100)")
     args = ap.parse_args(argv)
-    results: dict[str, dict] = {}
+    t_start = time.perf_counter()
+    rows: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="gradlab-gpu-") as folder:
         os.environ[ENV_DIR] = folder
-        t0 = time.perf_counter()
-        _setup(folder, args.tokenizer, args.corpus_lines, args.layers)
-        print(f"checkpoint and corpus written in {time.perf_counter() - t0:.1f} s", flush=True)
+        os.environ[GRID_ENV] = str(args.engine_grid)
+        os.environ[LOOP_ENV] = str(args.loop_steps)
+        os.environ["GRADLAB_CACHE_DIR"] = os.path.join(folder, "jax-cache")
+        _setup(folder, args.tokenizer, args.layers)
+        print(f"checkpoint and corpus written in {time.perf_counter() - t_start:.1f} s", flush=True)
         ckpt, corpus = _paths()
         tokens_per_sentence = _mean_tokens(corpus, ckpt)
-        import real  # on sys.path since _setup
-
-        skip = real._torch_missing(("torch", "transformers"))
+        skip_torch = _torch_missing()
         for name in args.rows:
-            if name.startswith("torch") and skip:
-                results[name] = {"skipped": skip}
+            worker, needs_torch, cap = ROWS[name]
+            left = args.budget - (time.perf_counter() - t_start)
+            t0 = time.perf_counter()
+            if needs_torch and skip_torch:
+                rows[name] = {"skipped": skip_torch}
+            elif left < 20:
+                rows[name] = {"skipped": f"the {args.budget:.0f} s budget was spent"}
             else:
-                results[name] = _run_worker(name)
-            print(f"{name}: {results[name]}", flush=True)
-        if args.train_steps > 0:
-            results["gradlab_train_bf16"] = _run_worker("gradlab_train_bf16", str(args.train_steps))
-            print(f"gradlab_train_bf16: {results['gradlab_train_bf16']}", flush=True)
-        if args.plan:
-            results["gradlab_plan_epoch"] = _run_worker("gradlab_plan_epoch")
-    device = next((r["device"] for r in results.values() if "device" in r), "")
-    peak = args.peak_tflops * 1e12 if args.peak_tflops else _peak_of(device)
-    print(f"\n{device}; datasheet dense bf16 peak: {peak / 1e12:.0f} TFLOP/s" if peak else f"\n{device}")
-    print(f"{'row':<22}{'ms/step':>9}{'tokens/s':>11}{'TFLOP/s':>9}{'peak GiB':>10}{'of peak':>9}")
-    for name, r in results.items():
-        if "plan" in r:
-            continue
-        if "step_s" not in r:
-            print(f"{name:<22}{'':>9} {r.get('skipped') or r.get('error')}")
-            continue
-        rate = r.get("flops", 0) / r["step_s"] if "flops" in r else None
-        tokens = f"{r['sentences'] * tokens_per_sentence / r['step_s']:,.0f}" if "sentences" in r else ""
-        mem = f"{r['peak_bytes'] / 2**30:.2f}" if "peak_bytes" in r else ""
-        print(f"{name:<22}{1e3 * r['step_s']:>9.1f}{tokens:>11}{(rate or 0) / 1e12:>9.1f}{mem:>10}"
-              f"{(f'{rate / peak:.1%}' if rate and peak else ''):>9}")
-    if "plan" in results.get("gradlab_plan_epoch", {}):
-        print("\ngradlab train --recipe simcse-unsup --precision bf16 --plan, one epoch of the corpus:")
-        print("\n".join(results["gradlab_plan_epoch"]["plan"]))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"peak_flops": peak, "tokens_per_sentence": tokens_per_sentence,
-                                               "rows": results}, indent=1))
+                rows[name] = _run_worker(name, min(left, cap * args.cap_scale))
+            print(f"{name} ({time.perf_counter() - t0:.0f} s): {json.dumps(rows[name])[:600]}", flush=True)
+            if args.json:
+                _write(args.json, rows, tokens_per_sentence, args.peak_tflops, time.perf_counter() - t_start)
+    results = _collect(rows)
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else _peak_of(results["device"])
+    print(f"\n{results['device']}; datasheet dense bf16 peak: {peak / 1e12:.0f} TFLOP/s" if peak else
+          f"\n{results['device']}")
+    print("\n".join(_table(results, peak, tokens_per_sentence)))
+    print(f"whole run: {time.perf_counter() - t_start:.0f} s")
+
+
+def _write(path: str, rows: dict, tokens_per_sentence: float, peak_tflops: float | None, seconds: float) -> None:
+    import jax
+
+    results = _collect(rows)
+    peak = peak_tflops * 1e12 if peak_tflops else _peak_of(results["device"])
+    results.update({"peak_flops": peak, "tokens_per_sentence": tokens_per_sentence, "run_seconds": seconds,
+                    "jax": jax.__version__, "command": "python benchmarks/gpu.py " + " ".join(
+                        os.path.basename(a) if os.path.isabs(a) else a for a in sys.argv[1:])})  # no machine's paths
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(path).with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=1))
+    tmp.replace(path)
 
 
 if __name__ == "__main__":

@@ -189,17 +189,27 @@ def test_weight_map_rows_are_weight_share_in_common_mode():
         weight_map("infonce", p, gd_gate=float("nan"))
 
 
-def test_common_draws_run_once_per_map(monkeypatch):
+def test_common_draws_are_made_once_per_protocol_and_kept(monkeypatch):
     from gradlab.simulate import _sampling
 
     calls = []
     real = _sampling.common_draws
     monkeypatch.setattr(_sampling, "common_draws", lambda protocol: calls.append(1) or real(protocol))
+    monkeypatch.setattr(_sampling, "_KEPT_DRAWS", type(_sampling._KEPT_DRAWS)())
     p = Protocol(grid=3, batches=8, batch_size=5)
-    gd_map("infonce", p)
+    first = gd_map("infonce", p)
     assert len(calls) == 1
     weight_share(p, taus=(0.3, 0.1, 0.05))
-    assert len(calls) == 2  # once for all τ
+    again = gd_map("infonce", p)
+    assert len(calls) == 1  # kept: every τ, every later map of this protocol
+    np.testing.assert_array_equal(again.mean, first.mean)
+    gd_map("infonce", p.replace(grid=4))  # the grid does not enter the draws
+    assert len(calls) == 1
+    for seed in range(1, 6):  # new draws for a new seed; the oldest are dropped past the few kept
+        gd_map("infonce", p.replace(seed=seed))
+    assert len(calls) == 6 and len(_sampling._KEPT_DRAWS) == _sampling._KEEP
+    gd_map("infonce", p)
+    assert len(calls) == 7
 
 
 def test_simulate_modules_import_without_a_cycle():
@@ -248,6 +258,22 @@ def test_bit_identical_whatever_the_chunk(mode):
     # the law changes the sampled angles, not the geometry the statistics see
     assert np.array_equal(gd_map("infonce", p.replace(law="reflected")).mean, ref.mean)
     assert not np.array_equal(gd_map("infonce", p.replace(seed=1)).mean, ref.mean)
+
+
+def test_independent_cells_side_by_side_give_the_same_map(monkeypatch):
+    """A GPU computes independent-mode cells in groups (one vectorized program per group): the
+    map is the one-cell-at-a-time map to rounding, and bit for bit the same whatever the chunk."""
+    from gradlab.simulate import _engine
+
+    p = Protocol(grid=(5, 3), batches=30, batch_size=9, mode="independent")
+    one_at_a_time = gd_map("infonce", p)
+    monkeypatch.setattr(_engine, "_CELL_GROUP", {jax.default_backend(): 4})
+    assert _engine.cell_group() == 4
+    grouped = gd_map("infonce", p)  # 15 cells: 4 groups, the last padded
+    np.testing.assert_allclose(grouped.mean, one_at_a_time.mean, rtol=2e-6)
+    np.testing.assert_allclose(grouped.stderr, one_at_a_time.stderr, rtol=2e-5)
+    for chunk in (1, 8, 12):
+        assert np.array_equal(gd_map("infonce", p.replace(chunk=chunk)).mean, grouped.mean)
 
 
 def test_independent_mode_uses_fold_in_per_cell():

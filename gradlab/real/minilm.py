@@ -13,7 +13,8 @@ The forward pass is BERT's (Devlin et al. 2019; HF ``BertModel``, post-LayerNorm
 
 with softmax attention masked on padding, exact (erf) GELU, LayerNorm eps from the config,
 and dropout (hidden and attention-probability) only when a PRNG key is given — the two
-dropout views of SimCSE are two calls with two keys. Sentence-transformers then mean-pools
+dropout views of SimCSE are one call with two keys (each view draws the masks its key alone
+draws). Sentence-transformers then mean-pools
 the token states over the attention mask and L2-normalizes (``modules.json`` lists
 ``Normalize``).
 
@@ -62,6 +63,8 @@ __all__ = [
     "dropout_keep",
     "pack",
     "encode_packed",
+    "packed_calls",
+    "run_packed_calls",
     "length_bucket",
     "pad_ids",
 ]
@@ -227,8 +230,8 @@ def dropout_keep(key: Array, shape: tuple[int, ...], rate: float) -> tuple[Array
       >>> keep.shape, round(scale, 6), abs(float(keep.mean()) - 0.9) < 0.005
       ((256, 384), 1.111119, True)
     """
-    threshold = int(round(rate * 65536))
-    if shape[-1] % 4 or str(jax.random.key_impl(key)) != "threefry2x32":
+    threshold = _keep_threshold(key, shape, rate)
+    if threshold is None:
         return jax.random.bernoulli(key, 1.0 - rate, shape), 1.0 / (1.0 - rate)
     from jax.extend.random import threefry2x32_p
 
@@ -245,11 +248,27 @@ def dropout_keep(key: Array, shape: tuple[int, ...], rate: float) -> tuple[Array
     return u >= jnp.uint32(threshold), 65536.0 / (65536 - threshold)
 
 
-def _dropout(x: Array, rate: float, key: Array | None) -> Array:
-    if key is None or rate <= 0.0:
+def _keep_threshold(key: Array, shape: tuple[int, ...], rate: float) -> int | None:
+    """The 16-bit threshold of :func:`dropout_keep`, or None where it falls back to ``bernoulli``."""
+    if shape[-1] % 4 or str(jax.random.key_impl(key)) != "threefry2x32":
+        return None
+    return int(round(rate * 65536))
+
+
+def _split(keys: Array, n: int) -> Array:
+    """``jax.random.split(k, n)`` of each of ``keys`` (V,): (V, n), the keys of each view apart."""
+    return jax.vmap(lambda k: jax.random.split(k, n))(keys)
+
+
+def _dropout(x: Array, rate: float, keys: Array | None) -> Array:
+    """Dropout of ``x`` (V, ...) with one key per view (``keys`` (V,)): view v gets the mask
+    ``dropout_keep(keys[v], x.shape[1:], rate)``, the one a forward of that view alone draws."""
+    if keys is None or rate <= 0.0:
         return x
-    keep, scale = dropout_keep(key, x.shape, rate)
-    # a layer's recomputation in the backward pass reuses the mask instead of redrawing it
+    keep = jax.vmap(lambda k: dropout_keep(k, x.shape[1:], rate)[0])(keys)
+    threshold = _keep_threshold(keys[0], x.shape[1:], rate)
+    scale = 1.0 / (1.0 - rate) if threshold is None else 65536.0 / (65536 - threshold)
+    # a layer's recomputation in the backward pass (remat) reuses the mask instead of redrawing it
     keep = checkpoint_name(keep, "dropout_keep")
     return jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros_like(x))
 
@@ -353,27 +372,37 @@ def pack(token_ids: Sequence[Sequence[int]], placement: np.ndarray, *, width: in
 
 
 def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *, config: BertConfig,
-             key: Array | None, token_type_ids: Array | None = None, layers: str = "last") -> Array:
+             key: Array | None, token_type_ids: Array | None = None, layers: str = "last",
+             remat: bool = False, unroll: bool = False) -> Array:
     """The BERT stack on (B, L) tokens; ``bias`` (B, 1, L, L) or broadcastable is added to the scores.
+
+    ``key`` is one PRNG key, or (V,) keys: V dropout views of the same tokens in one forward
+    (SimCSE's trainer puts both views in one batch), view v drawing exactly the masks a
+    forward with ``key[v]`` alone draws; the output then has a leading axis V.
 
     Returns the last layer's states h^n (``layers="last"``), (h^1 + h^n) / 2 (``"first_last"``)
     or (h^{n-1} + h^n) / 2 (``"top2"``); see :class:`PoolingConfig`.
+
+    ``remat``: keep only each layer's input and its dropout masks for the backward pass and
+    recompute the rest (less memory, a third more forward compute). ``unroll``: unroll the
+    loop over layers (no faster on an H200, and compiles 7 times longer: benchmarks/README.md).
     """
-    B, L = input_ids.shape
-    H, nh, dh = config.hidden_size, config.num_attention_heads, config.head_dim
+    nh, dh = config.num_attention_heads, config.head_dim
     eps = config.layer_norm_eps
     act = _activation(config.hidden_act)
     emb = params["embeddings"]
     types = emb["token_type"][0] if token_type_ids is None else emb["token_type"][token_type_ids]
     x = emb["word"][input_ids] + emb["position"][position_ids] + types
     x = _layer_norm(x, emb["ln_scale"], emb["ln_bias"], eps)
-    if key is not None:
-        key, sub = jax.random.split(key)
-        x = _dropout(x, config.hidden_dropout_prob, sub)
+    one_key = key is not None and key.ndim == 0
+    keys = key[None] if one_key else key  # (V,) or None
+    if keys is not None:
+        keys, sub = jnp.moveaxis(_split(keys, 2), 1, 0)
+        x = _dropout(jnp.broadcast_to(x, (keys.shape[0], *x.shape)), config.hidden_dropout_prob, sub)
     scale = jnp.asarray(1.0 / np.sqrt(dh), x.dtype)
 
     n_layers = config.num_hidden_layers
-    keys = jax.random.split(key, n_layers) if key is not None else None
+    layer_keys = jnp.moveaxis(_split(keys, n_layers), 1, 0) if keys is not None else None  # (n_layers, V)
     # the layer (0-based) whose output is averaged with the last one's, if any
     kept = {"last": None, "first_last": 0, "top2": n_layers - 2}[layers]
     if kept is not None and not 0 <= kept < n_layers - 1:
@@ -383,14 +412,15 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
         p, k = inputs
         k_att = k_h1 = k_h2 = None
         if k is not None:
-            k_att, k_h1, k_h2 = jax.random.split(k, 3)
-        q = (x @ p["q_w"] + p["q_b"]).reshape(B, L, nh, dh)
-        kk = (x @ p["k_w"] + p["k_b"]).reshape(B, L, nh, dh)
-        v = (x @ p["v_w"] + p["v_b"]).reshape(B, L, nh, dh)
-        scores = jnp.einsum("blhd,bmhd->bhlm", q, kk) * scale + bias
+            k_att, k_h1, k_h2 = jnp.moveaxis(_split(k, 3), 1, 0)
+        heads = (*x.shape[:-1], nh, dh)
+        q = (x @ p["q_w"] + p["q_b"]).reshape(heads)
+        kk = (x @ p["k_w"] + p["k_b"]).reshape(heads)
+        v = (x @ p["v_w"] + p["v_b"]).reshape(heads)
+        scores = jnp.einsum("...lhd,...mhd->...hlm", q, kk) * scale + bias
         probs = jax.nn.softmax(scores, axis=-1)
         probs = _dropout(probs, config.attention_probs_dropout_prob, k_att)
-        ctx = jnp.einsum("bhlm,bmhd->blhd", probs, v).reshape(B, L, H)
+        ctx = jnp.einsum("...hlm,...mhd->...lhd", probs, v).reshape(x.shape)
         a = _dropout(ctx @ p["o_w"] + p["o_b"], config.hidden_dropout_prob, k_h1)
         a = _layer_norm(x + a, p["ln1_scale"], p["ln1_bias"], eps)
         f = act(a @ p["i_w"] + p["i_b"]) @ p["f_w"] + p["f_b"]
@@ -403,17 +433,16 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
         x, _ = layer(x, rest)
         return (x, jnp.where(i == kept, x, acc)), None
 
-    if key is not None:
-        # Training: keep only each layer's input and its dropout masks (1 byte an element)
-        # for the backward pass and recompute the rest - the float activations of six
-        # layers would otherwise dominate the peak memory of a step.
+    if remat and keys is not None:
         layer = jax.checkpoint(layer, policy=jax.checkpoint_policies.save_only_these_names("dropout_keep"))
+    unroll = n_layers if unroll else 1
     if kept is None:
-        x, _ = jax.lax.scan(layer, x, (params["layers"], keys))
-        return x
-    (x, acc), _ = jax.lax.scan(layer_keeping, (x, jnp.zeros_like(x)),
-                               (jnp.arange(n_layers), params["layers"], keys))
-    return (acc + x) / 2
+        x, _ = jax.lax.scan(layer, x, (params["layers"], layer_keys), unroll=unroll)
+    else:
+        (x, acc), _ = jax.lax.scan(layer_keeping, (x, jnp.zeros_like(x)),
+                                   (jnp.arange(n_layers), params["layers"], layer_keys), unroll=unroll)
+        x = (acc + x) / 2
+    return x[0] if one_key else x
 
 
 def bert_forward(
@@ -425,6 +454,8 @@ def bert_forward(
     config: BertConfig,
     key: Array | None = None,
     layers: str = "last",
+    remat: bool = False,
+    unroll: bool = False,
 ) -> Array:
     """Token states of a BERT or RoBERTa encoder (right-padded batch).
 
@@ -438,11 +469,16 @@ def bert_forward(
       attention_mask: (B, L) 1 for real tokens, 0 for padding.
       token_type_ids: (B, L) segment ids; zeros if None.
       config: the architecture.
-      key: PRNG key; dropout (config rates) is applied only when given.
+      key: PRNG key; dropout (config rates) is applied only when given. (V,) keys: V dropout
+        views in one forward, each with the masks its own key draws alone.
       layers: ``"last"``, ``"first_last"`` or ``"top2"`` (:attr:`PoolingConfig.layers`).
+      remat, unroll: how the backward pass and the loop over layers run (the numbers are the
+        same): recompute each layer in the backward pass instead of storing its activations;
+        unroll the loop over layers.
 
     Returns:
-      (B, L, H) hidden states: the last layer's, or the layer average ``layers`` names.
+      (B, L, H) hidden states (V, B, L, H with V keys): the last layer's, or the layer average
+      ``layers`` names.
     """
     B, L = input_ids.shape
     dtype = params["embeddings"]["word"].dtype
@@ -454,12 +490,13 @@ def bert_forward(
     else:
         positions = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
     return _encoder(params, input_ids, positions, bias, config=config, key=key, token_type_ids=token_type_ids,
-                    layers=layers)
+                    layers=layers, remat=remat, unroll=unroll)
 
 
 def bert_forward_packed(params: dict, packed: Packed, *, config: BertConfig, key: Array | None = None,
-                        layers: str = "last") -> Array:
-    """Token states (R, C, H) of packed sentences: attention only inside each sentence.
+                        layers: str = "last", remat: bool = False, unroll: bool = False) -> Array:
+    """Token states (R, C, H) of packed sentences: attention only inside each sentence
+    ((V, R, C, H) for (V,) keys; ``key``, ``remat``, ``unroll`` as in :func:`bert_forward`).
 
     Each sentence gets exactly what :func:`bert_forward` gives it alone (token type 0): the
     in-sentence positions of ``packed`` are shifted by ``config.position_offset`` (RoBERTa's
@@ -473,7 +510,8 @@ def bert_forward_packed(params: dict, packed: Packed, *, config: BertConfig, key
     positions = packed.position_ids
     if config.position_offset:
         positions = jnp.where(seg > 0, positions + config.position_offset, config.pad_token_id)
-    return _encoder(params, packed.input_ids, positions, bias, config=config, key=key, layers=layers)
+    return _encoder(params, packed.input_ids, positions, bias, config=config, key=key, layers=layers,
+                    remat=remat, unroll=unroll)
 
 
 def _pooler(h_cls: Array, pooler: dict | None) -> Array:
@@ -758,6 +796,10 @@ class MiniLM:
         position table's length (:attr:`BertConfig.max_positions`).
       source: the directory or zip it was loaded from (:func:`save_transformer` copies its
         config and tokenizer).
+      remat: training forwards recompute each layer in the backward pass instead of storing
+        its activations (less memory, about a third more forward compute; same numbers).
+      unroll: unroll the loop over layers (the numbers are the same; on an H200 no faster at
+        SimCSE's batch and 7 times longer to compile, faster by a tenth at batch 512).
     """
 
     params: dict
@@ -766,6 +808,8 @@ class MiniLM:
     tokenizer: Any
     max_seq_length: int = 256
     source: Path | None = None
+    remat: bool = False
+    unroll: bool = False
 
     # -- tokenization -----------------------------------------------------------
     def token_ids(self, sentences: Sequence[str]) -> list[list[int]]:
@@ -799,10 +843,12 @@ class MiniLM:
         return self.apply(params, input_ids, attention_mask, key)
 
     def apply(self, params: dict, input_ids: Array, attention_mask: Array, key: Array | None = None) -> Array:
-        """Sentence embeddings (B, H) from token ids; dropout iff ``key`` is given. Pure, jittable."""
+        """Sentence embeddings (B, H) from token ids; dropout iff ``key`` is given. Pure, jittable.
+
+        With (V,) keys: (V, B, H), V dropout views in one forward (:func:`bert_forward`)."""
         hidden = bert_forward(params, input_ids, attention_mask, config=self.config, key=key,
-                              layers=self.pooling.layers)
-        return pool(hidden, attention_mask, self.pooling, params.get("pooler"))
+                              layers=self.pooling.layers, remat=self.remat, unroll=self.unroll)
+        return _per_view(lambda h: pool(h, attention_mask, self.pooling, params.get("pooler")), hidden, key)
 
     @property
     def _apply_jit(self):
@@ -817,12 +863,15 @@ class MiniLM:
         the forward compiles once per C, and no compute goes to padding beyond the rows'
         ends. Each embedding equals the one of the sentence encoded alone.
         """
-        params = self.params if params is None else params
-        ids = self.token_ids(sentences)
-        return encode_packed(
-            lambda packed: self._apply_packed_jit(params, packed), ids, rows=batch_size,
-            max_len=self.max_seq_length, dim=self.config.hidden_size,
-        )
+        return self.embedder(sentences, batch_size=batch_size)(self.params if params is None else params)
+
+    def embedder(self, sentences: Sequence[str], *, batch_size: int = 64):
+        """``params -> encode(sentences, params=params)`` with the tokenizing and packing done once
+        (an evaluation set scored many times during training)."""
+        calls = packed_calls(self.token_ids(sentences), rows=batch_size, max_len=self.max_seq_length)
+        forward = self._apply_packed_jit
+        return lambda params: run_packed_calls(lambda packed: forward(params, packed), calls, len(sentences),
+                                               self.config.hidden_size)
 
     @property
     def _apply_packed_jit(self):
@@ -843,32 +892,57 @@ class MiniLM:
         return packed
 
     def forward_packed(self, params: dict, frozen: None, packed: Packed, key: Array | None = None) -> Array:
-        """Sentence embeddings (S, H) of a :class:`Packed` batch; dropout iff ``key`` is given. Pure."""
+        """Sentence embeddings (S, H) of a :class:`Packed` batch; dropout iff ``key`` is given. Pure.
+
+        With (V,) keys: (V, S, H), V dropout views in one forward (:func:`bert_forward_packed`)."""
         del frozen
-        hidden = bert_forward_packed(params, packed, config=self.config, key=key, layers=self.pooling.layers)
-        return pool_packed(hidden, packed, self.pooling, params.get("pooler"))
+        hidden = bert_forward_packed(params, packed, config=self.config, key=key, layers=self.pooling.layers,
+                                     remat=self.remat, unroll=self.unroll)
+        return _per_view(lambda h: pool_packed(h, packed, self.pooling, params.get("pooler")), hidden, key)
 
 
-def encode_packed(embed, token_ids: Sequence[Sequence[int]], *, rows: int, max_len: int, dim: int) -> np.ndarray:
-    """Embed many sentences in packed calls of one shape: ``embed(packed) -> (S, dim)``.
+def _per_view(pool_one, hidden: Array, key: Array | None) -> Array:
+    """``pool_one`` of the states of one forward, or of each view's where ``key`` holds (V,) keys."""
+    if key is None or key.ndim == 0:
+        return pool_one(hidden)
+    return jax.vmap(pool_one)(hidden)
+
+
+def packed_calls(token_ids: Sequence[Sequence[int]], *, rows: int, max_len: int) -> list[tuple[Packed, np.ndarray]]:
+    """The packed forward calls that embed ``token_ids``: ``(packed, index)`` pairs, every call of
+    one shape, its first ``len(index)`` slots holding the sentences ``index`` (device arrays).
 
     Width C is the length bucket of the longest sentence; each call holds ``rows`` rows
     and at most ``rows * C // 4`` sentences.
     """
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
         raise ValueError(f"batch_size must be an integer >= 1; got {rows!r}")
-    n = len(token_ids)
-    out = np.zeros((n, dim), dtype=np.float32)
-    if n == 0:
-        return out
+    if not token_ids:
+        return []
     lengths = [len(t) for t in token_ids]
     width = length_bucket(max(lengths), max_len)
     slots = max(1, rows * width // 4)
+    calls = []
     for placement in first_fit(lengths, width=width, rows=rows, slots=slots):
         packed, index = pack(token_ids, placement, width=width, rows=rows, slots=slots)
-        emb = embed(packed)
+        calls.append((jax.device_put(packed), index))
+    return calls
+
+
+def run_packed_calls(embed, calls: list[tuple[Packed, np.ndarray]], n: int, dim: int) -> np.ndarray:
+    """(n, dim) float32: ``embed(packed) -> (S, dim)`` on each of :func:`packed_calls`, every call
+    dispatched before the first result is read."""
+    out = np.zeros((n, dim), dtype=np.float32)
+    results = [(embed(packed), index) for packed, index in calls]
+    for emb, index in results:
         out[index] = np.asarray(emb[: len(index)], dtype=np.float32)
     return out
+
+
+def encode_packed(embed, token_ids: Sequence[Sequence[int]], *, rows: int, max_len: int, dim: int) -> np.ndarray:
+    """Embed many sentences in packed calls of one shape: ``embed(packed) -> (S, dim)``
+    (:func:`packed_calls`, then :func:`run_packed_calls`)."""
+    return run_packed_calls(embed, packed_calls(token_ids, rows=rows, max_len=max_len), len(token_ids), dim)
 
 
 def load_minilm(path: str | Path | None = None, *, dtype=jnp.float32) -> MiniLM:

@@ -86,20 +86,19 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
 
     Returns:
       ``parameters``, ``flops_per_step``, ``step_seconds`` (median of the timed steps),
-      ``compile_seconds``, ``eval_seconds`` (one STS-B dev evaluation), ``evaluations``,
+      ``compile_seconds``, ``eval_seconds`` (one STS-B dev evaluation, after one that compiled), ``evaluations``,
       ``peak_memory_bytes`` and where it was read, ``steps``, ``total_seconds`` (steps ×
       step time + evaluations × evaluation time; the STS-B test scoring is not counted), ``device``
       and ``precision`` (``config.precision``, the one the steps were measured in).
     """
     # from the module by its full name: the package attribute ``gradlab.real.train`` is also the function
     from gradlab.real.train import (
-        _dev_pairs,
-        _dev_score,
         _encoder_for,
         _eval_due,
         _make_loop,
         _resolve_objective,
         _training_data,
+        dev_scorer,
     )
 
     loss = _resolve_objective(config)
@@ -116,8 +115,10 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
         params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, loop.key(k))
         jax.block_until_ready(aux["loss"])
         times.append(time.perf_counter() - t0)
+    dev = dev_scorer(config, encoder)
+    dev(params)  # compiles the evaluation forward
     t0 = time.perf_counter()
-    _dev_score(encoder, _dev_pairs(config), params)
+    dev(params)
     eval_seconds = time.perf_counter() - t0
     evaluations = 1 + sum(1 for s in range(1, config.steps + 1) if _eval_due(config, s))  # + state 0
     step_seconds = statistics.median(times[1:])

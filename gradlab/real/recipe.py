@@ -131,6 +131,10 @@ class SimCSEUnsup:
         """Evaluation embeddings: [CLS] before the MLP (``params["pooler"]`` is unused)."""
         return self.eval_view.encode(sentences, batch_size=batch_size, params=self.params if params is None else params)
 
+    def embedder(self, sentences: Sequence[str], *, batch_size: int = 64):
+        """``params -> encode(sentences, params=params)``, the sentences prepared once."""
+        return self.eval_view.embedder(sentences, batch_size=batch_size)
+
 
 def simcse_unsup_encoder(encoder: str | Path, *, seed: int = 0, dtype: Any = None) -> SimCSEUnsup:
     """The recipe's two views of a BERT / RoBERTa checkpoint (or ``"minilm"``).

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import stats
 
 from gradlab.real.data import STSPairs, load_stsb
 
-__all__ = ["stsb_spearman", "stsb_scores", "pair_cosines", "spearman_x100", "encode_unique"]
+__all__ = ["stsb_spearman", "stsb_scores", "stsb_scorer", "pair_cosines", "spearman_x100", "encode_unique"]
 
 EncodeFn = Callable[[Sequence[str]], np.ndarray]
 
@@ -83,14 +84,42 @@ def encode_unique(
         if progress is not None:
             progress(done, len(uniq))
     emb = np.concatenate(parts) if parts else np.zeros((0, 0))
+    return emb[_rows_of(sentences, uniq)]
+
+
+def _rows_of(sentences: Sequence[str], uniq: Sequence[str]) -> np.ndarray:
+    """The row of each of ``sentences`` in ``uniq`` (which holds each of them once)."""
     pos = {s: i for i, s in enumerate(uniq)}
-    return emb[np.fromiter((pos[s] for s in sentences), dtype=np.int64, count=len(sentences))]
+    return np.fromiter((pos[s] for s in sentences), dtype=np.int64, count=len(sentences))
 
 
 def _encode_pairs(encode_fn: EncodeFn, pairs: STSPairs) -> tuple[np.ndarray, np.ndarray]:
     # Encode every distinct sentence once (STS-B repeats some).
     emb = encode_unique(encode_fn, pairs.sentence1 + pairs.sentence2)
     return emb[: len(pairs)], emb[len(pairs) :]
+
+
+def stsb_scorer(prepare: Callable[[Sequence[str]], Callable[[Any], np.ndarray]],
+                pairs: STSPairs) -> Callable[[Any], float]:
+    """Spearman × 100 on ``pairs`` as a function of a model's parameters, for scoring during training.
+
+    ``prepare(sentences)`` (e.g. ``encoder.embedder``: tokenizing and packing done once) runs once
+    on the distinct sentences and returns ``params -> (N, D)`` embeddings; each call of the
+    scorer only embeds and ranks. It gives :func:`stsb_spearman` of the same model.
+    """
+    if len(pairs) < 2:
+        raise ValueError(f"need at least 2 pairs, got {len(pairs)}")
+    both = pairs.sentence1 + pairs.sentence2
+    uniq = list(dict.fromkeys(both))
+    rows, n = _rows_of(both, uniq), len(pairs)
+    gold = np.asarray(pairs.score, dtype=np.float64)
+    embed = prepare(uniq)
+
+    def score(params: Any) -> float:
+        emb = np.asarray(embed(params))[rows]
+        return spearman_x100(pair_cosines(emb[:n], emb[n:]), gold)
+
+    return score
 
 
 def stsb_scores(

@@ -9,8 +9,11 @@ when that module is available.
 
 Speed and scale: the step is one jitted function that compiles once per run (every batch
 has one shape: MiniLM packs each batch's sentences end to end into fixed rows, see
-:class:`gradlab.real.minilm.Packed`), recomputes each layer's activations in the backward
-pass instead of storing them, and updates parameters and optimizer state in place. With
+:class:`gradlab.real.minilm.Packed`), runs both dropout views in one forward (as SimCSE's
+trainer does), stores the layers' activations for the backward pass (``TrainConfig.remat``
+recomputes them instead, for memory), and updates parameters and optimizer state in place.
+The loop keeps one step in flight (the next is dispatched before the last one's loss is
+read). With
 several devices (``jax.devices()``, every host after ``jax.distributed.initialize()``) the
 batch is sharded over a 1-D mesh and the parameters replicated; the loss sees the global
 batch, so the negatives come from every device (docs/distributed.md). ``precision="bf16"``
@@ -20,11 +23,11 @@ the loss and the monitor, the loss and the update stay float32 (:func:`make_trai
 Evaluation (STS-B dev and test) encodes with the float32 parameters, the model that is saved.
 
 :func:`train` is a straight line of stages: the objective (:func:`_resolve_objective`), the
-encoder (:func:`_encoder_for`), the data (:func:`_training_data`, :func:`_dev_pairs`), the
+encoder (:func:`_encoder_for`), the data (:func:`_training_data`, :func:`dev_scorer`), the
 loop (:func:`_make_loop`: optimizer, batches, jitted step), the starting state
 (:func:`_initial_state`, or :func:`_saved_state` when resuming), the steps (:func:`_run_steps`,
 which evaluates with :func:`_evaluate`, feeds the monitor (:class:`_Watch`) and saves the state
-(:func:`_checkpointer`)), and the outputs (:func:`_write_outputs`).
+(:class:`_Checkpointer`)), and the outputs (:func:`_write_outputs`).
 
 Files written to ``out_dir`` (when given):
   ``train_log.jsonl``   one record per step (loss, grad norm, seconds) and per evaluation
@@ -70,6 +73,7 @@ __all__ = [
     "flatten_params",
     "unflatten_params",
     "state_path",
+    "dev_scorer",
 ]
 
 @dataclasses.dataclass
@@ -178,12 +182,12 @@ def _views_fn(encoder, *, packed: bool, precision: str = "float32") -> Callable:
     def views(params, frozen, batch, key):
         if mixed:
             params, frozen = _cast_floats((params, frozen), dtype)
-        k1, k2 = jax.random.split(key)
-        if packed:
-            h, h_prime = encoder.forward_packed(params, frozen, batch, k1), encoder.forward_packed(params, frozen, batch, k2)
+        keys = jax.random.split(key)
+        if packed:  # both views in one forward, as SimCSE's trainer does (the masks of two forwards)
+            h, h_prime = encoder.forward_packed(params, frozen, batch, keys)
         else:
             ids, mask = batch
-            h, h_prime = encoder.forward(params, frozen, ids, mask, k1), encoder.forward(params, frozen, ids, mask, k2)
+            h, h_prime = (encoder.forward(params, frozen, ids, mask, k) for k in keys)
         if mixed:
             h, h_prime = h.astype(jnp.float32), h_prime.astype(jnp.float32)
         return h, h_prime
@@ -472,10 +476,22 @@ def _resolve_objective(config: TrainConfig) -> Callable:
 
 
 def _encoder_for(config: TrainConfig, encoder):
-    """The encoder trained: the recipe's two views, the one given, or ``load_encoder(config.encoder)``."""
+    """The encoder trained: the recipe's two views, the one given, or ``load_encoder(config.encoder)``,
+    its training forward recomputing layers iff ``config.remat``."""
     if config.recipe:
-        return _recipe_encoder(config, encoder)
-    return load_encoder(config.encoder, seed=config.seed) if encoder is None else encoder
+        encoder = _recipe_encoder(config, encoder)
+    elif encoder is None:
+        encoder = load_encoder(config.encoder, seed=config.seed)
+    return _with_remat(encoder, config.remat)
+
+
+def _with_remat(encoder, remat: bool):
+    """``encoder`` whose training forward recomputes its layers iff ``remat`` (transformers only)."""
+    if hasattr(encoder, "train_view"):  # a recipe's encoder trains its train view
+        return dataclasses.replace(encoder, train_view=_with_remat(encoder.train_view, remat))
+    if getattr(encoder, "remat", remat) != remat:
+        return dataclasses.replace(encoder, remat=remat)
+    return encoder
 
 
 def _recipe_encoder(config: TrainConfig, encoder):
@@ -634,16 +650,20 @@ def _saved_state(config: TrainConfig, loop: _Loop, out_dir: str | Path | None) -
     return _load_state(path, config, loop) if path.is_file() else None
 
 
-def _checkpointer(config: TrainConfig, loop: _Loop, out: Path | None) -> Callable[[_State], None]:
+class _Checkpointer:
     """``after_step`` of :func:`_run_steps`: write the state every ``checkpoint_every`` steps."""
-    if out is None or not config.checkpoint_every or jax.process_index() != 0:
-        return lambda state: None
 
-    def save(state: _State) -> None:
-        if state.step % config.checkpoint_every == 0:
-            _save_state(state_path(out), config, loop, state)
+    def __init__(self, config: TrainConfig, loop: _Loop, out: Path | None):
+        self.config, self.loop, self.out = config, loop, out
+        self.every = config.checkpoint_every if out is not None and jax.process_index() == 0 else 0
 
-    return save
+    def due(self, step: int) -> bool:
+        """Whether the state after ``step`` is written (so it must be read before the next step)."""
+        return bool(self.every) and step % self.every == 0
+
+    def __call__(self, state: _State) -> None:
+        if self.due(state.step):
+            _save_state(state_path(self.out), self.config, self.loop, state)
 
 
 def _make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> _Loop:
@@ -671,10 +691,16 @@ def _make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> _Loop
     return _Loop(encoder, frozen, optimizer, batches, step_fn, jax.random.key(config.seed), mesh)
 
 
-def _dev_score(encoder, dev, params) -> float:
-    from gradlab.real.stsb import stsb_spearman
+def dev_scorer(config: TrainConfig, encoder) -> Callable[[Any], float]:
+    """``params -> STS-B dev Spearman × 100`` of the run (:func:`gradlab.real.stsb.stsb_scorer`): the
+    dev sentences tokenized and packed once per run, each evaluation only embeds and ranks."""
+    from gradlab.real.stsb import stsb_scorer
 
-    return stsb_spearman(lambda s: encoder.encode(s, params=params), pairs=dev)
+    prepare = getattr(encoder, "embedder", None)
+    if prepare is None:
+        def prepare(sentences):
+            return lambda params: encoder.encode(sentences, params=params)
+    return stsb_scorer(prepare, _dev_pairs(config))
 
 
 def _test_score(config: TrainConfig, encoder, params) -> float | None:
@@ -687,8 +713,10 @@ def _initial_state(config: TrainConfig, loop: _Loop, dev, log: _Log) -> _State:
     """State 0: the encoder's parameters (copied: the step donates its inputs), scored before training."""
     params0 = loop.encoder.params
     test_before = _test_score(config, loop.encoder, params0)
-    dev_before = _dev_score(loop.encoder, dev, params0)
-    log({"step": 0, "event": "eval", "dev_spearman": dev_before, "test_spearman": test_before})
+    t0 = time.perf_counter()
+    dev_before = dev(params0)
+    log({"step": 0, "event": "eval", "dev_spearman": dev_before, "test_spearman": test_before,
+         "seconds": time.perf_counter() - t0})
     params = jax.tree_util.tree_map(jnp.copy, params0)
     if loop.mesh is not None:  # device_put may share the copy's buffers: it is private, so that is fine
         params = _shard(params, loop.mesh, jax.sharding.PartitionSpec())
@@ -702,40 +730,68 @@ def _eval_due(config: TrainConfig, step: int) -> bool:
     return (config.eval_every and step % config.eval_every == 0) or step == config.steps
 
 
-def _evaluate(state: _State, encoder, dev, log: _Log) -> None:
+def _evaluate(state: _State, dev: Callable[[Any], float], log: _Log) -> None:
     """Score the current parameters on dev; keep a copy of them if they are the best so far."""
-    d = _dev_score(encoder, dev, state.params)
+    t0 = time.perf_counter()
+    d = dev(state.params)
     state.evals.append({"step": state.step, "dev_spearman": d})
-    log({"step": state.step, "event": "eval", "dev_spearman": d})
+    log({"step": state.step, "event": "eval", "dev_spearman": d, "seconds": time.perf_counter() - t0})
     if d > state.best_dev:
         state.best_params = jax.tree_util.tree_map(jnp.copy, state.params)
         state.best_step, state.best_dev = state.step, d
 
 
 def _run_steps(config: TrainConfig, loop: _Loop, state: _State, dev, log: _Log, watch: _Watch,
-               after_step: Callable[[_State], None] = lambda state: None) -> None:
-    """Steps ``state.step + 1 .. config.steps`` (stops at a non-finite loss), evaluating when due."""
+               after_step: _Checkpointer) -> None:
+    """Steps ``state.step + 1 .. config.steps`` (stops at a non-finite loss), evaluating when due.
+
+    One step stays in flight: step k + 1 is dispatched before step k's loss is read, so the
+    device never waits for the host's bookkeeping (logging, the next batch). A step after
+    which the state is read (an evaluation, a saved state, the last step) is read at once.
+    Each step record has ``elapsed`` (seconds since the first step was dispatched, when its
+    loss was read) and ``seconds`` (the wall time since the previous record of a step).
+    """
     batch = loop.batch(min(state.step + 1, config.steps))
+    t_start = last = time.perf_counter()
+    pending = None  # (step, aux) dispatched, not read yet
+
+    def read(step: int, aux) -> bool:
+        """Log step ``step``; False (and the abort logged) if its loss is not finite."""
+        nonlocal last
+        value = float(aux["loss"])
+        now = time.perf_counter()
+        state.losses[step - 1] = value
+        rec = {"step": step, "event": "step", "loss": value, "grad_norm": float(aux["grad_norm"]),
+               "seconds": now - last, "elapsed": now - t_start}
+        last = now
+        if not math.isfinite(value):
+            log({**rec, "event": "abort", "reason": "non-finite loss"})
+            state.losses = state.losses[:step]
+            return False
+        log(rec)
+        state.step = step
+        return True
+
     for step in range(state.step + 1, config.steps + 1):
-        t0 = time.perf_counter()
         state.params, state.opt_state, aux = loop.step_fn(state.params, state.opt_state, loop.frozen, batch,
                                                           loop.key(step))
         watch(step - 1, aux["h"], aux["h_prime"])  # the views of this update: the state after step − 1
         if step < config.steps:  # build the next batch while this step runs
             batch = loop.batch(step + 1)
-        value = float(aux["loss"])
-        state.losses[step - 1] = value
-        rec = {"step": step, "event": "step", "loss": value, "grad_norm": float(aux["grad_norm"]),
-               "seconds": time.perf_counter() - t0}
-        if not math.isfinite(value):
-            log({**rec, "event": "abort", "reason": "non-finite loss"})
-            state.losses = state.losses[:step]
+        if pending is not None and not read(*pending):
             return
-        state.step = step
-        log(rec)
+        pending = (step, aux)
+        due = _eval_due(config, step) or after_step.due(step)
+        if not due:
+            continue
+        pending = None
+        if not read(step, aux):
+            return
         if _eval_due(config, step):
-            _evaluate(state, loop.encoder, dev, log)
+            _evaluate(state, dev, log)
         after_step(state)
+    if pending is not None and not read(*pending):
+        return
     if watch.monitor is not None and config.steps in watch.due:  # the state after the last update, on fresh views of the last batch
         views = jax.jit(_views_fn(loop.encoder, packed=loop.batches.packed, precision=config.precision))
         watch(config.steps, *views(state.params, loop.frozen, batch, loop.key(config.steps + 1)))
@@ -777,14 +833,14 @@ def train(
     loss = _resolve_objective(config)
     encoder = _encoder_for(config, encoder)
     sentences, token_ids = _training_data(config, encoder, sentences, token_ids)
-    dev = _dev_pairs(config)
+    dev = dev_scorer(config, encoder)
     loop = _make_loop(config, encoder, loss, token_ids)
     state = _saved_state(config, loop, out_dir) if resume else None
     out = _prepare_out(out_dir, None if state is None else state.step)
     watch, log = _Watch(config, loss, out), _Log(out, progress)
     try:
         state = _initial_state(config, loop, dev, log) if state is None else state
-        _run_steps(config, loop, state, dev, log, watch, after_step=_checkpointer(config, loop, out))
+        _run_steps(config, loop, state, dev, log, watch, after_step=_Checkpointer(config, loop, out))
     finally:
         log.close()
         watch.close()

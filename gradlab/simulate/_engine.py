@@ -35,8 +35,23 @@ from gradlab._cache import stored_program, stored_value
 from gradlab.simulate._sampling import CellDraws, CommonDraws, cell_draws, draws_for, normal_bound
 from gradlab.simulate._trig import cos_for
 
-_BUDGET_BYTES = 48 * 2**20  # working-set target per chunk
+#: Working-set target of one chunk, by backend: a CPU's caches; a GPU's memory, where each
+#: sequential chunk costs launches and a loop iteration, so one chunk should hold the whole grid.
+_BUDGET_BYTES = {"cpu": 48 * 2**20, "gpu": 2**30}
 _NEG_CHUNK = 4  # μ_neg columns per step in the table stage (fixed: part of the numerics)
+#: Independent mode: cells computed side by side in one vectorized program, by backend (fixed
+#: per backend, so part of the numerics there; a CPU takes one cell at a time, a GPU needs
+#: many to fill it).
+_CELL_GROUP = {"gpu": 128}
+
+
+def _budget() -> int:
+    return _BUDGET_BYTES.get(jax.default_backend(), _BUDGET_BYTES["cpu"])
+
+
+def cell_group() -> int:
+    """Cells one independent-mode program computes side by side on this backend (1 on a CPU)."""
+    return _CELL_GROUP.get(jax.default_backend(), 1)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -141,17 +156,22 @@ def _fetch(tree):
     return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
 
 
-def _run_steps(compiled, items: np.ndarray, rep, step: int, progress, key: tuple | None = None):
+def _run_steps(compiled, items: np.ndarray, rep, step: int, progress, key: tuple | None = None, *,
+               on_device: bool = False):
     """Run ``compiled`` on fixed-size slices of ``items`` (padded by repeating the last one).
 
     ``key`` (the program's identity as plain data, or None) reads the compiled program from the
-    program store instead of tracing it (``gradlab._cache.stored_program``)."""
+    program store instead of tracing it (``gradlab._cache.stored_program``). ``on_device``: the
+    outputs of a single step stay device arrays (an intermediate the next stage takes), in
+    one process; otherwise they are fetched to the host."""
     n = items.shape[0]
     total = _pad(n, step)
     padded = np.concatenate([items, np.repeat(items[-1:], total - n, axis=0)]) if total > n else items
     compiled = stored_program(compiled, (padded[:step], rep), key)
-    outs = []
     n_steps = total // step
+    if on_device and n_steps == 1 and progress is None and jax.process_count() == 1:
+        return jax.tree.map(lambda a: a[:n], compiled(padded, rep))
+    outs = []
     for i in range(n_steps):
         outs.append(_fetch(compiled(padded[i * step : (i + 1) * step], rep)))
         if progress is not None:
@@ -163,7 +183,7 @@ def _run_steps(compiled, items: np.ndarray, rep, step: int, progress, key: tuple
 def _choose_chunk(chunk: int | None, per_item_bytes: int, n_items: int, nd: int) -> int:
     if chunk is not None:
         return chunk
-    chunk = max(1, _BUDGET_BYTES // max(per_item_bytes, 1))
+    chunk = max(1, _budget() // max(per_item_bytes, 1))
     return int(min(chunk, max(1, -(-n_items // nd))))
 
 
@@ -299,7 +319,7 @@ def neg_tables(stat: Stat, draws: CommonDraws, mu_neg: np.ndarray, params):
     rep = (np.asarray(draws.sigma_neg, dtype), draws.z_neg, params)
     nd = _n_devices()
     return _run_steps(_neg_stage(stat, nd), np.asarray(mu_neg, dtype), rep, _pad(len(mu_neg), _NEG_CHUNK * nd), None,
-                      stat.program_key("neg", nd))
+                      stat.program_key("neg", nd), on_device=True)
 
 
 def run_common(stat: Stat, draws: CommonDraws, mu_pos, mu_neg, params, *, chunk=None, progress=None):
@@ -319,7 +339,8 @@ def run_common(stat: Stat, draws: CommonDraws, mu_pos, mu_neg, params, *, chunk=
 
 # --- independent mode ------------------------------------------------------------------------
 @functools.lru_cache(maxsize=64)
-def _cell_stage(stat: Stat, chunk: int, nd: int, batches: int, n: int, dtype_name: str, cos: Callable):
+def _cell_stage(stat: Stat, chunk: int, nd: int, batches: int, n: int, dtype_name: str, cos: Callable,
+                group: int = 1):
     dtype = jnp.dtype(dtype_name)
 
     def cell(c, rep):
@@ -331,19 +352,28 @@ def _cell_stage(stat: Stat, chunk: int, nd: int, batches: int, n: int, dtype_nam
         c_neg = cos(mu_neg[c % q] + sn * z_neg)
         return _reduce(stat.pair(c_pos, stat.neg(c_neg, p), u, p))
 
+    if group > 1:  # ``group`` cells side by side in one program, the same program for every group
+        one = cell
+        cell = lambda cs, rep: jax.vmap(lambda c: one(c, rep))(cs)  # noqa: E731
     return _sharded_map(cell, chunk, nd, vectorize=False)
 
 
-def run_independent(stat: Stat, draws: CellDraws, mu_pos, mu_neg, params, *, chunk=None, progress=None):
-    """Independent-mode moments: draws per cell from ``fold_in(key(seed), i_pos·Q + i_neg)``."""
+def run_independent(stat: Stat, draws: CellDraws, mu_pos, mu_neg, params, *, chunk=None, progress=None,
+                    group: int | None = None):
+    """Independent-mode moments: draws per cell from ``fold_in(key(seed), i_pos·Q + i_neg)``.
+
+    ``group``: cells per vectorized program (default :func:`cell_group`); the numbers depend on it,
+    not on ``chunk`` or the device count."""
     dtype = jnp.dtype(draws.dtype)
     p_, q_ = len(mu_pos), len(mu_neg)
     n_cells = p_ * q_
     nd = _n_devices()
+    group = cell_group() if group is None else int(group)
     plan = estimate(stat, draws, p_, q_, params, chunk=chunk)
     plan.check(_what(stat, mu_pos, mu_neg, draws.batches))
-    chunk = plan.chunk
-    step = _step_size(chunk, nd, n_cells, progress)
+    chunk = max(1, plan.chunk // group)  # groups per chunk
+    n_groups = -(-n_cells // group)
+    step = _step_size(chunk, nd, n_groups, progress)
     rep = (
         jax.random.key(draws.seed),
         jnp.asarray(mu_pos, dtype),
@@ -355,9 +385,14 @@ def run_independent(stat: Stat, draws: CellDraws, mu_pos, mu_neg, params, *, chu
     z = normal_bound(dtype.name)
     bound = max(np.max(np.abs(mu_pos)) + draws.sigma_pos * z, np.max(np.abs(mu_neg)) + draws.sigma_neg * z)
     cos = cos_for(dtype, float(bound))
-    compiled = _cell_stage(stat, chunk, nd, draws.batches, draws.batch_size, dtype.name, cos)
-    key = stat.program_key("cell", chunk, nd, f"{cos.__module__}.{cos.__qualname__}")
-    flat = _run_steps(compiled, np.arange(n_cells, dtype=np.uint32), rep, step, progress, key)
+    compiled = _cell_stage(stat, chunk, nd, draws.batches, draws.batch_size, dtype.name, cos, group)
+    key = stat.program_key("cell", chunk, nd, f"{cos.__module__}.{cos.__qualname__}", *(("group", group),) * (group > 1))
+    cells = np.arange(n_groups * group, dtype=np.uint32)
+    cells = np.minimum(cells, n_cells - 1)  # the last group padded with the last cell
+    items = cells if group == 1 else cells.reshape(n_groups, group)
+    flat = _run_steps(compiled, items, rep, step, progress, key)
+    if group > 1:
+        flat = jax.tree.map(lambda a: a.reshape((n_groups * group,) + a.shape[2:])[:n_cells], flat)
     return jax.tree.map(lambda a: a.reshape((p_, q_) + a.shape[1:]), flat)
 
 

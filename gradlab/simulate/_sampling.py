@@ -25,6 +25,7 @@ of a first run's wait (Threefry-2x32 inlined once per ``fold_in``, ``split`` and
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 from typing import NamedTuple
@@ -219,15 +220,32 @@ class CellDraws(NamedTuple):
     sigma_neg: float
 
 
+#: Common draws kept for the last few (seed, B, N, dtype): a map at a protocol seen before
+#: (another τ, another loss, a slider moved in the explorer) starts from them on the device.
+_KEPT_DRAWS: collections.OrderedDict = collections.OrderedDict()
+_KEEP = 4
+
+
 def draws_for(protocol) -> CommonDraws | CellDraws:
-    """The draws of a map under ``protocol``'s mode (computed once per map in common mode)."""
+    """The draws of a map under ``protocol``'s mode.
+
+    Common mode: computed once per (seed, batches, batch size, dtype) and kept, as device
+    arrays, for the last few such protocols (they do not depend on anything else).
+    """
     if protocol.mode == "common":
         from gradlab._memory import check_fits
 
         b, n = protocol.batches, protocol.batch_size
-        check_fits(f"the common draws of {b} batches of N = {n}", b * (n + 1) * protocol.jnp_dtype().itemsize,
-                   2 * b * n * 4)  # the random bits behind them
-        z_pos, z_neg, u = common_draws(protocol)
+        key = (protocol.seed, b, n, protocol.jnp_dtype().name)
+        if key in _KEPT_DRAWS:
+            _KEPT_DRAWS.move_to_end(key)
+        else:
+            check_fits(f"the common draws of {b} batches of N = {n}", b * (n + 1) * protocol.jnp_dtype().itemsize,
+                       2 * b * n * 4)  # the random bits behind them
+            _KEPT_DRAWS[key] = tuple(jax.device_put(a) for a in common_draws(protocol))
+            while len(_KEPT_DRAWS) > _KEEP:
+                _KEPT_DRAWS.popitem(last=False)
+        z_pos, z_neg, u = _KEPT_DRAWS[key]
         return CommonDraws(z_pos, z_neg, u, protocol.sigma_pos, protocol.sigma_neg)
     return CellDraws(protocol.seed, protocol.batches, protocol.batch_size, protocol.jnp_dtype(),
                      protocol.sigma_pos, protocol.sigma_neg)

