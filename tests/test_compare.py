@@ -36,6 +36,7 @@ def _jsonl(path: Path, records) -> None:
 def _monitor_records(seed: int, steps=(0, 1, 2, 4)):
     rng = np.random.default_rng(seed)
     return [{"step": s, "valid": True, "mu_pos": 0.3 + 0.01 * s + 0.001 * rng.random(), "mu_neg": 1.0 + 0.05 * s,
+             "sigma_pos": 0.05, "sigma_neg": 0.1,
              "gd_mean": {"trained": 0.5 / (1 + s)}, "hardest_share": {"0.05": 0.4 + 0.1 * s},
              "ratio": {"trained": 1.0}, "m_o": 0.8 - 0.01 * s, "m_r": 0.6, "embedding_std": 0.2,
              "rankme": None} for s in steps]
