@@ -173,12 +173,21 @@ Params = Annotated[list[str] | None, typer.Option("--param", "-p", parser=key_va
 
 
 @contextlib.contextmanager
-def progress_bar(label: str, enabled: bool | None = None):
-    """Yield a ``callable(done, total)`` that drives a rich bar on a TTY (no-op otherwise)."""
+def progress_bar(label: str, enabled: bool | None = None, *, unit: str = "", status_lines: bool = False):
+    """Yield a ``callable(done, total, **fields)`` that drives a rich bar on a TTY (``fields``, e.g. the
+    loss, shown beside it). Without a TTY: ``None``, or with ``status_lines`` a
+    ``gradlab.progress.StatusLine`` (one line on stderr every ``GRADLAB_STATUS_INTERVAL_S`` seconds,
+    for SLURM logs and pipes). Commands whose library call works differently when given a callback
+    (the simulator takes finer chunks to report progress) leave ``status_lines`` off."""
     if enabled is None:
         enabled = sys.stderr.isatty()
     if not enabled:
-        yield None
+        if status_lines:
+            from gradlab.progress import StatusLine
+
+            yield StatusLine(label, unit=unit)
+        else:
+            yield None
         return
     from rich.console import Console
     from rich.progress import (
@@ -189,12 +198,15 @@ def progress_bar(label: str, enabled: bool | None = None):
         TimeRemainingColumn,
     )
 
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(label, total=None)
+    from gradlab.progress import format_fields
 
-        def update(done, total):
-            bar.update(task, completed=done, total=total)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=None, status="")
+
+        def update(done, total, **fields):
+            bar.update(task, completed=done, total=total, status=format_fields(fields))
 
         yield update
 

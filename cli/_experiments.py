@@ -78,11 +78,11 @@ def experiment(
     loss: Annotated[list[str] | None, typer.Option("--loss", "-l", help="trajectory: train these losses and draw each on its own simulated maps (repeatable; default: the baseline and ArcCon). " + LOSS_HELP)] = None,
     param: Params = None,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also redo runs recorded as failed (by default a failed run stays failed: same config, same seed, same error).")] = False,
-    executor: Annotated[str, typer.Option("--executor", help="Where runs execute: local (process pool), submitit (a SLURM job array where sbatch exists, else local processes) or dask (a dask.distributed scheduler). submitit and dask need pip install \"gradlab[cluster]\".")] = "local",
+    executor: Annotated[str, typer.Option("--executor", help="Where runs execute: local (process pool), submitit (a SLURM job array where sbatch exists, else local processes; slurm_* options without sbatch are an error unless --executor-opt cluster=local) or dask (a dask.distributed scheduler; an unreachable one fails after --executor-opt connect_timeout_s=S). submitit and dask need pip install \"gradlab[cluster]\".")] = "local",
     scheduler: Annotated[str | None, typer.Option("--scheduler", help="dask: the scheduler's address (tcp://HOST:8786) or a scheduler file (default: a local cluster of --jobs processes).")] = None,
     executor_opt: Annotated[list[str] | None, typer.Option("--executor-opt", help="An executor option KEY=VALUE (repeatable): submitit's timeout_min, gpus_per_node, cpus_per_task, mem_gb, slurm_partition, slurm_array_parallelism, ...; dask's resources=GPU:1; threads=N (XLA threads per run).")] = None,
     retries: Annotated[int, typer.Option("--retries", help="Extra attempts of a run after an environmental fault (full disk, killed worker, out of memory, preemption) before it is left not done.")] = 2,
-    status: Annotated[bool, typer.Option("--status", help="List each run of the study as done, running (host, heartbeat age), failed (why) or missing; runs nothing.")] = False,
+    status: Annotated[bool, typer.Option("--status", help="List each run of the study as done, running (host, heartbeat age), failed (why) or missing; runs nothing (an --out that does not exist is an error).")] = False,
     fmt: Formats = None,
     debug: Debug = False,
 ):
@@ -115,7 +115,7 @@ def experiment(
 
     Exit status 1 when any run of the study is not done (one line per run on stderr says why).
     """
-    from gradlab_cli._common import check_formats, check_out_dir, command_line
+    from gradlab_cli._common import check_formats, command_line
 
     from gradlab.experiments import STUDIES
 
@@ -145,9 +145,8 @@ def experiment(
     if status:
         _print_status(name, out, scale, losses)
         return
-    check_out_dir(out)
-    try:
-        with progress_bar(f"{name}: runs") as bar:
+    try:  # run_study reaches the executor before it creates anything under --out
+        with progress_bar(f"{name}: runs", unit="run", status_lines=True) as bar:
             def progress(done, total, record):
                 if bar is not None:
                     bar(done, total)

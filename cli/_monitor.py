@@ -109,7 +109,8 @@ def report_cmd(
     Reads the JSON Lines or the CSV log (ParadigmMonitor(sink="run/monitor.csv")); both give the
     same outputs. Writes monitor_curves.png, monitor_lemma1.png (and monitor_cosines.png
     when the run recorded histograms), monitor.npz (every series by its record name) and
-    monitor.json. A file that is not a monitor log is a one-line error (exit code 2).
+    monitor.json. A file that is not a monitor log is a one-line error (exit code 2), and a failed
+    report leaves nothing in --out.
 
     Examples:
 
@@ -121,19 +122,22 @@ def report_cmd(
     """
     from gradlab_cli._common import check_formats, check_out_dir, command_line
 
+    from gradlab.outputs import removed_on_failure
+
     formats = check_formats(fmt)
-    check_out_dir(out)
-    if on_map:
-        from gradlab.experiments import write_trajectory
+    with removed_on_failure(out):  # a log that is not one, a run without a loss: nothing left behind
+        check_out_dir(out)
+        if on_map:
+            from gradlab.experiments import write_trajectory
 
-        for path in write_trajectory(log, out, fmt=formats[0], command_line=command_line()):
-            typer.echo(str(path))
-        return
-    from gradlab.monitor import report
+            paths = write_trajectory(log, out, fmt=formats[0], command_line=command_line())
+        else:
+            from gradlab.monitor import report
 
-    meta = report(log, out, formats=formats, plot=not no_plot, extra_meta={"command_line": command_line()})
-    for path in meta["files"]:
-        typer.echo(path)
+            meta = report(log, out, formats=formats, plot=not no_plot, extra_meta={"command_line": command_line()})
+            paths = meta["files"]
+    for path in paths:
+        typer.echo(str(path))
 
 
 def register(app: typer.Typer) -> None:

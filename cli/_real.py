@@ -131,32 +131,35 @@ def stsb(
     encoder = _encoder_spec(encoder)
     pooling = _pooling(pooling, encoder)
     split = _choice(split, SPLITS, "--split")
-    writer = Writer(out, fmt or ["png"], not no_plot, "stsb", {
-        "encoder": encoder, "split": split, "data": str(data) if data else None,
-        "checkpoint": str(checkpoint) if checkpoint else None, "seed": seed,
-        "dim": dim if encoder == "light" else None, "pooling": pooling,
-    })
-    from gradlab.real.stsb import stsb_scores
+    from gradlab.outputs import removed_on_failure
 
-    t0 = time.perf_counter()
-    enc = _encoder(encoder, seed, dim, checkpoint=checkpoint, pooling=pooling)
-    with progress_bar(f"encoding STS-B {split}") as cb:
-        if cb is not None:
-            cb(0, None)
-        res = stsb_scores(enc.encode, split, path=data, details=True)
-    seconds = time.perf_counter() - t0
-    title = f"{encoder}, STS-B {split}: Spearman {res['spearman']:.2f}"
-    if writer.plot:
-        from gradlab.plot import stsb_scatter
+    with removed_on_failure(out):
+        writer = Writer(out, fmt or ["png"], not no_plot, "stsb", {
+            "encoder": encoder, "split": split, "data": str(data) if data else None,
+            "checkpoint": str(checkpoint) if checkpoint else None, "seed": seed,
+            "dim": dim if encoder == "light" else None, "pooling": pooling,
+        })
+        from gradlab.real.stsb import stsb_scores
 
-        writer.figure("stsb", stsb_scatter(res["cosine"], res["gold"], title=title))
-    writer.data("stsb", {"cosine": res["cosine"], "gold": res["gold"]}, extra_meta={
-        "spearman": res["spearman"], "pearson": res["pearson"], "n_pairs": res["n_pairs"],
-        "encoder": encoder, "split": split, "seconds": round(seconds, 2),
-    })
-    typer.echo(f"STS-B {split} ({res['n_pairs']} pairs), {encoder}: "
-               f"Spearman {res['spearman']:.2f}, Pearson {res['pearson']:.2f} ({seconds:.1f} s)")
-    writer.report()
+        t0 = time.perf_counter()
+        enc = _encoder(encoder, seed, dim, checkpoint=checkpoint, pooling=pooling)
+        with progress_bar(f"encoding STS-B {split}") as cb:
+            if cb is not None:
+                cb(0, None)
+            res = stsb_scores(enc.encode, split, path=data, details=True)
+        seconds = time.perf_counter() - t0
+        title = f"{encoder}, STS-B {split}: Spearman {res['spearman']:.2f}"
+        if writer.plot:
+            from gradlab.plot import stsb_scatter
+
+            writer.figure("stsb", stsb_scatter(res["cosine"], res["gold"], title=title))
+        writer.data("stsb", {"cosine": res["cosine"], "gold": res["gold"]}, extra_meta={
+            "spearman": res["spearman"], "pearson": res["pearson"], "n_pairs": res["n_pairs"],
+            "encoder": encoder, "split": split, "seconds": round(seconds, 2),
+        })
+        typer.echo(f"STS-B {split} ({res['n_pairs']} pairs), {encoder}: "
+                   f"Spearman {res['spearman']:.2f}, Pearson {res['pearson']:.2f} ({seconds:.1f} s)")
+        writer.report()
 
 
 def _sts_encoder(encoder: str, seed: int, dim: int, pooling: str | None, checkpoint: Path | None):
@@ -185,6 +188,8 @@ def sts(
     seed: Seed = 0,
     dim: Dim = 384,
     out: Out = Path("."),
+    fmt: Formats = None,
+    no_plot: NoPlot = False,
     debug: Debug = False,
 ):
     """SentEval STS suite: Spearman x 100 of cosine similarity on STS12-16, STS-B and SICK-R (SimCSE's table).
@@ -192,7 +197,8 @@ def sts(
     STS12-16 use SimCSE's "all" setting (one correlation over a year's subsets pooled); SentEval's
     "mean" and "wmean" over the subsets are printed and saved too; STS-B and SICK-R use their test
     splits; "avg" is the mean of the tasks' numbers (Gao et al. 2021; Conneau & Kiela 2018).
-    Writes sts.json (keys spearman, detail, provenance).
+    Writes sts.json (keys spearman, detail, provenance), the table as sts.csv, sts.md and sts.tex,
+    and the scores as a bar chart (sts.png; --format, --no-plot). A failed run leaves nothing in --out.
 
     Examples:
 
@@ -207,33 +213,48 @@ def sts(
     import time
 
     from gradlab.io import save_json_atomic
-    from gradlab.outputs import check_out_dir, primary_process
-    from gradlab.real.sts import STS_TASKS, check_tasks, load_senteval
+    from gradlab.outputs import removed_on_failure
+    from gradlab.real.sts import STS_TASKS, check_tasks, load_senteval, sts_table
 
     names = check_tasks(tasks if tasks is not None else (STS_TASKS if senteval is not None else ("STSBenchmark",)))
     if batch_size < 1:
         raise fail(f"--batch-size must be >= 1; got {batch_size}")
-    out = check_out_dir(out)
-    data = load_senteval(senteval, names)  # missing files / bad lines: one line, before the model loads
-    from gradlab.real.sts import evaluate_sts
+    with removed_on_failure(out):
+        writer = Writer(out, fmt, not no_plot, "sts", {
+            "encoder": encoder, "senteval": None if senteval is None else str(senteval), "tasks": list(names),
+            "pooling": pooling, "checkpoint": str(checkpoint) if checkpoint else None, "seed": seed,
+            "dim": dim if encoder.strip().lower() == "light" else None, "batch_size": batch_size})
+        data = load_senteval(senteval, names)  # missing files / bad lines: one line, before the model loads
+        from gradlab.real.sts import evaluate_sts
 
-    t0 = time.perf_counter()
-    enc = _sts_encoder(encoder, seed, dim, pooling, checkpoint)
-    if senteval is None:  # after every check, so that an error stays the only stderr line
-        typer.echo("note: no --senteval: evaluating the shipped STS-B test only; point --senteval at "
-                   "SentEval's data/downstream for the seven tasks", err=True)
-    with progress_bar("encoding STS sentences") as cb:
-        res = evaluate_sts(enc.encode, senteval, tasks=names, batch_size=batch_size, progress=cb, data=data)
-    seconds = time.perf_counter() - t0
-    res["provenance"] = {
-        "command_line": command_line(), "encoder": encoder, "pooling": pooling,
-        "checkpoint": str(checkpoint) if checkpoint else None, "seed": seed,
-        "dim": dim if encoder.strip().lower() == "light" else None, "batch_size": batch_size,
-        "seconds": round(seconds, 2), **res["provenance"],
-    }
-    typer.echo(_sts_table(res))
-    if primary_process():  # under jax.distributed every process holds the result; one writes it
-        typer.echo(str(save_json_atomic(out / "sts.json", res)))
+        t0 = time.perf_counter()
+        enc = _sts_encoder(encoder, seed, dim, pooling, checkpoint)
+        if senteval is None:  # after every check, so that an error stays the only stderr line
+            typer.echo("note: no --senteval: evaluating the shipped STS-B test only; point --senteval at "
+                       "SentEval's data/downstream for the seven tasks", err=True)
+        with progress_bar("encoding STS sentences") as cb:
+            res = evaluate_sts(enc.encode, senteval, tasks=names, batch_size=batch_size, progress=cb, data=data)
+        seconds = time.perf_counter() - t0
+        res["provenance"] = {
+            "command_line": command_line(), "encoder": encoder, "pooling": pooling,
+            "checkpoint": str(checkpoint) if checkpoint else None, "seed": seed,
+            "dim": dim if encoder.strip().lower() == "light" else None, "batch_size": batch_size,
+            "seconds": round(seconds, 2), **res["provenance"],
+        }
+        typer.echo(_sts_table(res))
+        header, rows = sts_table(res)
+        shown = [[c if isinstance(c, str) else "" if c is None else f"{c:.2f}" if isinstance(c, float) else str(c)
+                  for c in row] for row in rows]
+        writer.table("sts", header, shown, values=(header, rows),
+                     caption=f"SentEval STS, Spearman x 100 of cosine similarity ({encoder})")
+        if writer.plot:
+            from gradlab.plot import sts_scores
+
+            tasks_, scores = [r[0] for r in rows[:-1]], [r[1] for r in rows[:-1]]
+            writer.figure("sts", sts_scores(tasks_, scores, title=f"{encoder}: SentEval STS"))
+        if writer.primary:  # under jax.distributed every process holds the result; one writes it
+            writer.written.append(save_json_atomic(writer.out / "sts.json", res))
+        writer.report()
 
 
 def train(
@@ -262,6 +283,7 @@ def train(
     plan: Annotated[bool, typer.Option("--plan", help="Print the parameter count, FLOPs per step, and the step time and peak memory measured over a few steps on this device, then the predicted total time; train nothing, write nothing.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/state/ (same options as the interrupted run); start afresh if there is none.")] = False,
     precision: Annotated[str, typer.Option("--precision", help="float32, or bf16: mixed precision for GPUs (forward and backward in bfloat16; master weights, optimizer state, loss, update and evaluation in float32).")] = "float32",
+    tracker: Annotated[str | None, typer.Option("--tracker", metavar="tb:DIR|wandb[:PROJECT]|mlflow[:EXPERIMENT]", help="Also send the loss, dev Spearman and monitor curves to TensorBoard (tb:DIR, needs tensorboardX), Weights & Biases or MLflow (their package must be installed).")] = None,
     dim: Dim = 384,
     dropout: Annotated[float, typer.Option("--dropout", help="light only: token-embedding dropout of the views.")] = 0.1,
     out: Out = Path("."),
@@ -274,6 +296,10 @@ def train(
     Keeps the best checkpoint by STS-B dev Spearman. Writes train.json (summary), train_log.jsonl,
     best_params.npz, paradigm_monitor.jsonl + the monitor report, and train_curves.{png,npz,json};
     a transformer encoder's best model also as checkpoint/ (Hugging Face layout: --encoder OUT/checkpoint).
+    A failed run leaves nothing in --out (but, with --checkpoint-every, the state --resume needs).
+    On a terminal a progress bar shows; without one (a SLURM log, a pipe) a status line (step,
+    loss, last dev, rate, time left) goes to stderr every
+    GRADLAB_STATUS_INTERVAL_S seconds (default: gradlab.defaults.STATUS_INTERVAL_S).
 
     Examples:
 
@@ -291,7 +317,9 @@ def train(
 
       gradlab train --loss infonce --encoder path/to/roberta-base --pooling cls_before_pooler --steps 100
 
-      gradlab train --encoder path/to/bert-base-uncased --checkpoint-every 500 --out run  (then add --resume)
+      gradlab train --loss infonce --encoder path/to/bert-base-uncased --checkpoint-every 500 --out run  (then add --resume)
+
+      gradlab train --loss infonce --tracker tb:runs/tb --out run
 
       gradlab train --encoder path/to/bert-base-uncased --recipe simcse-unsup --corpus wiki1m_for_simcse.txt --out run
 
@@ -362,48 +390,66 @@ def train(
         enc = None if recipe else _encoder(encoder, seed, dim, dropout, pooling=pooling)
         typer.echo(format_plan(plan_run(cfg, encoder=enc)))
         return
-    writer = Writer(out, fmt or ["png"], not no_plot, "train", {**cfg.to_dict(), "dim": dim, "dropout": dropout,
-                                                                 "pooling": pooling})
-    enc = None if recipe else _encoder(encoder, seed, dim, dropout, pooling=pooling)
-    with progress_bar(f"training {encoder} with {the_loss.name}") as cb:
-        def progress(step, rec):
-            if cb is not None and rec.get("event") == "step":
-                cb(step, steps)
+    from gradlab.monitor import tracker_sink
+    from gradlab.outputs import removed_on_failure
+    from gradlab.real.train import state_path
 
-        result = run_training(cfg, encoder=enc, out_dir=writer.out, progress=progress, resume=resume)
-    import numpy as np
+    def resumable() -> tuple[str, ...]:  # what --resume needs survives a failure
+        return ("state", "train_log.jsonl", "paradigm_monitor.jsonl") if state_path(out).is_file() else ()
 
-    if writer.plot:
-        from gradlab.plot import train_curves
-
-        writer.figure("train_curves", train_curves(result.losses, result.evals, best_step=result.best_step,
-                                                   title=f"{encoder} + {the_loss.name}"))
-    writer.data("train_curves", {
-        "step": np.arange(1, len(result.losses) + 1), "loss": result.losses,
-        "eval_step": np.asarray([e["step"] for e in result.evals]),
-        "dev_spearman": np.asarray([e["dev_spearman"] for e in result.evals]),
-    }, extra_meta={k: v for k, v in result.summary().items() if k != "evals"})
-    for name in ("train.json", "train_log.jsonl", "best_params.npz", "checkpoint"):
-        if (writer.out / name).exists():
-            writer.written.append(writer.out / name)
-    log = writer.out / "paradigm_monitor.jsonl"
-    if result.monitor == "attached" and log.is_file():
-        writer.written.append(log)
+    with removed_on_failure(out, keep=resumable if checkpoint_every > 0 else ()):
+        writer = Writer(out, fmt or ["png"], not no_plot, "train", {**cfg.to_dict(), "dim": dim, "dropout": dropout,
+                                                                     "pooling": pooling})
+        sink = None if tracker is None else tracker_sink(tracker, name=writer.out.resolve().name, config=cfg.to_dict())
+        enc = None if recipe else _encoder(encoder, seed, dim, dropout, pooling=pooling)
         try:
-            from gradlab.monitor import report
+            with progress_bar(f"training {encoder} with {the_loss.name}", unit="step", status_lines=True) as cb:
+                last_dev = {}
 
-            meta = report(log, writer.out, formats=writer.formats, prefix="monitor", plot=writer.plot)
-            writer.written.extend(Path(p) for p in meta.get("files", []))
-        except Exception as exc:  # noqa: BLE001 - the run itself succeeded
-            typer.echo(f"note: monitor report skipped ({type(exc).__name__}: {exc})", err=True)
-    else:
-        typer.echo(f"note: ParadigmMonitor {result.monitor}", err=True)
-    s = result.summary()
-    test = (f"; test {s['test_spearman_before']:.2f} -> {s['test_spearman_after']:.2f}"
-            if s["test_spearman_after"] is not None else "")
-    typer.echo(f"{encoder} + {the_loss.name}, {len(result.losses)} steps in {result.seconds:.0f} s: "
-               f"dev {result.dev_before:.2f} -> best {result.best_dev:.2f} at step {result.best_step}{test}")
-    writer.report()
+                def progress(step, rec):
+                    if rec.get("event") == "eval":
+                        last_dev["dev"] = rec["dev_spearman"]
+                    elif cb is not None and rec.get("event") == "step":
+                        cb(step, steps, loss=rec["loss"], dev=last_dev.get("dev"))
+
+                result = run_training(cfg, encoder=enc, out_dir=writer.out, progress=progress, resume=resume,
+                                      tracker=sink)
+        finally:
+            if sink is not None and hasattr(sink, "close"):
+                sink.close()
+        import numpy as np
+
+        if writer.plot:
+            from gradlab.plot import train_curves
+
+            writer.figure("train_curves", train_curves(result.losses, result.evals, best_step=result.best_step,
+                                                       title=f"{encoder} + {the_loss.name}"))
+        writer.data("train_curves", {
+            "step": np.arange(1, len(result.losses) + 1), "loss": result.losses,
+            "eval_step": np.asarray([e["step"] for e in result.evals]),
+            "dev_spearman": np.asarray([e["dev_spearman"] for e in result.evals]),
+        }, extra_meta={k: v for k, v in result.summary().items() if k != "evals"})
+        for name in ("train.json", "train_log.jsonl", "best_params.npz", "checkpoint"):
+            if (writer.out / name).exists():
+                writer.written.append(writer.out / name)
+        log = writer.out / "paradigm_monitor.jsonl"
+        if result.monitor == "attached" and log.is_file():
+            writer.written.append(log)
+            try:
+                from gradlab.monitor import report
+
+                meta = report(log, writer.out, formats=writer.formats, prefix="monitor", plot=writer.plot)
+                writer.written.extend(Path(p) for p in meta.get("files", []))
+            except Exception as exc:  # noqa: BLE001 - the run itself succeeded
+                typer.echo(f"note: monitor report skipped ({type(exc).__name__}: {exc})", err=True)
+        else:
+            typer.echo(f"note: ParadigmMonitor {result.monitor}", err=True)
+        s = result.summary()
+        test = (f"; test {s['test_spearman_before']:.2f} -> {s['test_spearman_after']:.2f}"
+                if s["test_spearman_after"] is not None else "")
+        typer.echo(f"{encoder} + {the_loss.name}, {len(result.losses)} steps in {result.seconds:.0f} s: "
+                   f"dev {result.dev_before:.2f} -> best {result.best_dev:.2f} at step {result.best_step}{test}")
+        writer.report()
 
 
 def register(app: typer.Typer) -> None:

@@ -53,6 +53,8 @@ __all__ = [
     "SIMCSE_UNSUP_BATCH_SIZE",
     "SIMCSE_UNSUP_LR",
     "ENCODER_LR",
+    "STATUS_INTERVAL_S",
+    "CONFIDENCE",
 ]
 
 #: The Monte-Carlo protocol of Li et al. 2024 App. A.1: a G × G grid of (μ_pos, μ_neg)
@@ -165,3 +167,10 @@ ENCODER_LR = {"light": 1e-3, "minilm": 3e-5}
 #: Unsupervised learning rate by (model type, size) (Gao et al. 2021, Table A.1).
 SIMCSE_UNSUP_LR = {("bert", "base"): 3e-5, ("bert", "large"): 1e-5, ("roberta", "base"): 1e-5,
                    ("roberta", "large"): 3e-5}
+
+#: Seconds between two status lines of a long run without a terminal (a SLURM log, a pipe): *ours*
+#: (``gradlab.progress.StatusLine``; ``GRADLAB_STATUS_INTERVAL_S`` overrides it).
+STATUS_INTERVAL_S = 60.0
+
+#: Confidence level of the intervals over seeds that ``gradlab compare`` reports (Student's t): *ours*.
+CONFIDENCE = 0.95

@@ -35,21 +35,26 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["FORMATS", "Writer", "check_formats", "check_out_dir", "primary_process", "versions"]
+__all__ = ["FORMATS", "TABLE_FORMATS", "Writer", "check_formats", "check_out_dir", "removed_on_failure",
+           "table_text", "primary_process", "versions"]
 
 #: Figure formats a ``Writer`` writes.
 FORMATS = ("png", "pdf", "svg")
+#: Table formats ``Writer.table`` writes: comma-separated values, Markdown, LaTeX (a ``tabular``).
+TABLE_FORMATS = ("csv", "md", "tex")
 
 
 def check_out_dir(out: str | os.PathLike) -> Path:
@@ -69,6 +74,61 @@ def check_out_dir(out: str | os.PathLike) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def removed_on_failure(out: str | os.PathLike,
+                       keep: Iterable[str] | Callable[[], Iterable[str]] = ()) -> Iterator[Path]:
+    """A command's writing into ``out``: if it fails, whatever it created there is removed.
+
+    The one mechanism by which a failed command (``gradlab train``, ``sts``, ``stsb``,
+    ``report``, ``compare``) leaves nothing behind: on any exception (Ctrl-C included) the
+    entries of ``out`` that were not there on entry are deleted, then ``out`` itself and the
+    parent folders the command created, if they are empty. Entries that were there before are
+    left as they are (a file the command overwrote keeps its new content). Each file is
+    still written atomically, so no reader ever sees a half-written one.
+
+    Args:
+      out: the output folder (it need not exist yet).
+      keep: names of entries to keep on failure, or a callable giving them at that moment
+        (``gradlab train --checkpoint-every``: the state a ``--resume`` continues from).
+
+    Examples:
+      >>> import tempfile
+      >>> root = Path(tempfile.mkdtemp())
+      >>> try:
+      ...     with removed_on_failure(root / "run" / "a") as out:
+      ...         _ = check_out_dir(out)
+      ...         _ = (out / "partial.json").write_text("{")
+      ...         raise ValueError("bad input")
+      ... except ValueError:
+      ...     pass
+      >>> (root / "run").exists()
+      False
+    """
+    out = Path(out)
+    created = []  # the folders this command will have created, deepest first
+    for folder in (out, *out.parents):
+        if folder.exists():
+            break
+        created.append(folder)
+    before = set(os.listdir(out)) if out.is_dir() else set()
+    try:
+        yield out
+    except BaseException:
+        kept = set(keep() if callable(keep) else keep)
+        with contextlib.suppress(OSError):
+            for name in set(os.listdir(out)) - before - kept:
+                path = out / name
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+        for folder in created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only if empty: never what another process put there meanwhile
+        raise
+
+
 def check_formats(formats: Iterable[str] | None) -> list[str]:
     """The figure formats, lower case, without dots or repeats (default ``["png"]``).
 
@@ -81,6 +141,60 @@ def check_formats(formats: Iterable[str] | None) -> list[str]:
     if bad:
         raise ValueError(f"unknown figure format {bad[0]!r}; choose from {', '.join(FORMATS)}")
     return list(dict.fromkeys(fmts))
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                  "±": r"$\pm$", "μ": r"$\mu$", "τ": r"$\tau$", "×": r"$\times$", "−": "-"}
+
+
+def _latex(cell: Any) -> str:
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(cell))
+
+
+def table_text(header: Iterable[Any], rows: Iterable[Iterable[Any]], fmt: str, *, caption: str | None = None) -> str:
+    """One table as text: ``"csv"`` (RFC 4180, values as given), ``"md"`` (a Markdown pipe table) or
+    ``"tex"`` (a LaTeX ``tabular`` with booktabs rules, special characters escaped, ± as ``$\\pm$``).
+
+    Examples:
+      >>> print(table_text(["loss", "best dev"], [["infonce", "71.2 ± 0.3"]], "md"))
+      | loss | best dev |
+      | --- | --- |
+      | infonce | 71.2 ± 0.3 |
+      >>> print(table_text(["loss", "n"], [["a_b", 3]], "tex"))
+      \\begin{tabular}{ll}
+      \\toprule
+      loss & n \\\\
+      \\midrule
+      a\\_b & 3 \\\\
+      \\bottomrule
+      \\end{tabular}
+    """
+    import csv
+    import io
+
+    header = [str(h) for h in header]
+    rows = [list(r) for r in rows]
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(["" if v is None else v for v in r] for r in rows)
+        return buf.getvalue()
+    if fmt == "md":
+        def line(cells):
+            return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+        lines = [line(header), "| " + " | ".join("---" for _ in header) + " |", *(line(r) for r in rows)]
+        return "\n".join(([f"{caption}", ""] if caption else []) + lines)
+    if fmt == "tex":
+        lines = [rf"\begin{{tabular}}{{{'l' * len(header)}}}", r"\toprule",
+                 " & ".join(_latex(h) for h in header) + r" \\", r"\midrule",
+                 *(" & ".join(_latex(c) for c in r) + r" \\" for r in rows), r"\bottomrule", r"\end{tabular}"]
+        if caption:
+            lines = [r"\begin{table}", r"\centering", rf"\caption{{{_latex(caption)}}}", *lines, r"\end{table}"]
+        return "\n".join(lines)
+    raise ValueError(f"unknown table format {fmt!r}; choose from {', '.join(TABLE_FORMATS)}")
 
 
 def primary_process() -> bool:
@@ -168,6 +282,30 @@ class Writer:
                                result_meta=dict(result_meta or {}), **dict(extra_meta or {}))
         self.written.extend([save_npz_atomic(npz_path, **clean), save_json_atomic(json_path, meta)])
         return npz_path, json_path
+
+    def table(self, stem: str, header: Iterable[Any], rows: Iterable[Iterable[Any]], *,
+              values: tuple[Iterable[Any], Iterable[Iterable[Any]]] | None = None,
+              caption: str | None = None, formats: Iterable[str] = TABLE_FORMATS) -> list[Path]:
+        """A table as ``STEM.csv``, ``STEM.md`` and ``STEM.tex`` (``table_text``), each atomic.
+
+        Args:
+          header, rows: the table as shown (text cells, e.g. ``"71.2 ± 0.3"``) in Markdown and LaTeX.
+          values: ``(header, rows)`` of raw values for the CSV (numbers a program reads back);
+            default: the shown table.
+          caption: a line above the Markdown table, the LaTeX table's ``\\caption``.
+        """
+        from gradlab.io import atomic_write_text
+
+        header, rows = list(header), [list(r) for r in rows]
+        paths = []
+        for fmt in formats:
+            h, r = values if (fmt == "csv" and values is not None) else (header, rows)
+            path = self.out / f"{stem}.{fmt}"
+            if self.primary:
+                text = table_text(h, r, fmt, caption=None if fmt == "csv" else caption)
+                paths.append(atomic_write_text(path, text if text.endswith("\n") else text + "\n"))
+        self.written.extend(paths)
+        return paths
 
     def result(self, stem: str, result, fig=None, **extra_meta: Any) -> list[Path]:
         """One ``Result`` (and its figure): ``gradlab.io.Result.load(out / STEM)`` reads it back;

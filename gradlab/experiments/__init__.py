@@ -14,7 +14,7 @@ Public names:
   RunSpec, canonical_loss, loss_label, SCHEMA_VERSION       (a run; gradlab.resolve_loss resolves its loss)
   Scale, STUDIES, study_runs, baseline                                     (the studies)
   run_study, study_status, execute, plan, default_jobs, is_environmental   (running)
-  EXECUTORS, make_executor, parse_executor_option                           (where runs execute)
+  EXECUTORS, make_executor, parse_executor_option, DASK_CONNECT_TIMEOUT_S  (where runs execute)
   run_status, run_state, read_record, run_dir, acquire_lease, read_lease    (the store)
   run_path, trajectory, write_trajectory                                    (paths on the maps)
   render_writeup, load_numbers, claims_table                                (the write-up from the numbers)
@@ -36,6 +36,7 @@ _LAZY = {
     "run_study": "gradlab.experiments._api",
     "study_status": "gradlab.experiments._api",
     "EXECUTORS": "gradlab.experiments._executors",
+    "DASK_CONNECT_TIMEOUT_S": "gradlab.experiments._executors",
     "make_executor": "gradlab.experiments._executors",
     "parse_executor_option": "gradlab.experiments._executors",
     "is_environmental": "gradlab.experiments._worker",

@@ -104,11 +104,16 @@ def study_status(study: str, out: str | Path, *, scale: Scale | None = None,
       One dict per run (in the study's order): ``id``, ``label``, ``state`` (``done``,
       ``running`` with ``host``, ``pid`` and ``heartbeat_age`` in seconds, ``failed`` with
       ``error``, or ``missing``).
+
+    Raises:
+      FileNotFoundError: ``out`` does not exist (a mistyped ``--out`` must not read as "all missing").
     """
     from gradlab.experiments._store import run_state
 
     if study not in STUDIES:
         raise ValueError(f"unknown study {study!r}; choose from {', '.join(STUDIES)}")
+    if not Path(out).is_dir():
+        raise FileNotFoundError(f"no experiment directory {str(out)!r}: nothing has run there (check --out)")
     scale = Scale.make(study=study) if scale is None else scale
     losses = None if not losses else [canonical_loss(loss) for loss in losses]
     specs = list({s.id: s for s in study_runs(study, scale, losses=losses)}.values())

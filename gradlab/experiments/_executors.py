@@ -20,10 +20,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EXECUTORS", "make_executor", "parse_executor_option", "default_jobs", "LocalExecutor", "SubmititExecutor",
+__all__ = ["EXECUTORS", "DASK_CONNECT_TIMEOUT_S", "make_executor", "parse_executor_option", "default_jobs", "LocalExecutor", "SubmititExecutor",
            "DaskExecutor"]
 
 EXECUTORS = ("local", "submitit", "dask")
+#: Seconds a Dask client tries to reach its scheduler before the launch fails (Dask's own default is 30).
+DASK_CONNECT_TIMEOUT_S = 5.0
 #: One call: (spec dict, out, probe token, cache directory, threads per worker).
 Call = tuple[dict[str, Any], str, "str | None", "str | None", "int | None"]
 
@@ -165,7 +167,8 @@ class LocalExecutor:
 class SubmititExecutor:
     """submitit's ``AutoExecutor(folder=OUT/.submitit)``: a SLURM job array where ``sbatch``
     exists (``slurm_array_parallelism`` bounds it), else local processes (at most ``jobs``
-    at a time). Options are ``update_parameters`` keywords (``timeout_min``,
+    at a time); ``slurm_*`` options without ``sbatch`` are an error unless ``cluster=local``
+    says to run locally. Options are ``update_parameters`` keywords (``timeout_min``,
     ``gpus_per_node``, ``cpus_per_task``, ``mem_gb``, ``slurm_partition``, ...) plus
     ``threads`` (XLA / BLAS threads per run), ``cluster`` (``slurm``, ``local``, ``debug``),
     ``poll_s`` (seconds between status checks) and ``runs_per_task``: how many runs one job
@@ -179,7 +182,14 @@ class SubmititExecutor:
     def __init__(self, folder: str | os.PathLike, jobs: int | None = None, **options: Any):
         submitit = _need("submitit")
         options = dict(options)
-        cluster = options.pop("cluster", None) or ("slurm" if shutil.which("sbatch") else "local")
+        cluster = options.pop("cluster", None)
+        if cluster is None:
+            cluster = "slurm" if shutil.which("sbatch") else "local"
+            slurm_only = sorted(k for k in options if k.startswith("slurm_"))
+            if cluster == "local" and slurm_only:
+                raise ValueError(f"submitit: {', '.join(slurm_only)} given, but sbatch is not on PATH, so the runs "
+                                 "would execute here, not on SLURM; load SLURM (or run from a login node), or add "
+                                 "--executor-opt cluster=local to run them locally")
         self.poll_s = float(options.pop("poll_s", 2.0 if cluster == "slurm" else 0.2))
         per_task = options.pop("runs_per_task", None if cluster != "slurm" else 1)
         if per_task is not None and (isinstance(per_task, bool) or int(per_task) != per_task or int(per_task) < 1):
@@ -245,7 +255,9 @@ class DaskExecutor:
     """``dask.distributed``: a running scheduler (``address`` or ``scheduler_file``), or a
     ``LocalCluster`` of ``jobs`` one-thread processes when neither is given. Options:
     ``resources`` (``{"GPU": 1}``: Dask worker resources each run needs), ``threads``,
-    ``scheduler_file``, ``client`` (an existing ``Client``).
+    ``scheduler_file``, ``client`` (an existing ``Client``), ``connect_timeout_s`` (how long to
+    try to reach the scheduler, default ``DASK_CONNECT_TIMEOUT_S``; an unreachable one is an
+    ``OSError`` naming it).
     """
 
     name = "dask"
@@ -258,16 +270,26 @@ class DaskExecutor:
             raise ValueError(f"resources must be NAME:AMOUNT pairs; got {self.resources!r}")
         scheduler_file = options.pop("scheduler_file", None)
         client = options.pop("client", None)
+        timeout = options.pop("connect_timeout_s", DASK_CONNECT_TIMEOUT_S)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"executor option connect_timeout_s must be a number of seconds > 0; got {timeout!r}")
         self.threads = _threads(options, None)
         if options:
             raise ValueError(f"unknown dask executor option(s) {', '.join(sorted(options))}; valid: resources, "
-                             "threads, scheduler_file")
+                             "threads, scheduler_file, connect_timeout_s")
         self._own, self._cluster = client is None, None
         if client is not None:
             self.client = client
         elif address or scheduler_file:
-            self.client = (distributed.Client(scheduler_file=str(scheduler_file)) if scheduler_file
-                           else distributed.Client(address))
+            where = f"scheduler file {str(scheduler_file)!r}" if scheduler_file else f"{address}"
+            try:
+                self.client = (distributed.Client(scheduler_file=str(scheduler_file), timeout=timeout)
+                               if scheduler_file else distributed.Client(address, timeout=timeout))
+            except (OSError, TimeoutError, ValueError) as exc:
+                why = " ".join(str(exc).split())
+                why = "" if not why or "timed out" in why.lower() else f" ({why})"
+                raise OSError(f"cannot reach the Dask scheduler at {where} within {timeout:g} s{why}; is it "
+                              "running? (executor option connect_timeout_s=S waits longer)") from None
         else:
             n = default_jobs() if jobs is None else int(jobs)
             self._cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True)

@@ -85,15 +85,27 @@ def execute(
         raise ValueError(f"jobs must be >= 1; got {jobs}")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ValueError(f"retries must be an integer >= 0; got {retries!r}")
-    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
+    from gradlab.outputs import check_out_dir
+
+    unique, todo = plan(specs, out, retry_failed=retry_failed)
+    # the executor first (an unreachable scheduler, SLURM options without SLURM): a launch that
+    # cannot run fails before it creates anything under out
+    runner = make_executor(executor, out, jobs=jobs, options=executor_options) if todo else None
+    try:
+        check_out_dir(os.path.join(out, "runs"))
+    except BaseException:
+        if runner is not None:
+            runner.close()
+        raise
     clean_stale(out)
     unique, todo = plan(specs, out, retry_failed=retry_failed)
     total = len(todo)
     if progress is not None:
         progress(0, total, None)
     reasons: dict[str, str] = {}
-    if todo:
-        runner = make_executor(executor, out, jobs=jobs, options=executor_options)
+    if runner is not None and not todo:  # another launcher finished them meanwhile
+        runner.close()
+    elif runner is not None:
         probe = write_probe(out)
         try:
             # workers get the absolute path: a Dask worker's working directory is not the launcher's

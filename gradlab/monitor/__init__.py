@@ -7,7 +7,8 @@ returns a record, with the dimensional-collapse metrics ``rankme``, ``alpha_req`
 TensorBoard (``TensorBoardSink``, ``"tb:LOGDIR"``), an experiment tracker
 (``LogSink(wandb.log)``, ``LogSink(mlflow.log_metrics)``, ``LogSink(trackio.log)``) or
 any callable. ``analyze`` gives the same statistics per batch on saved embeddings;
-``read_log`` reads either log format back into the same records, and ``report`` turns
+``tracker_sink("wandb")`` opens such a tracker by name; ``read_log`` reads either log
+format back into the same records, and ``report`` turns
 a log into the curves (figures + data + metadata).
 
 Importing this package does not import JAX, matplotlib, or any deep-learning framework.
@@ -33,6 +34,8 @@ _LAZY = {
     "TensorBoardSink": "gradlab.monitor._sinks",
     "LogSink": "gradlab.monitor._sinks",
     "scalars": "gradlab.monitor._sinks",
+    "tracker_sink": "gradlab.monitor._sinks",
+    "TRACKERS": "gradlab.monitor._sinks",
     "rankme": "gradlab.monitor._collapse",
     "alpha_req": "gradlab.monitor._collapse",
     "embedding_std": "gradlab.monitor._collapse",

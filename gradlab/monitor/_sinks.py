@@ -32,11 +32,12 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["JSONLSink", "CSVSink", "TensorBoardSink", "LogSink", "scalars", "make_sink", "read_log", "iter_log", "log_format", "flatten",
-           "unflatten"]
+__all__ = ["JSONLSink", "CSVSink", "TensorBoardSink", "LogSink", "scalars", "make_sink", "tracker_sink", "TRACKERS",
+           "read_log", "iter_log", "log_format", "flatten", "unflatten"]
 
 
 def _clean(x):
@@ -275,6 +276,7 @@ class LogSink:
     Args:
       log: called as ``log(metrics, step=step)``.
       prefix: prepended to every metric name.
+      close: called by :meth:`close` (e.g. ``wandb.finish``, ``mlflow.end_run``); None: nothing.
 
     Examples:
       >>> seen = []
@@ -284,12 +286,19 @@ class LogSink:
       [(3, {'p/mu_pos': 0.5, 'p/gd_mean/infonce': 0.25})]
     """
 
-    def __init__(self, log: Callable, *, prefix: str = ""):
+    def __init__(self, log: Callable, *, prefix: str = "", close: Callable[[], Any] | None = None):
         if not callable(log):
             raise TypeError(f"LogSink needs a callable log(metrics, step=...); got {type(log).__name__}")
         self.log = log
         self.prefix = str(prefix)
+        self._close = close
         self._window = _NewWindow(self.prefix)
+
+    def close(self) -> None:
+        """Call the ``close`` given (once); a LogSink without one owns nothing to close."""
+        close, self._close = self._close, None
+        if close is not None:
+            close()
 
     def __call__(self, record: dict) -> None:
         values, window_step = self._window(record)
@@ -399,6 +408,56 @@ def make_sink(sink) -> Callable[[dict], None]:
             return TensorBoardSink(text[3:])
         return CSVSink(sink) if text.lower().endswith(".csv") else JSONLSink(sink)
     raise TypeError(f"sink must be a path, 'tb:LOGDIR' or a callable taking a record dict; got {type(sink).__name__}")
+
+
+#: The experiment trackers ``tracker_sink`` names (besides ``tb:DIR``), each with the package it needs.
+TRACKERS = {"wandb": "wandb", "mlflow": "mlflow"}
+
+
+def _tracker_module(name: str):
+    import importlib
+
+    try:
+        return importlib.import_module(TRACKERS[name])
+    except ImportError:
+        raise ImportError(f"tracker {name!r} needs the {TRACKERS[name]!r} package, which is not installed: "
+                          f"pip install {TRACKERS[name]}") from None
+
+
+def tracker_sink(spec: str, *, name: str | None = None, config: Mapping[str, Any] | None = None):
+    """A sink for an experiment tracker named by text: ``tb:DIR`` (TensorBoard, ``TensorBoardSink``),
+    ``wandb[:PROJECT]`` (``LogSink(wandb.log)`` in a new ``wandb.init`` run) or
+    ``mlflow[:EXPERIMENT]`` (``LogSink(mlflow.log_metrics)`` in a new ``mlflow.start_run``).
+
+    The sinks are this module's own; the run is opened here and finished by the sink's
+    ``close()``. ``gradlab train --tracker`` sends the training log (``train/loss``,
+    ``train/grad_norm``, ``train/dev_spearman``, ...) and the monitor's records through it.
+
+    Args:
+      spec: the tracker, as above (default project / experiment: ``gradlab``).
+      name: the run's name in the tracker.
+      config: the run's configuration (wandb's ``config``; mlflow's parameters).
+
+    Raises:
+      ValueError: an unknown tracker; ImportError: its package is missing (one line naming it).
+    """
+    text = str(spec).strip()
+    if text.startswith("tb:"):
+        return make_sink(text)
+    kind, _, where = text.partition(":")
+    if kind not in TRACKERS:
+        raise ValueError(f"unknown tracker {spec!r}; choose tb:DIR, wandb[:PROJECT] or mlflow[:EXPERIMENT]")
+    module = _tracker_module(kind)
+    config = {k: v for k, v in flatten(dict(config or {})).items() if v is not None}
+    if kind == "wandb":
+        run = module.init(project=where or "gradlab", name=name, config=config)
+        return LogSink(run.log if hasattr(run, "log") else module.log, close=module.finish)
+    if where:
+        module.set_experiment(where)
+    module.start_run(run_name=name)
+    if config:
+        module.log_params({k: str(v)[:500] for k, v in config.items()})  # mlflow caps a value's length
+    return LogSink(module.log_metrics, close=module.end_run)
 
 
 _SNIFF_BYTES = 1 << 16

@@ -9,7 +9,8 @@ Recipes (Li et al. 2024): ``gd_maps`` (Figs. 2, 10), ``weight_share_curves`` (Fi
 ``margin_multipliers`` (Fig. 2), ``margin_ratio_grid`` (Fig. 8).
 The training monitor (Li et al. 2024 Sec. 3.2 on real embeddings): ``monitor_curves``,
 ``lemma1_before_after``, ``cosine_before_after``, ``track_summary``.
-The real pipeline: ``stsb_scatter``, ``train_curves``.
+The real pipeline: ``stsb_scatter``, ``sts_scores``, ``train_curves``; several runs overlaid
+(``gradlab compare``): ``compare_curves``.
 The paper figures as a registry: ``FIGURES`` (id -> ``PaperFigure``) and
 ``paper_figure(id) -> (Figure, Result)``, the figure and data ``gradlab figures --only ID`` writes;
 ``component_figure(loss, protocol, component=...)``, the map ``gradlab heatmap`` writes.
@@ -18,6 +19,7 @@ Primitives: ``heatmap``, ``curves``, ``shade_mask``, ``save_figure``; style: ``C
 Plotting lives here alone: the monitor report and the CLI call these recipes.
 """
 
+from gradlab.plot._compare import compare_curves as compare_curves
 from gradlab.plot._core import curves as curves
 from gradlab.plot._core import heatmap as heatmap
 from gradlab.plot._core import shade_mask as shade_mask
@@ -50,6 +52,7 @@ from gradlab.plot._monitor import lemma1_before_after as lemma1_before_after
 from gradlab.plot._monitor import monitor_curves as monitor_curves
 from gradlab.plot._monitor import series_keys as series_keys
 from gradlab.plot._monitor import track_summary as track_summary
+from gradlab.plot._real import sts_scores as sts_scores
 from gradlab.plot._real import stsb_scatter as stsb_scatter
 from gradlab.plot._real import train_curves as train_curves
 from gradlab.plot._style import CMAPS as CMAPS
@@ -61,7 +64,9 @@ __all__ = [
     "curves", "heatmap", "shade_mask", "gd_maps", "lemma1_maps", "loss_title", "margin_gradients",
     "margin_multipliers", "margin_ratio_grid", "min_ratio_distribution", "norm_maps", "ratio_maps",
     "weight_share_curves", "monitor_curves", "lemma1_before_after", "cosine_before_after", "track_summary",
-    "stsb_scatter", "train_curves", "CMAPS", "LABELS", "pi_label", "save_figure", "series_keys",
+    "stsb_scatter", "sts_scores", "train_curves", "CMAPS", "LABELS", "pi_label", "save_figure", "series_keys",
+    # several runs side by side (gradlab compare)
+    "compare_curves",
     # training studies (gradlab.experiments)
     "component_sweeps", "cosine_histograms", "min_ratio_histograms", "ori_mod_bars", "path_cells", "step_series",
     "trajectory_on_maps", "weight_share_before_after",

@@ -1,4 +1,4 @@
-"""Recipes for the real-sentence pipeline (``gradlab stsb``, ``gradlab train``).
+"""Recipes for the real-sentence pipeline (``gradlab stsb``, ``gradlab sts``, ``gradlab train``).
 
 Each takes data (arrays, the training losses and evaluations) and returns a Figure
 built with the object API: no pyplot, no backend switch.
@@ -12,7 +12,7 @@ import numpy as np
 
 from gradlab.plot._style import new_figure, styled
 
-__all__ = ["stsb_scatter", "train_curves"]
+__all__ = ["stsb_scatter", "train_curves", "sts_scores"]
 
 
 @styled
@@ -64,4 +64,33 @@ def train_curves(losses, evals: Sequence[Mapping], *, best_step: int | None = No
     a2.set_ylabel("STS-B dev Spearman x 100")
     if title:
         fig.suptitle(title, fontsize=10)
+    return fig
+
+
+@styled
+def sts_scores(tasks: Sequence[str], scores: Sequence[float], *, title: str | None = None):
+    """The SentEval STS suite: one bar per task (Spearman × 100), the average as a dashed line.
+
+    Args:
+      tasks: task names (``STS12``, ..., ``SICKRelatedness``), the ``avg`` row excluded.
+      scores: (T,) their Spearman × 100.
+      title: axes title (e.g. the encoder).
+
+    Returns:
+      The matplotlib Figure (one axes), each bar labelled with its score.
+    """
+    scores = np.asarray(scores, float)
+    fig, axes = new_figure(1, 1, panel=(max(4.5, 0.9 * len(tasks) + 1.5), 3.5))
+    ax = axes[0, 0]
+    bars = ax.bar(np.arange(len(tasks)), scores, color="tab:blue")
+    ax.bar_label(bars, labels=[f"{v:.2f}" for v in scores], fontsize=8, padding=2)
+    if len(tasks) > 1:
+        avg = float(np.mean(scores))
+        ax.axhline(avg, color="grey", ls="--", lw=1, label=f"avg {avg:.2f}")
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_xticks(np.arange(len(tasks)), [str(t) for t in tasks], rotation=30, ha="right")
+    ax.set_ylabel("Spearman x 100")
+    ax.set_ylim(min(0.0, float(np.nanmin(scores, initial=0.0)) * 1.1), 100.0)  # bars from zero
+    if title:
+        ax.set_title(title, fontsize=10)
     return fig

@@ -13,7 +13,7 @@ Public names:
   load_transformer, POOLINGS, MODEL_TYPES          (any BERT / RoBERTa checkpoint, SimCSE's poolings)
   load_light, LightEncoder                                          (the light encoder)
   stsb_spearman, stsb_scores, pair_cosines, spearman_x100          (STS-B evaluation)
-  evaluate_sts, load_senteval, STS_TASKS, STSTask                   (the SentEval STS suite)
+  evaluate_sts, load_senteval, sts_table, STS_TASKS, STSTask        (the SentEval STS suite)
   TrainConfig, train, PRECISIONS                                    (training; float32 or bf16)
   save_transformer                          (the trained model as a Hugging Face checkpoint directory)
   simcse_unsup_config, simcse_unsup_encoder, RECIPES, read_lines   (SimCSE's unsupervised recipe)
@@ -56,6 +56,7 @@ _LAZY = {
     "parse_sick": "gradlab.real.sts",
     "task_spearman": "gradlab.real.sts",
     "evaluate_sts": "gradlab.real.sts",
+    "sts_table": "gradlab.real.sts",
     "RunConfig": "gradlab.real.config",
     "TrainConfig": "gradlab.real.config",
     "learning_rate": "gradlab.real.config",

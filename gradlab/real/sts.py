@@ -30,6 +30,7 @@ from gradlab.real.data import STSPairs, load_stsb, parse_score
 from gradlab.real.stsb import EncodeFn, encode_unique, pair_cosines, spearman_x100
 
 __all__ = [
+    "sts_table",
     "STS_YEARS",
     "STS_TASKS",
     "STSTask",
@@ -322,3 +323,25 @@ def evaluate_sts(
             "tasks": list(loaded), "files": files, **runtime_meta(),
         },
     }
+
+
+def sts_table(res: dict) -> tuple[list[str], list[list]]:
+    """:func:`evaluate_sts`'s result as a table: ``(header, rows)`` of raw values, one row per task
+    (``task``, ``spearman`` = its score, SentEval's ``mean`` and ``wmean`` over the subsets
+    (None for a task of one subset), ``pairs``) and a last row ``avg`` (the mean of the tasks'
+    scores). ``gradlab sts`` writes it as ``sts.csv``, ``sts.md`` and ``sts.tex``.
+
+    Examples:
+      >>> res = {"spearman": {"STSBenchmark": 82.0, "avg": 82.0},
+      ...        "detail": {"STSBenchmark": {"all": 82.0, "mean": 82.0, "wmean": 82.0, "n": 1379,
+      ...                                    "subsets": {"test": {}}}}}
+      >>> sts_table(res)
+      (['task', 'spearman', 'mean', 'wmean', 'pairs'], [['STSBenchmark', 82.0, None, None, 1379], ['avg', 82.0, None, None, None]])
+    """
+    rows = []
+    for task, d in res["detail"].items():
+        several = len(d.get("subsets", {})) > 1
+        rows.append([task, float(d["all"]), float(d["mean"]) if several else None,
+                     float(d["wmean"]) if several else None, int(d["n"])])
+    rows.append(["avg", float(res["spearman"]["avg"]), None, None, None])
+    return ["task", "spearman", "mean", "wmean", "pairs"], rows

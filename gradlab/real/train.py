@@ -333,19 +333,23 @@ class _StreamBatches:
         return _assemble(self, self.encoder.token_ids(list(itertools.islice(self.lines, self.batch_size))))
 
 
-def _attach_monitor(trained, out_dir: Path | None):
+def _attach_monitor(trained, out_dir: Path | None, tracker: Callable[[dict], None] | None = None):
     """A ParadigmMonitor watching the trained loss (or None) and a status string. Never raises.
 
     The trainer decides when to measure (``monitor_steps``), so the monitor measures every
-    call. The comparison losses keep the monitor's documented defaults.
+    call. The comparison losses keep the monitor's documented defaults. The records go to
+    ``paradigm_monitor.jsonl`` and to the ``tracker`` (through a forwarder: the monitor closes
+    its sinks, and the tracker outlives it).
     """
     try:
         from gradlab.monitor import ParadigmMonitor
     except Exception as exc:  # noqa: BLE001 - the monitor is optional
         return None, f"unavailable ({type(exc).__name__}: {exc})"
-    sink = str(out_dir / "paradigm_monitor.jsonl") if out_dir is not None else None
+    sink = [str(out_dir / "paradigm_monitor.jsonl")] if out_dir is not None else []
+    if tracker is not None:
+        sink.append(lambda record: tracker(record))
     try:
-        return ParadigmMonitor(trained=trained, every=1, sink=sink), "attached"
+        return ParadigmMonitor(trained=trained, every=1, sink=sink or None), "attached"
     except Exception as exc:  # noqa: BLE001
         return None, f"failed to start ({type(exc).__name__}: {exc})"
 
@@ -415,18 +419,31 @@ class _State:
     test_before: float | None
 
 
-class _Log:
-    """``train_log.jsonl`` (a ``gradlab.monitor.JSONLSink``) and the ``progress`` callback."""
+#: The training log's curves a tracker receives (under ``train/``).
+TRACKED = ("loss", "grad_norm", "dev_spearman", "test_spearman")
 
-    def __init__(self, out: Path | None, progress: Callable | None):
+
+class _Log:
+    """``train_log.jsonl`` (a ``gradlab.monitor.JSONLSink``), the ``progress`` callback and the tracker."""
+
+    def __init__(self, out: Path | None, progress: Callable | None, tracker: Callable | None = None):
         from gradlab.monitor import JSONLSink
 
         self.sink = JSONLSink(out / "train_log.jsonl") if out is not None else None
         self.progress = progress
+        self.tracker = tracker
 
     def __call__(self, rec: dict[str, Any]) -> None:
         if self.sink is not None:
             self.sink(rec)
+        if self.tracker is not None:
+            curves = {k: rec[k] for k in TRACKED if isinstance(rec.get(k), (int, float))}
+            try:
+                self.tracker({"step": int(rec["step"]), "train": curves})
+            except Exception as exc:  # noqa: BLE001 - a tracker never stops training
+                warnings.warn(f"training without the tracker from step {rec['step']}: {exc}", RuntimeWarning,
+                              stacklevel=2)
+                self.tracker = None
         if self.progress is not None:
             self.progress(int(rec["step"]), rec)
 
@@ -438,10 +455,10 @@ class _Log:
 class _Watch:
     """The ParadigmMonitor of a run, measuring the states of ``monitor_steps``; never stops training."""
 
-    def __init__(self, config: TrainConfig, loss: Callable, out: Path | None):
+    def __init__(self, config: TrainConfig, loss: Callable, out: Path | None, tracker: Callable | None = None):
         self.monitor, self.status = None, "off"
         if config.monitor:
-            self.monitor, self.status = _attach_monitor(loss, out)
+            self.monitor, self.status = _attach_monitor(loss, out, tracker)
             if self.monitor is None:
                 warnings.warn(f"training without the ParadigmMonitor: {self.status}", RuntimeWarning, stacklevel=3)
         self.due = set(monitor_steps(config.steps, config.monitor_every)) if self.monitor is not None else set()
@@ -806,6 +823,7 @@ def train(
     progress: Callable[[int, dict[str, Any]], None] | None = None,
     token_ids: Sequence[Sequence[int]] | None = None,
     resume: bool = False,
+    tracker: Callable[[dict[str, Any]], None] | None = None,
 ) -> TrainResult:
     """Fine-tune an encoder with a gradlab loss; keep the best checkpoint by STS-B dev Spearman.
 
@@ -821,6 +839,10 @@ def train(
       resume: continue from ``out_dir``'s training state (:func:`state_path`, written every
         ``config.checkpoint_every`` steps) if there is one, else start afresh. A resumed run
         gives the numbers of an uninterrupted one (losses, evaluations, best step, parameters).
+      tracker: a monitor sink (``gradlab.monitor.tracker_sink("tb:DIR" | "wandb" | "mlflow")``, or
+        any callable taking a record) that receives the training log's curves as
+        ``{"step": s, "train": {"loss", "grad_norm", "dev_spearman", "test_spearman"}}`` and the
+        monitor's records as they are; the caller closes it.
 
     Returns:
       A :class:`TrainResult`.
@@ -837,7 +859,7 @@ def train(
     loop = _make_loop(config, encoder, loss, token_ids)
     state = _saved_state(config, loop, out_dir) if resume else None
     out = _prepare_out(out_dir, None if state is None else state.step)
-    watch, log = _Watch(config, loss, out), _Log(out, progress)
+    watch, log = _Watch(config, loss, out, tracker), _Log(out, progress, tracker)
     try:
         state = _initial_state(config, loop, dev, log) if state is None else state
         _run_steps(config, loop, state, dev, log, watch, after_step=_Checkpointer(config, loop, out))
