@@ -98,20 +98,20 @@ class Explorer:
         if text not in self._menu and not text.startswith("compose:"):
             self._menu.append(text)  # the user's loss from the command line
         self._menu.append(COMPOSITION)
-        self.loss_select = pn.widgets.Select(name="loss", options=self._menu,
+        self.loss_select = pn.widgets.Select(label="loss", options=self._menu,
                                              value=COMPOSITION if text.startswith("compose:") else text)
         blocks = dict(_block.split("=") for _block in text[len("compose:"):].split(",")) if text.startswith(
             "compose:") else {"gd": "indicator", "weight": "softmax", "ratio": "static"}
-        self.block_selects = {k: pn.widgets.Select(name=f"{k} block", options=v, value=blocks[k])
+        self.block_selects = {k: pn.widgets.Select(label=f"{k} block", options=v, value=blocks[k])
                               for k, v in _blocks().items()}
         self._compose_box = pn.Column(*self.block_selects.values(), visible=text.startswith("compose:"))
         self.sliders: dict[str, Any] = {}
         self._slider_box = pn.Column()
-        self.full_toggle = pn.widgets.Toggle(name="paper grid: 100 × 100, 1000 batches", value=False)
-        self.run_input = pn.widgets.TextInput(name="run folder or monitor log", placeholder="runs/my_run",
+        self.full_toggle = pn.widgets.Toggle(label="paper grid: 100 × 100, 1000 batches", value=False)
+        self.run_input = pn.widgets.TextInput(label="run folder or monitor log", placeholder="runs/my_run",
                                               value="" if run is None else str(run))
-        self.run_button = pn.widgets.Button(name="overlay run", button_type="default")
-        self.export_button = pn.widgets.Button(name="export view (PNG + npz + json)", button_type="primary")
+        self.run_button = pn.widgets.Button(label="overlay run")
+        self.export_button = pn.widgets.Button(label="export view (PNG + npz + json)", color="primary")
         self.status = pn.pane.Markdown("", name="status", sizing_mode="stretch_width")
         self.commands = pn.pane.Markdown("", name="commands", sizing_mode="stretch_width")
 
@@ -206,7 +206,7 @@ class Explorer:
         pn = self._pn
         self.sliders = {}
         for spec in slider_specs(self.view):
-            slider = pn.widgets.FloatSlider(name=spec.label, start=spec.start, end=spec.end, step=spec.step,
+            slider = pn.widgets.FloatSlider(label=spec.label, start=spec.start, end=spec.end, step=spec.step,
                                             value=spec.value, width=300)
             slider.param.watch(lambda event, name=spec.name: self._on_slider(name, event.new), "value")
             self.sliders[spec.name] = slider
