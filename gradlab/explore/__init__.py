@@ -35,6 +35,7 @@ _LAZY = {
     "Explorer": "gradlab.explore._app",
     "serve": "gradlab.explore._app",
     "static_explorer": "gradlab.explore._static",
+    "static_html": "gradlab.explore._static",
 }
 
 __all__ = sorted(_LAZY)

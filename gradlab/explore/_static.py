@@ -17,7 +17,7 @@ import numpy as np
 
 from gradlab.explore import _bokeh
 from gradlab.explore._deps import require_extra
-from gradlab.explore._maps import LABELS, PANELS, View, panel_results, view_maps
+from gradlab.explore._maps import LABELS, PANELS, View, panel_results, view_loss, view_maps
 
 __all__ = ["static_explorer", "STATIC_CHOICES", "STATIC_LAMS", "static_html"]
 
@@ -82,21 +82,24 @@ def static_html(*, choices: Mapping[str, tuple[str, Sequence[float]]] = STATIC_C
     lemma = [_image(panel_results(view_maps(View(next(iter(choices)), lam=float(lam), r=r, **protocol)))["lemma1"])
              for lam in lams]
     first_loss = next(iter(choices))
-    shown = panel_results(view_maps(View(first_loss, lam=lams[0], r=r, **protocol).set(
-        **{choices[first_loss][0]: float(choices[first_loss][1][0])})))
+    param, vals = choices[first_loss]
+    default = view_loss(View(first_loss)).params[param]  # start at the paper's value where it is one
+    start = min(range(len(vals)), key=lambda i: abs(float(vals[i]) - default))
+    shown = panel_results(view_maps(View(first_loss, lam=lams[0], r=r, **protocol).set(**{param: float(vals[start])})))
     path_source = ColumnDataSource(_bokeh.path_data(None), name="explore_run")  # no run on the static page
     figures, sources = {}, {}
     for key, panel_title in PANELS.items():
         fig, src = _bokeh.map_figure(key, panel_title, _bokeh.image_data(shown[key] if shown[key] is not None
                                                                           else shown["gd"]), path_source,
-                                     width=340, height=290)
+                                     width=300, height=250)
         figures[key], sources[key] = fig, src
-    select = Select(title="loss", options=list(choices), value=first_loss, name="explore_loss")
-    label, vals = values[first_loss]
-    slider = Slider(title=f"{label} = {vals[0]}", start=0, end=max(len(v[1]) for v in values.values()) - 1,
-                    step=1, value=0, show_value=False, name="explore_param")
+    select = Select(title="loss", options=list(choices), value=first_loss, name="explore_loss", width=120)
+    label = values[first_loss][0]
+    slider = Slider(title=f"{label} = {float(vals[start]):g}", start=0,
+                    end=max(len(v[1]) for v in values.values()) - 1, step=1, value=start, show_value=False,
+                    name="explore_param", width=180)
     lam_slider = Slider(title=f"λ = {lams[0]:g} (r = {r:g})", start=0, end=len(lams) - 1, step=1, value=0,
-                        show_value=False, name="explore_lam")
+                        show_value=False, name="explore_lam", width=180)
     callback = CustomJS(args={"select": select, "slider": slider, "lam_slider": lam_slider, "sources": sources,
                               "figures": figures, "titles": dict(PANELS), "values": values, "data": data,
                               "lemma": lemma, "lams": [float(x) for x in lams], "r": float(r)}, code=_JS)
@@ -104,10 +107,10 @@ def static_html(*, choices: Mapping[str, tuple[str, Sequence[float]]] = STATIC_C
         widget.js_on_change("value", callback)
     note = Div(text=(f"Precomputed by <code>gradlab.simulate</code> on a {grid} × {grid} grid, {batches} batches "
                      f"of {batch_size} (seed {seed}); <code>gradlab explore</code> recomputes any value live."),
-               width=300)
-    layout = row(column(Div(text="<b>gradlab explore</b> (static)"), select, slider, lam_slider, note),
-                 gridplot([[figures["gd"], figures["weight"]], [figures["ratio"], figures["lemma1"]]],
-                          toolbar_location=None))
+               width=600)
+    layout = column(row(select, slider, lam_slider), note,
+                    gridplot([[figures["gd"], figures["weight"]], [figures["ratio"], figures["lemma1"]]],
+                             toolbar_location=None))
     return file_html(layout, INLINE, title)
 
 
