@@ -13,7 +13,8 @@ from typing import Annotated
 import typer
 from gradlab_cli._common import CONTEXT, LOSS_HELP, Compose, Debug, Params, fail, parse_params
 
-#: The live protocol's defaults (``gradlab.explore``'s; here as literals, so that ``--help`` loads no JAX).
+#: The live protocol's defaults (``gradlab.explore.LIVE``, as literals so that ``--help`` loads no JAX; a test
+#: checks that they agree).
 GRID, BATCHES, BATCH_SIZE = 50, 200, 128
 
 
@@ -69,9 +70,10 @@ def explore(
         serve(port=port, address=address, show=not no_browser, ready=ready, loss=text, params=params, run=run,
               grid=grid, batches=batches, batch_size=batch_size, seed=seed, out=out)
     except KeyboardInterrupt:
-        typer.echo("gradlab explore: stopped")
+        pass  # Ctrl-C: the normal way to stop
     except OSError as exc:
         raise fail(f"cannot serve on {address}:{port}: {exc.strerror or exc}") from None
+    typer.echo("gradlab explore: stopped")
 
 
 def register(app: typer.Typer) -> None:

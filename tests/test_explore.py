@@ -222,6 +222,18 @@ def test_a_missing_explore_extra_names_the_install_command(monkeypatch):
     assert 'pip install -e ".[explore]"' in err, err
 
 
+def test_the_clis_defaults_are_the_live_protocol():
+    import inspect
+
+    from gradlab_cli.app import app
+
+    from gradlab.explore import LIVE
+
+    (command,) = [c for c in app.registered_commands if c.callback.__name__ == "explore"]
+    defaults = {k: p.default for k, p in inspect.signature(command.callback).parameters.items()}
+    assert {k: defaults[k] for k in LIVE} == LIVE
+
+
 def test_explore_help_loads_neither_jax_nor_panel():
     code = ("import sys\nfrom gradlab_cli.app import main\ntry:\n    main(['explore', '--help'])\n"
             "except SystemExit as e:\n    assert e.code in (0, None)\n"
@@ -231,3 +243,47 @@ def test_explore_help_loads_neither_jax_nor_panel():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "gradlab explore --no-browser" in proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "loaded:"
+
+
+def _help_examples() -> list[list[str]]:
+    proc = subprocess.run([sys.executable, "-c", "from gradlab_cli.app import main; main(['explore', '--help'])"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return [ln.split()[1:] for ln in proc.stdout.splitlines() if ln.strip().startswith("gradlab explore ")]
+
+
+def test_the_help_example_serves_the_page_and_stops_cleanly():
+    pytest.importorskip("panel")
+    import re
+    import signal
+    import time
+    import urllib.request
+
+    (args,) = [a for a in _help_examples() if "--no-browser" in a]
+    proc = subprocess.Popen([sys.executable, "-u", "-c", "from gradlab_cli.app import main; main()", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        line, end = "", time.monotonic() + 240
+        while "serving" not in line and time.monotonic() < end and proc.poll() is None:
+            line = proc.stdout.readline()
+        url = re.search(r"serving (http://127\.0\.0\.1:\d+/)", line)
+        assert url, line
+        page = urllib.request.urlopen(url.group(1), timeout=60).read().decode()
+        assert "gradlab explore" in page and "bokeh" in page.lower()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "stopped" in out, out[-2000:]
+
+
+def test_a_busy_port_is_one_line():
+    pytest.importorskip("panel")
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        err = one_line_error(run("explore", "--no-browser", "--port", port, "--grid", 3, "--batches", 4,
+                                 "--batch-size", 4))
+    assert f"cannot serve on 127.0.0.1:{port}" in err, err

@@ -20,6 +20,7 @@ _LAZY = {
     "View": "gradlab.explore._maps",
     "SliderSpec": "gradlab.explore._maps",
     "PANELS": "gradlab.explore._maps",
+    "LIVE": "gradlab.explore._maps",
     "simulable_losses": "gradlab.explore._maps",
     "view_protocol": "gradlab.explore._maps",
     "view_loss": "gradlab.explore._maps",

@@ -47,6 +47,13 @@ def _blocks() -> dict[str, list[str]]:
     return {"gd": list(GD_BLOCKS), "weight": list(WEIGHT_BLOCKS), "ratio": list(RATIO_BLOCKS)}
 
 
+def _blocks_of(text: str) -> dict[str, str]:
+    """The blocks of ``compose:gd=...,weight=...,ratio=...`` (``gradlab.design.parse_compose``)."""
+    from gradlab.design import parse_compose
+
+    return parse_compose(text[len("compose:"):])
+
+
 def _compose_text(blocks: Mapping[str, str]) -> str:
     return "compose:" + ",".join(f"{k}={blocks[k]}" for k in ("gd", "weight", "ratio"))
 
@@ -100,8 +107,8 @@ class Explorer:
         self._menu.append(COMPOSITION)
         self.loss_select = pn.widgets.Select(label="loss", options=self._menu,
                                              value=COMPOSITION if text.startswith("compose:") else text)
-        blocks = dict(_block.split("=") for _block in text[len("compose:"):].split(",")) if text.startswith(
-            "compose:") else {"gd": "indicator", "weight": "softmax", "ratio": "static"}
+        blocks = _blocks_of(text) if text.startswith("compose:") else {"gd": "indicator", "weight": "softmax",
+                                                                         "ratio": "static"}
         self.block_selects = {k: pn.widgets.Select(label=f"{k} block", options=v, value=blocks[k])
                               for k, v in _blocks().items()}
         self._compose_box = pn.Column(*self.block_selects.values(), visible=text.startswith("compose:"))
@@ -164,7 +171,7 @@ class Explorer:
         """Pick a loss from the menu (a name of ``simulable_losses()``, the user's loss, or
         ``compose:gd=...,weight=...,ratio=...``), as a user would."""
         if loss.startswith("compose:"):
-            blocks = dict(b.split("=") for b in loss[len("compose:"):].split(","))
+            blocks = _blocks_of(loss)
             self._updating = True
             try:
                 for k, sel in self.block_selects.items():

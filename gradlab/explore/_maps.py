@@ -32,7 +32,7 @@ import numpy as np
 
 from gradlab import defaults
 
-__all__ = ["View", "SliderSpec", "PANELS", "simulable_losses", "view_protocol", "view_loss", "view_maps",
+__all__ = ["View", "SliderSpec", "PANELS", "LIVE", "simulable_losses", "view_protocol", "view_loss", "view_maps",
            "panel_results", "slider_specs", "heatmap_command", "lemma1_command", "view_commands"]
 
 #: The four panels, in page order: key -> title.
