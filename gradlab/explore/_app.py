@@ -123,7 +123,7 @@ class Explorer:
         self.commands = pn.pane.Markdown("", name="commands", sizing_mode="stretch_width")
 
         panels = panel_results(view_maps(self.view))
-        self.path_source = _bokeh_source(_bokeh.path_data(self.run), "explore_run")
+        self.path_source = _bokeh.path_source(self.run)
         self.figures, self.sources = {}, {}
         first = _bokeh.image_data(panels["gd"])
         for key, title in PANELS.items():
@@ -287,12 +287,6 @@ class Explorer:
             return
         self.path_source.data = _bokeh.path_data(self.run)
         self.status.object = f"path of `{text}`: {len(self.run['step'])} steps" if self.run else "path removed"
-
-
-def _bokeh_source(data, name):
-    from bokeh.models import ColumnDataSource
-
-    return ColumnDataSource(data, name=name)
 
 
 def free_port(address: str = "127.0.0.1") -> int:

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PANEL_STYLE", "image_data", "empty_data", "map_figure", "path_data", "source_name", "show_data"]
+__all__ = ["PANEL_STYLE", "image_data", "empty_data", "map_figure", "path_data", "path_source", "source_name",
+           "show_data"]
 
 #: Per panel: the colour range and the palette's name (the matplotlib recipes' colours).
 PANEL_STYLE = {"gd": ((0.0, 1.0), "viridis"), "weight": ((0.0, 1.0), "magma"),
@@ -63,6 +64,13 @@ def path_data(run: Mapping[str, np.ndarray] | None) -> dict[str, list]:
         return {"x": [], "y": [], "step": []}
     return {"x": np.asarray(run["mu_neg"], float).tolist(), "y": np.asarray(run["mu_pos"], float).tolist(),
             "step": np.asarray(run["step"], float).tolist()}
+
+
+def path_source(run: Mapping[str, np.ndarray] | None = None):
+    """The ``explore_run`` source every panel draws its path from."""
+    from bokeh.models import ColumnDataSource
+
+    return ColumnDataSource(path_data(run), name="explore_run")
 
 
 def _pi_ticks(lo: float, hi: float) -> tuple[list[float], dict[float, str]]:

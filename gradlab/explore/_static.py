@@ -67,7 +67,7 @@ def static_html(*, choices: Mapping[str, tuple[str, Sequence[float]]] = STATIC_C
     require_extra("bokeh")
     from bokeh.embed import file_html
     from bokeh.layouts import column, gridplot, row
-    from bokeh.models import ColumnDataSource, CustomJS, Div, Select, Slider
+    from bokeh.models import CustomJS, Div, Select, Slider
     from bokeh.resources import INLINE
 
     if not choices or not lams:
@@ -86,7 +86,7 @@ def static_html(*, choices: Mapping[str, tuple[str, Sequence[float]]] = STATIC_C
     default = view_loss(View(first_loss)).params[param]  # start at the paper's value where it is one
     start = min(range(len(vals)), key=lambda i: abs(float(vals[i]) - default))
     shown = panel_results(view_maps(View(first_loss, lam=lams[0], r=r, **protocol).set(**{param: float(vals[start])})))
-    path_source = ColumnDataSource(_bokeh.path_data(None), name="explore_run")  # no run on the static page
+    path_source = _bokeh.path_source()  # no run on the static page
     figures, sources = {}, {}
     for key, panel_title in PANELS.items():
         fig, src = _bokeh.map_figure(key, panel_title, _bokeh.image_data(shown[key] if shown[key] is not None
