@@ -122,7 +122,9 @@ class Explorer:
         self.status = pn.pane.Markdown("", name="status", sizing_mode="stretch_width")
         self.commands = pn.pane.Markdown("", name="commands", sizing_mode="stretch_width")
 
-        panels = panel_results(view_maps(self.view))
+        maps = view_maps(self.view)
+        panels = panel_results(maps)
+        self._maps: dict[str, Any] = {}
         self.path_source = _bokeh.path_source(self.run)
         self.figures, self.sources = {}, {}
         first = _bokeh.image_data(panels["gd"])
@@ -131,7 +133,7 @@ class Explorer:
             fig, src = _bokeh.map_figure(key, title, data, self.path_source)
             self.figures[key], self.sources[key] = fig, src
         self._build_sliders()
-        self._show(panels)
+        self._show(maps)
 
         self.loss_select.param.watch(self._on_loss, "value")
         for sel in self.block_selects.values():
@@ -222,20 +224,27 @@ class Explorer:
     def _update(self, view: View, *, rebuild: bool = False):
         t0 = time.perf_counter()
         try:
-            panels = panel_results(view_maps(view))
+            maps = view_maps(view)
         except (ValueError, TypeError, OSError) as exc:
             self.status.object = f"**error:** {' '.join(str(exc).split())}"
             return
         self.view = view
         if rebuild:
             self._build_sliders()
-        self._show(panels)
+        self._show(maps)
         self.last_ms = 1e3 * (time.perf_counter() - t0)
         self.status.object = f"maps in {self.last_ms:.0f} ms"
 
-    def _show(self, panels):
+    def _show(self, maps):
+        """Draw the maps that changed (a map is the same object while its inputs are: ``view_maps``'
+        cache), so that a slider sends the browser only the panels it moved."""
+        changed = [k for k in PANELS if k not in self._maps or maps[k] is not self._maps[k]]
+        self._maps = dict(maps)
+        panels = panel_results(maps)
         first = _bokeh.image_data(panels["gd"])
         for key, title in PANELS.items():
+            if key not in changed:
+                continue
             if panels[key] is None:
                 data, title = _bokeh.empty_data(first), f"{title}: needs a temperature τ"
             else:

@@ -50,12 +50,12 @@ def image_data(result) -> dict[str, list]:
     """A panel ``Result`` (dims mu_pos, mu_neg) as its source's ``data``: the masked mean and placement."""
     x, dw = _placement(result.coords["mu_neg"])
     y, dh = _placement(result.coords["mu_pos"])
-    return {"image": [np.asarray(result.masked_mean(), dtype=np.float64)], "x": [x], "y": [y], "dw": [dw], "dh": [dh]}
+    return {"image": [np.asarray(result.masked_mean(), dtype=np.float32)], "x": [x], "y": [y], "dw": [dw], "dh": [dh]}
 
 
 def empty_data(like: Mapping[str, list]) -> dict[str, list]:
     """An empty panel (the share of a loss without τ) over the same placement as ``like``."""
-    return {**{k: list(v) for k, v in like.items()}, "image": [np.full((1, 1), np.nan)]}
+    return {**{k: list(v) for k, v in like.items()}, "image": [np.full((1, 1), np.nan, np.float32)]}
 
 
 def path_data(run: Mapping[str, np.ndarray] | None) -> dict[str, list]:
