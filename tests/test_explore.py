@@ -56,6 +56,8 @@ def test_view_maps_are_the_engines_maps_at_the_slider_values():
     _nan_equal(maps["weight"].mean, simulate.weight_map(loss, proto, gd_gate=0.05).mean)
     lemma = simulate.lemma1_map(proto, lam=0.4, ratios=[1.25])
     _nan_equal(panel_results(maps)["lemma1"].mean, lemma.extra["satisfied"][0])
+    # r_low is continuous in λ (the fractions are multiples of 1/B); computed in steps of fewer rows: last bit
+    np.testing.assert_allclose(maps["lemma1"].mean, lemma.mean, rtol=1e-6)
     # a slider moves the maps it feeds
     assert not np.allclose(view_maps(view.set(tau=0.3))["gd"].mean, maps["gd"].mean)
 
@@ -123,7 +125,9 @@ def test_the_exported_commands_reproduce_the_exported_view(tmp_path, spec, value
         result = run(*argv[1:], "--out", out, "--no-plot")
         assert result.exit_code == 0, result.output
         if key == "lemma1":
-            got = gradlab.io.Result.load(out / "lemma1_map").extra["satisfied"][0]
+            lemma = gradlab.io.Result.load(out / "lemma1_map")
+            np.testing.assert_allclose(shown["lemma1_r_low"], lemma.mean, rtol=1e-6)
+            got = lemma.extra["satisfied"][0]
         else:
             (stem,) = {p.stem for p in out.glob("heatmap_*.npz")}
             got = gradlab.io.Result.load(out / stem).masked_mean()

@@ -40,7 +40,8 @@ def export_view(view: View, out: str | os.PathLike, *, run: Mapping[str, np.ndar
 
     The ``.npz`` holds the axes ``mu_pos``, ``mu_neg`` and one (G_pos, G_neg) array per panel as
     drawn: ``gd``, ``weight`` (absent for a loss without τ), ``ratio`` (masked cells NaN) and
-    ``lemma1`` (the fraction of batches in which r satisfies Lemma 1), with ``gd_stderr``. The
+    ``lemma1`` (the fraction of batches in which r satisfies Lemma 1), with ``gd_stderr`` and
+    ``lemma1_r_low`` (the mean minimum ratio of Lemma 1 over the feasible batches). The
     ``.json`` holds the view, the protocol and ``commands``: per panel the ``gradlab`` command that
     computes the same numbers (``gradlab heatmap ... --component gd`` writes ``mean`` = ``gd``).
 
@@ -68,9 +69,10 @@ def export_view(view: View, out: str | os.PathLike, *, run: Mapping[str, np.ndar
     arrays = {"mu_pos": panels["gd"].coords["mu_pos"], "mu_neg": panels["gd"].coords["mu_neg"],
               "gd_stderr": np.asarray(panels["gd"].stderr)}
     arrays.update({k: np.asarray(panels[k].masked_mean()) for k in shown})
+    arrays["lemma1_r_low"] = np.asarray(maps["lemma1"].mean)  # the mean minimum ratio, NaN where none is feasible
     if run is not None:
         arrays.update({f"run_{k}": np.asarray(run[k]) for k in ("step", "mu_pos", "mu_neg")})
-    writer.data(STEM, arrays, dims={k: ["mu_pos", "mu_neg"] for k in shown})
+    writer.data(STEM, arrays, dims={k: ["mu_pos", "mu_neg"] for k in [*shown, "gd_stderr", "lemma1_r_low"]})
     return writer.written
 
 
