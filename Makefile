@@ -9,7 +9,7 @@ STAMP := $(VENV)/.gradlab-installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev,cluster]"
+	$(PY) -m pip install --quiet -e ".[dev,cluster,explore]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -37,7 +37,7 @@ lint: $(STAMP)
 DOCS_STAMP := $(VENV)/.gradlab-docs-installed
 
 $(DOCS_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e ".[dev,cluster,docs]"
+	$(PY) -m pip install --quiet -e ".[dev,cluster,explore,docs]"
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)

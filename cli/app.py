@@ -15,7 +15,7 @@ objects from the options and let their ``ValueError`` / ``TypeError`` through. O
 stderr with exit code 2; ``--debug`` or ``GRADLAB_DEBUG=1`` shows the traceback instead.
 
 Plug-ins: the commands of ``cli/_monitor.py`` (``track``, ``report``), ``cli/_real.py``
-(``stsb``, ``sts``, ``train``), ``cli/_experiments.py`` (``experiment``) and ``cli/_compare.py`` (``compare``) are registered explicitly through
+(``stsb``, ``sts``, ``train``), ``cli/_experiments.py`` (``experiment``), ``cli/_compare.py`` (``compare``) and ``cli/_explore.py`` (``explore``) are registered explicitly through
 their ``register(app)``, so they always appear in ``gradlab --help``. Data flows one way: this
 module imports the plug-ins and ``_common.py`` (shared options, parsers, ``fail``,
 ``resolve_loss``, ``CONTEXT``, the ``Writer``); the plug-ins import only ``_common.py``, never
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from gradlab_cli import _common, _compare, _experiments, _monitor, _real
+from gradlab_cli import _common, _compare, _experiments, _explore, _monitor, _real
 from gradlab_cli._common import (
     CONTEXT,
     LOSS_HELP,
@@ -587,7 +587,7 @@ def figures(
 # --- plug-ins ------------------------------------------------------------------------------------
 #: The plug-in modules, each with ``register(app)``; registered explicitly, so their commands
 #: always appear in ``gradlab --help`` (a missing extra is reported when the command runs).
-PLUGINS = (_monitor, _real, _experiments, _compare)
+PLUGINS = (_monitor, _real, _experiments, _compare, _explore)
 
 
 def _register_plugins(target: typer.Typer, plugins=PLUGINS) -> list[str]:

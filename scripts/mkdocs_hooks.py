@@ -4,6 +4,8 @@
 - ``gallery.md``: the figure gallery, from ``figures/README.md`` (one home for the index of
   figures), each figure shown with the command that regenerates it.
 - ``figures/*.png``: copied into the site so the gallery can show them.
+- ``explorer.html``: the static loss explorer on the home page (``gradlab.explore.static_explorer``:
+  the maps precomputed by ``gradlab.simulate`` for a few slider values, switched in the browser).
 - ``notebooks/*.ipynb``: added as pages, which mkdocs-jupyter (``mkdocs.yml``) executes and renders
   at build time: the repository stores them without outputs, so no output on the site is stale.
 - ``api/*.md``: they name public objects only (``::: gradlab.monitor.analyze``); a name of a lazy
@@ -94,6 +96,15 @@ def _gallery() -> str:
     return _OUTSIDE.sub(lambda m: f"`{m['path']}`", text).rstrip() + "\n"
 
 
+def _static_explorer() -> str:
+    """The home page's static explorer (a few seconds of simulation: small grid, few values)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from gradlab.explore import static_html
+
+    return static_html()
+
+
 _TARGET = re.compile(r"^::: (gradlab(?:\.[a-z]\w*)*)\.(\w+)\n(    options:\n)?", re.M)
 
 
@@ -122,6 +133,7 @@ def on_files(files, config):
     """Add the generated pages, the figure images and the notebooks to the build."""
     files.append(File.generated(config, "cli.md", content=_cli_reference()))
     files.append(File.generated(config, "gallery.md", content=_gallery()))
+    files.append(File.generated(config, "explorer.html", content=_static_explorer()))
     for png in sorted((ROOT / "figures").glob("*.png")):
         files.append(File.generated(config, f"figures/{png.name}", abs_src_path=str(png)))
     # A plain File rooted at the repository, not File.generated: mkdocs-jupyter's page wrapper

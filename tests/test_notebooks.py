@@ -10,9 +10,10 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
-def test_the_four_notebooks_are_there():
+def test_the_five_notebooks_are_there():
     assert [p.name for p in NOTEBOOKS] == ["01_paradigm_tour.ipynb", "02_paper_maps.ipynb",
-                                           "03_design_a_loss.ipynb", "04_monitor_and_results.ipynb"]
+                                           "03_design_a_loss.ipynb", "04_monitor_and_results.ipynb",
+                                           "05_explore.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -23,6 +23,7 @@ CMAPS = {
     "norm": "inferno",
     "lemma1": "cividis",
     "feasible": "Greens",
+    "satisfied": "Greens",
     "margin_grad": "plasma",
     "multiplier": "RdBu_r",
 }
@@ -35,6 +36,7 @@ LABELS = {
     "norm": "gradient norm",
     "lemma1": "mean minimum ratio $r_{low}$",
     "feasible": "feasible fraction",
+    "satisfied": "fraction satisfying Lemma 1",
     "margin_grad": r"$|\partial L / \partial \theta|$",
     "multiplier": "multiplier",
 }
