@@ -75,7 +75,7 @@ def _setup(folder: str, tokenizer: str | None, layers: int | None = None) -> Non
     if tokenizer is None:
         import zipfile
 
-        from gradlab.real.minilm import model_zip_path
+        from gradlab.real.hf import model_zip_path
 
         with zipfile.ZipFile(model_zip_path()) as zf:
             tok = json.loads(zf.read("tokenizer.json"))

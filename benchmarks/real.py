@@ -72,8 +72,8 @@ def _news_batches(steps: int, batch: int = BATCH) -> tuple[list[str], list[list[
     """The news sentences and the first ``steps`` batches of index lists, as ``gradlab train`` draws them."""
     import numpy as np
 
+    from gradlab.real.batches import batch_order
     from gradlab.real.data import load_news_sentences
-    from gradlab.real.train import batch_order
 
     sentences = load_news_sentences()
     order = batch_order(len(sentences), steps, batch, np.random.default_rng(0))
@@ -83,7 +83,7 @@ def _news_batches(steps: int, batch: int = BATCH) -> tuple[list[str], list[list[
 def _st_model():
     from sentence_transformers import SentenceTransformer
 
-    from gradlab.real.minilm import model_zip_path
+    from gradlab.real.hf import model_zip_path
 
     d = tempfile.mkdtemp(prefix="minilm-")
     with zipfile.ZipFile(model_zip_path()) as zf:
@@ -128,11 +128,12 @@ def _jax_step(encoder, optimizer, steps: int, *, fixed: bool, data=None) -> dict
     import numpy as np
 
     from gradlab.losses import get_loss
-    from gradlab.real.train import _Batches, make_train_step
+    from gradlab.real.batches import Batches
+    from gradlab.real.step import make_train_step
 
     sentences, order = data if data is not None else _news_batches(steps)
     token_ids = encoder.token_ids(sentences)
-    batches = _Batches(encoder, token_ids, np.asarray(order), fixed=fixed, n_devices=1)
+    batches = Batches(encoder, token_ids, np.asarray(order), fixed=fixed, n_devices=1)
     step = make_train_step(encoder, get_loss("infonce", tau=TAU), optimizer, packed=batches.packed)
     state = {"params": jax.tree_util.tree_map(jnp.copy, encoder.params)}
     state["opt"] = optimizer.init(state["params"])
@@ -239,7 +240,7 @@ def light_step_torch() -> dict:
 
 def make_bert_base(folder: str) -> None:
     """A BERT-base-shaped HF checkpoint with random weights (seed 0), and the benchmark's sentences."""
-    from gradlab.real.minilm import model_zip_path
+    from gradlab.real.hf import model_zip_path
 
     with zipfile.ZipFile(model_zip_path()) as zf:
         write_bert_base(folder, json.loads(zf.read("tokenizer.json")))

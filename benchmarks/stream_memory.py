@@ -23,7 +23,9 @@ CHILD = r'''
 import resource, sys, time
 from gradlab.real import load_encoder
 from gradlab.real import TrainConfig
-from gradlab.real.train import _make_loop, _resolve_objective, _training_data
+from gradlab.real.batches import training_data
+from gradlab.real.loop import make_loop
+from gradlab.real.run import resolve_objective
 path, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 enc = load_encoder("minilm")
 enc.max_seq_length = 32
@@ -32,11 +34,11 @@ steps = n // 64
 cfg = TrainConfig(encoder="minilm", corpus=path, stream=mode == "stream", steps=steps, batch_size=64, monitor=False)
 t0 = time.perf_counter()
 if mode == "stream":
-    loop = _make_loop(cfg, enc, _resolve_objective(cfg), None)
+    loop = make_loop(cfg, enc, resolve_objective(cfg), None)
 else:
     from gradlab.real.data import read_lines
-    _, ids = _training_data(cfg, enc, read_lines(path), None)
-    loop = _make_loop(cfg, enc, _resolve_objective(cfg), ids)
+    _, ids = training_data(cfg, enc, read_lines(path), None)
+    loop = make_loop(cfg, enc, resolve_objective(cfg), ids)
 for step in range(1, steps + 1):
     loop.batches(step)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, time.perf_counter() - t0)

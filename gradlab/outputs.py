@@ -89,7 +89,7 @@ def removed_on_failure(out: str | os.PathLike,
     Args:
       out: the output folder (it need not exist yet).
       keep: names of entries to keep on failure, or a callable giving them at that moment
-        (``gradlab train --checkpoint-every``: the state a ``--resume`` continues from).
+        (``gradlab train --save-state-every``: the state a ``--resume`` continues from).
 
     Examples:
       >>> import tempfile

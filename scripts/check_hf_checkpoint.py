@@ -1,18 +1,22 @@
-"""Does transformers read the model ``gradlab train`` writes? (``OUT/checkpoint/``, HF layout.)
+"""Do transformers and sentence-transformers read the model ``gradlab train`` writes?
+(``OUT/model/``, HF layout, its pooling recorded.)
 
-Run it in the separate torch venv of ``scripts/make_hf_fixtures.py`` (torch and transformers
-are never gradlab dependencies), from the repository root::
+Run it in a separate torch venv with transformers and sentence-transformers (those of
+``scripts/make_hf_fixtures.py`` or ``scripts/install_bench.sh``; torch, transformers and
+sentence-transformers are never gradlab dependencies), from the repository root::
 
     /work/hf-venv/bin/python scripts/check_hf_checkpoint.py
 
 For each tiny fixture checkpoint (``tests/fixtures/hf/{bert,roberta}``) it has gradlab (the
 repository's ``.venv/bin/python``, or ``$GRADLAB_PYTHON``) train two SimCSE steps with a large
-learning rate and write ``OUT/checkpoint/`` (the best model by dev, possibly the start) and,
+learning rate and write ``OUT/model/`` (the best model by dev, possibly the start) and,
 from the training state, the last (trained) parameters with ``save_transformer`` as ``OUT/last/``,
 plus gradlab's ``avg`` embeddings of a few sentences; then it loads both with
 ``transformers.AutoModel``, mean-pools the last hidden states over the attention mask, and
 prints max |Δ| against gradlab's vectors (and how far training moved them, so that a
-checkpoint left untrained would show). Recorded: max |Δ| 7.2e-07 (BERT), 4.8e-07 (RoBERTa).
+checkpoint left untrained would show). Then ``SentenceTransformer(OUT/model)``, which reads the
+recorded pooling (mean here; and a second run trained with ``cls_before_pooler``, SimCSE's
+evaluation pooling), must give gradlab's embeddings with no pooling named.
 """
 
 from __future__ import annotations
@@ -33,20 +37,25 @@ GRADLAB = r'''
 import sys, numpy as np
 from gradlab.real import load_encoder, save_transformer
 from gradlab.real import TrainConfig
-from gradlab.real.train import state_path, train, unflatten_params
+from gradlab.real.checkpoints import unflatten_params
+from gradlab.real.state import state_path
+from gradlab.real.trainer import train
 src, out, *sentences = sys.argv[1:]
 corpus = [f"sentence number {i} says something about {w}." for i, w in
           enumerate(["cats", "dogs", "stocks", "rain", "music", "bread", "trains", "rivers"] * 3)]
 enc = load_encoder(src, pooling="avg")
 cfg = TrainConfig(encoder=src, steps=2, batch_size=8, lr=1e-2, eval_every=0, dev_pairs=20, eval_test=False,
-                  monitor=False, checkpoint_every=2)
+                  monitor=False, save_state_every=2)
 res = train(cfg, encoder=enc, sentences=corpus, out_dir=out)
-# the best model (OUT/checkpoint, possibly the start) and the last, trained one (from the training state)
+# the best model (OUT/model, possibly the start) and the last, trained one (from the training state)
 with np.load(state_path(out)) as z:
     last = unflatten_params({k[len("params/"):]: z[k] for k in z.files if k.startswith("params/")}, enc.params)
 save_transformer(enc, out + "/last", params=last)
-np.savez(out + "/gradlab_avg.npz", checkpoint=enc.encode(sentences, params=res.params),
-         last=enc.encode(sentences, params=last), start=enc.encode(sentences))
+cls = load_encoder(src, pooling="cls_before_pooler")
+res_cls = train(cfg, encoder=cls, sentences=corpus, out_dir=out + "/cls")
+np.savez(out + "/gradlab_avg.npz", model=enc.encode(sentences, params=res.params),
+         last=enc.encode(sentences, params=last), start=enc.encode(sentences),
+         cls=cls.encode(sentences, params=res_cls.params))
 '''
 
 
@@ -66,6 +75,12 @@ def transformers_avg(path: Path, sentences: list[str]) -> np.ndarray:
     return np.stack(out)
 
 
+def sentence_transformers_encode(path: Path, sentences: list[str]) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(path), device="cpu").encode(sentences, convert_to_numpy=True)
+
+
 def main() -> int:
     python = os.environ.get("GRADLAB_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
     worst = 0.0
@@ -74,13 +89,18 @@ def main() -> int:
             subprocess.run([python, "-c", GRADLAB, str(ROOT / "tests/fixtures/hf" / model), tmp, *SENTENCES],
                            check=True, cwd=ROOT)
             ours = np.load(Path(tmp) / "gradlab_avg.npz")
-            for name in ("checkpoint", "last"):
+            for name in ("model", "last"):
                 theirs = transformers_avg(Path(tmp) / name, SENTENCES)
                 delta = float(np.max(np.abs(theirs - ours[name])))
                 moved = float(np.max(np.abs(ours[name] - ours["start"])))
                 worst = max(worst, delta)
                 print(f"{model} OUT/{name}: max |transformers - gradlab| = {delta:.2e} "
                       f"(training moved the vectors by {moved:.2e})")
+            for name, folder in (("model", Path(tmp) / "model"), ("cls", Path(tmp) / "cls" / "model")):
+                theirs = sentence_transformers_encode(folder, SENTENCES)
+                delta = float(np.max(np.abs(theirs - ours[name])))
+                worst = max(worst, delta)
+                print(f"{model} {folder.relative_to(tmp)}: max |sentence-transformers - gradlab| = {delta:.2e}")
     return 0 if worst < 1e-5 else 1
 
 

@@ -183,7 +183,7 @@ def workdir(tmp_path_factory):
     for record in read_log(root / "run" / "monitor.jsonl"):
         sink(record)
     sink.close()
-    (root / "light").mkdir()  # a light encoder's checkpoint, where no example writes
+    (root / "light").mkdir()  # a light encoder's parameters file, where no example writes
     np.savez(root / "light" / "best_params.npz", w=rng.normal(size=(384, 16)) / 20, b=np.zeros(16))
     write_senteval(root / "senteval")
     (root / "wiki1m_for_simcse.txt").write_text("\n".join(TINY_SENTENCES * 4) + "\n")
@@ -197,7 +197,7 @@ def workdir(tmp_path_factory):
     shutil.copytree(root / "exp" / "runs" / run_id, root / "exp" / "runs" / "RUN_ID")
     cfg = json.loads((root / "exp" / "runs" / "RUN_ID" / "config.json").read_text())
     assert cfg["loss"]["loss"] == "infonce"
-    shutil.copytree(HF / "bert", root / "OUT" / "checkpoint")
+    shutil.copytree(HF / "bert", root / "OUT" / "model")
     return root
 
 
@@ -220,7 +220,7 @@ def test_the_examples_were_found():
     assert {"README.md", "docs/real.md", "docs/cluster.md", "gradlab train", "gradlab compare",
             "gradlab heatmap", "gradlab experiment"} <= wheres
     argvs = [a for _, a in EXAMPLES]
-    assert ["train", "--loss", "infonce", "--encoder", "path/to/bert-base-uncased", "--checkpoint-every", "500",
+    assert ["train", "--loss", "infonce", "--encoder", "path/to/bert-base-uncased", "--save-state-every", "500",
             "--out", "run"] in argvs  # the help's example names its loss
 
 

@@ -375,7 +375,7 @@ def test_train_with_a_loss_object_matches_the_named_loss(tmp_path):
     from gradlab import get_loss
     from gradlab.real import TrainConfig
     from gradlab.real.data import load_news_sentences
-    from gradlab.real.train import train
+    from gradlab.real.trainer import train
 
     sentences = load_news_sentences("News100")[:64]
     cfg = TrainConfig(loss="infonce", loss_params={"tau": 0.1}, steps=2, batch_size=8, eval_every=0, dev_pairs=20,

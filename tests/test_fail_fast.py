@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import types
 from pathlib import Path
 from unittest import mock
 
@@ -146,11 +147,17 @@ def test_failed_stsb_leaves_nothing(tmp_path):
     assert not out.exists()
 
 
-def _train_that_fails(cfg, *, out_dir, **kw):
+def _resolved(cfg):
+    """A stand-in for the resolved run (nothing loaded): its configuration and the loss's name."""
+    return types.SimpleNamespace(config=cfg, loss=types.SimpleNamespace(name=str(cfg.loss)))
+
+
+def _train_that_fails(run, *, out_dir, **kw):
+    cfg = run.config
     out = Path(out_dir)
     (out / "train_log.jsonl").write_text('{"step": 1, "event": "step", "loss": 1.0}\n')
     (out / "paradigm_monitor.jsonl").write_text("{}\n")
-    if cfg.checkpoint_every:
+    if cfg.save_state_every:
         (out / "state").mkdir()
         (out / "state" / "state.npz").write_bytes(b"state")
     raise ValueError("corpus has too few sentences")
@@ -158,24 +165,24 @@ def _train_that_fails(cfg, *, out_dir, **kw):
 
 def test_failed_train_leaves_nothing(tmp_path):
     out = tmp_path / "runs" / "mb"
-    with mock.patch("gradlab_cli._real._encoder", return_value=_Encoder()), \
-         mock.patch("gradlab.real.train.train", side_effect=_train_that_fails):
+    with mock.patch("gradlab.real.run.resolve_run", side_effect=_resolved), \
+         mock.patch("gradlab.real.trainer.train", side_effect=_train_that_fails):
         err = one_line_error(run("train", "--loss", "infonce", "--no-test", "--out", out))
     assert "too few sentences" in err
     assert not (tmp_path / "runs").exists()
     # into a folder that holds other files: those stay, the run's own go
     (tmp_path / "keep").mkdir()
     (tmp_path / "keep" / "notes.txt").write_text("mine")
-    with mock.patch("gradlab_cli._real._encoder", return_value=_Encoder()), \
-         mock.patch("gradlab.real.train.train", side_effect=_train_that_fails):
+    with mock.patch("gradlab.real.run.resolve_run", side_effect=_resolved), \
+         mock.patch("gradlab.real.trainer.train", side_effect=_train_that_fails):
         one_line_error(run("train", "--loss", "infonce", "--out", tmp_path / "keep"))
     assert os.listdir(tmp_path / "keep") == ["notes.txt"]
 
 
 def test_failed_train_with_checkpoints_keeps_what_resume_needs(tmp_path):
     out = tmp_path / "run"
-    with mock.patch("gradlab_cli._real._encoder", return_value=_Encoder()), \
-         mock.patch("gradlab.real.train.train", side_effect=_train_that_fails):
-        one_line_error(run("train", "--loss", "infonce", "--checkpoint-every", "5", "--out", out))
+    with mock.patch("gradlab.real.run.resolve_run", side_effect=_resolved), \
+         mock.patch("gradlab.real.trainer.train", side_effect=_train_that_fails):
+        one_line_error(run("train", "--loss", "infonce", "--save-state-every", "5", "--out", out))
     assert sorted(os.listdir(out)) == ["paradigm_monitor.jsonl", "state", "train_log.jsonl"]
     assert json.loads((out / "train_log.jsonl").read_text())["step"] == 1

@@ -163,7 +163,7 @@ def _records(path):
 
 def _train(real, tmp_path, **cfg):
     from gradlab.real import TrainConfig
-    from gradlab.real.train import train
+    from gradlab.real.trainer import train
 
     enc, sentences = real
     config = TrainConfig(**{"steps": 6, "batch_size": 16, "lr": 1e-2, "eval_every": 0, "seed": 0,

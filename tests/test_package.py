@@ -40,8 +40,6 @@ def _public_modules() -> list[str]:
     return sorted(n for n in names if not any(part.startswith("_") for part in n.split(".")))
 
 
-# ``gradlab.real.minilm`` is another branch's module: its helpers convert_weights and pad_ids
-# are public but not in its __all__ (to fix there: export them or rename them with a ``_``).
 _KNOWN_DRIFT: dict[str, set[str]] = {}
 
 

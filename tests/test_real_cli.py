@@ -38,7 +38,7 @@ def test_stsb_writes_spearman_json(tmp_path):
          mock.patch("gradlab.real.stsb.stsb_scores", return_value=fake) as m_scores:
         r = run("stsb", "--encoder", "light", "--split", "dev", "--seed", "3", "--dim", "16", "--out", tmp_path)
     assert r.exit_code == 0, r.output
-    m_enc.assert_called_once_with("light", 3, 16, checkpoint=None, pooling=None)
+    m_enc.assert_called_once_with("light", 3, 16, params=None, pooling=None)
     args, kwargs = m_scores.call_args
     assert args == (enc.encode, "dev") and kwargs == {"path": None, "details": True}
     meta = json.loads((tmp_path / "stsb.json").read_text())
@@ -53,8 +53,8 @@ def test_stsb_writes_spearman_json(tmp_path):
 def test_stsb_errors_are_one_line(tmp_path):
     err = one_line_error(run("stsb", "--encoder", "bert", "--out", tmp_path))
     assert "bert" in err
-    err = one_line_error(run("stsb", "--encoder", "light", "--checkpoint", tmp_path / "missing.npz", "--out", tmp_path))
-    assert "cannot read checkpoint" in err
+    err = one_line_error(run("stsb", "--encoder", "light", "--params", tmp_path / "missing.npz", "--out", tmp_path))
+    assert "cannot read the parameters file" in err
 
 
 def test_missing_extra_is_a_one_line_error(tmp_path):
@@ -67,45 +67,63 @@ def test_missing_extra_is_a_one_line_error(tmp_path):
     assert "install_real.sh" in err
 
 
-def test_train_passes_the_config(tmp_path):
-    from gradlab.real.train import TrainResult
+def _fake_result():
+    from gradlab.real.trainer import TrainResult
 
-    fake = TrainResult(params={"w": np.eye(2)}, best_step=4, best_dev=70.0, dev_before=64.0, test_before=None,
+    return TrainResult(params={"w": np.eye(2)}, best_step=4, best_dev=70.0, dev_before=64.0, test_before=None,
                        test_after=None, losses=np.array([1.0, 0.5, 0.2, 0.1]),
                        evals=[{"step": 0, "dev_spearman": 64.0}, {"step": 4, "dev_spearman": 70.0}],
                        seconds=1.0, monitor="off")
-    enc = FakeEncoder()
-    with mock.patch("gradlab_cli._real._encoder", return_value=enc) as m_enc, \
-         mock.patch("gradlab.real.train.train", return_value=fake) as m_train:
+
+
+def test_train_passes_the_config(tmp_path):
+    """The command builds one TrainConfig, resolves it once and hands the resolved run to the trainer."""
+    fake, run_obj = _fake_result(), mock.Mock(loss=mock.Mock())
+    run_obj.loss.name = "arccon"
+    with mock.patch("gradlab.real.run.resolve_run", return_value=run_obj) as m_resolve, \
+         mock.patch("gradlab.real.trainer.train", return_value=fake) as m_train:
         r = run("train", "--loss", "ArcCon", "--param", "tau=0.1", "--steps", "4", "--batch-size", "8", "--lr", "0.01",
-                "--eval-every", "2", "--seed", "5", "--no-test", "--no-monitor", "--dim", "32", "--dropout", "0.2",
+                "--eval-every", "2", "--seed", "5", "--dim", "32", "--dropout", "0.2", "--no-test", "--no-monitor",
                 "--max-sentences", "100", "--out", tmp_path)
     assert r.exit_code == 0, r.output
-    m_enc.assert_called_once_with("light", 5, 32, 0.2, pooling=None)
-    (cfg,), kwargs = m_train.call_args
-    assert kwargs["encoder"] is enc and Path(kwargs["out_dir"]) == tmp_path
-    assert cfg.loss == "arccon" and dict(cfg.loss_params) == {"tau": 0.1}
+    (cfg,), kw = m_resolve.call_args
+    assert kw == {}
+    assert cfg.loss == "ArcCon" and dict(cfg.loss_params) == {"tau": 0.1}
     assert (cfg.steps, cfg.batch_size, cfg.lr, cfg.eval_every, cfg.seed) == (4, 8, 0.01, 2, 5)
     assert cfg.eval_test is False and cfg.monitor is False and cfg.max_sentences == 100
+    assert cfg.encoder == "light" and cfg.encoder_options == {"dim": 32, "dropout": 0.2}
+    (given,), kwargs = m_train.call_args
+    assert given is run_obj and Path(kwargs["out_dir"]) == tmp_path
     meta = json.loads((tmp_path / "train_curves.json").read_text())
-    assert meta["best_step"] == 4 and meta["parameters"]["loss"] == "arccon"
+    assert meta["best_step"] == 4 and meta["parameters"]["loss"] == "ArcCon"
     with np.load(tmp_path / "train_curves.npz") as z:
         np.testing.assert_array_equal(z["loss"], fake.losses)
         np.testing.assert_array_equal(z["eval_step"], [0, 4])
     assert "best 70.00 at step 4" in r.stdout
 
 
+def test_train_defaults_come_from_the_library(tmp_path):
+    from gradlab.real import TrainConfig
+
+    with mock.patch("gradlab.real.run.resolve_run", side_effect=RuntimeError("stop here")) as m_resolve:
+        run("train", "--out", tmp_path)
+    (cfg,), _ = m_resolve.call_args
+    assert cfg == TrainConfig()
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--loss", "nope"], "unknown loss"),
     (["--loss", "infonce", "--param", "tau=-1"], "tau"),
     (["--loss", "infonce", "--param", "tau"], "KEY=VALUE"),
-    (["--loss", "infonce", "--steps", "0"], "--steps"),
-    (["--loss", "infonce", "--batch-size", "1"], "--batch-size"),
-    (["--loss", "infonce", "--eval-every", "-1"], "--eval-every"),
+    (["--loss", "infonce", "--steps", "0"], "steps must be an integer >= 1"),
+    (["--loss", "infonce", "--batch-size", "1"], "batch_size must be an integer >= 2"),
+    (["--loss", "infonce", "--eval-every", "-1"], "eval_every must be an integer >= 0"),
+    (["--loss", "infonce", "--dev-pairs", "3"], "dev_pairs must be an integer >= 10"),
+    (["--loss", "infonce", "--encoder", "minilm", "--dim", "8"], "dim: light encoder options"),
     (["--loss", "infonce", "--encoder", "gpt"], "gpt"),
 ])
 def test_train_bad_input_one_line(tmp_path, args, needle):
-    with mock.patch("gradlab.real.train.train") as m_train:
+    with mock.patch("gradlab.real.trainer.train") as m_train:
         err = one_line_error(run("train", *args, "--out", tmp_path))
     assert needle in err
     m_train.assert_not_called()
@@ -134,28 +152,26 @@ def test_encoder_path_and_pooling_reach_the_loader(tmp_path):
          mock.patch("gradlab.real.stsb.stsb_scores", return_value=fake):
         r = run("stsb", "--encoder", HF_BERT, "--pooling", "avg_first_last", "--no-plot", "--out", tmp_path)
     assert r.exit_code == 0, r.output
-    m_enc.assert_called_once_with(str(HF_BERT), 0, 384, checkpoint=None, pooling="avg_first_last")
+    m_enc.assert_called_once_with(str(HF_BERT), 0, None, params=None, pooling="avg_first_last")
     assert json.loads((tmp_path / "stsb.json").read_text())["parameters"]["pooling"] == "avg_first_last"
 
 
 def test_train_takes_an_encoder_path(tmp_path):
-    with mock.patch("gradlab_cli._real._encoder", return_value=FakeEncoder()) as m_enc, \
-         mock.patch("gradlab.real.train.train", side_effect=RuntimeError("stop here")) as m_train:
+    with mock.patch("gradlab.real.run.resolve_run", side_effect=RuntimeError("stop here")) as m_resolve:
         r = run("train", "--loss", "infonce", "--encoder", HF_BERT, "--pooling", "cls", "--out", tmp_path)
     assert r.exit_code != 0 and "stop here" in r.output
-    m_enc.assert_called_once_with(str(HF_BERT), 0, 384, 0.1, pooling="cls")
-    (cfg,), _ = m_train.call_args
-    assert cfg.encoder == str(HF_BERT) and cfg.learning_rate == 3e-5
+    (cfg,), _ = m_resolve.call_args
+    assert cfg.encoder == str(HF_BERT) and cfg.learning_rate == 3e-5 and cfg.encoder_options == {"pooling": "cls"}
 
 
 @pytest.mark.parametrize("args, needle", [
     (["--encoder", "no/such/model"], "neither minilm, light nor an existing checkpoint path"),
-    (["--encoder", "light", "--pooling", "avg"], "--pooling applies to transformer encoders"),
-    (["--encoder", "minilm", "--pooling", "mean_max"], "--pooling: unknown value 'mean_max'"),
+    (["--encoder", "light", "--pooling", "avg"], "pooling applies to transformer encoders"),
+    (["--encoder", "minilm", "--pooling", "mean_max"], "'mean_max'"),
 ])
 def test_encoder_and_pooling_errors_one_line(tmp_path, args, needle):
     for cmd in ("stsb", "train"):
-        with mock.patch("gradlab.real.train.train") as m_train:
+        with mock.patch("gradlab.real.trainer.train") as m_train:
             err = one_line_error(run(cmd, *args, "--out", tmp_path))
         assert needle in err
         m_train.assert_not_called()
@@ -174,11 +190,13 @@ def test_defective_checkpoint_is_one_line(tmp_path):
     assert "config.json missing" in err
 
 
-def test_train_checkpoint_every_and_resume_reach_the_loop(tmp_path):
-    with mock.patch("gradlab_cli._real._encoder", return_value=FakeEncoder()), \
-         mock.patch("gradlab.real.train.train", side_effect=RuntimeError("stop here")) as m_train:
-        run("train", "--loss", "infonce", "--checkpoint-every", "3", "--resume", "--out", tmp_path)
-    (cfg,), kwargs = m_train.call_args
-    assert cfg.checkpoint_every == 3 and kwargs["resume"] is True
-    err = one_line_error(run("train", "--loss", "infonce", "--checkpoint-every", "-1", "--out", tmp_path))
-    assert "checkpoint_every" in err
+def test_train_save_state_every_and_resume_reach_the_loop(tmp_path):
+    run_obj = mock.Mock()
+    with mock.patch("gradlab.real.run.resolve_run", return_value=run_obj) as m_resolve, \
+         mock.patch("gradlab.real.trainer.train", side_effect=RuntimeError("stop here")) as m_train:
+        run("train", "--loss", "infonce", "--save-state-every", "3", "--resume", "--out", tmp_path)
+    (cfg,), _ = m_resolve.call_args
+    (given,), kwargs = m_train.call_args
+    assert cfg.save_state_every == 3 and given is run_obj and kwargs["resume"] is True
+    err = one_line_error(run("train", "--loss", "infonce", "--save-state-every", "-1", "--out", tmp_path))
+    assert "save_state_every" in err

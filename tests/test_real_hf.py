@@ -139,7 +139,7 @@ def test_bfloat16_is_close(model):
 def test_training_step_on_a_checkpoint():
     optax = pytest.importorskip("optax")
     from gradlab.losses import get_loss
-    from gradlab.real.train import make_train_step
+    from gradlab.real.step import make_train_step
 
     enc = load_encoder(FIXTURES / "roberta", pooling="cls")
     sents = list(recorded("roberta")["sentences"][2:10])

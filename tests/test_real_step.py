@@ -26,7 +26,7 @@ from gradlab.real import TrainConfig  # noqa: E402
 from gradlab.real.data import STSPairs, load_stsb  # noqa: E402
 from gradlab.real.recipe import simcse_unsup_encoder  # noqa: E402
 from gradlab.real.stsb import stsb_scorer, stsb_spearman  # noqa: E402
-from gradlab.real.train import train  # noqa: E402
+from gradlab.real.trainer import train  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,9 @@ import jax  # noqa: E402
 
 from gradlab.real import TrainConfig, load_encoder  # noqa: E402
 from gradlab.real.data import stream_lines  # noqa: E402
-from gradlab.real.train import _make_loop, _resolve_objective, train  # noqa: E402
+from gradlab.real.loop import make_loop  # noqa: E402
+from gradlab.real.run import resolve_objective  # noqa: E402
+from gradlab.real.trainer import train  # noqa: E402
 
 
 @pytest.fixture()
@@ -52,7 +54,7 @@ def test_streamed_batches_are_the_streams_lines_tokenized(corpus):
     enc = load_encoder(FIXTURES / "bert")
     cfg = TrainConfig(encoder=str(FIXTURES / "bert"), corpus=str(path), stream=True, shuffle_buffer=7, steps=4,
                       batch_size=8, seed=3)
-    loop = _make_loop(cfg, enc, _resolve_objective(cfg), None)
+    loop = make_loop(cfg, enc, resolve_objective(cfg), None)
     want = list(itertools.islice(stream_lines(path, seed=3, buffer=7), 32))
     first, third = loop.batches(1), loop.batches(3)  # step 2 skipped
     for batch, lines in ((first, want[:8]), (third, want[16:24])):
@@ -67,7 +69,7 @@ def test_streamed_batches_are_the_streams_lines_tokenized(corpus):
 def test_streamed_run_resumes_to_the_same_numbers(corpus, tmp_path):
     path, _ = corpus
     cfg = TrainConfig(encoder=str(FIXTURES / "bert"), corpus=str(path), stream=True, shuffle_buffer=6, steps=6,
-                      batch_size=8, lr=1e-2, eval_every=3, checkpoint_every=2, dev_pairs=20, eval_test=False,
+                      batch_size=8, lr=1e-2, eval_every=3, save_state_every=2, dev_pairs=20, eval_test=False,
                       monitor=False, seed=0)
     full = train(cfg, encoder=load_encoder(FIXTURES / "bert"), out_dir=tmp_path / "a")
 

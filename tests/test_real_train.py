@@ -19,9 +19,13 @@ require_real_extra()
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-import gradlab.real.train as train_mod  # noqa: E402
+from gradlab.real import (  # noqa: E402
+    batches,
+    checkpoints,
+    hf,  # noqa: E402
+    trainer,
+)
 from gradlab.real import light as light_mod  # noqa: E402
-from gradlab.real import minilm as minilm_mod  # noqa: E402
 from gradlab.real.data import load_news_sentences  # noqa: E402
 
 pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
@@ -29,7 +33,7 @@ pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
 
 @pytest.fixture(scope="module")
 def base():
-    return minilm_mod.load_minilm()
+    return hf.load_minilm()
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +55,7 @@ def test_config_validation():
 
 
 def test_batch_order_has_no_repeats_within_a_batch():
-    order = train_mod.batch_order(10, 7, 4, np.random.default_rng(0))
+    order = batches.batch_order(10, 7, 4, np.random.default_rng(0))
     assert order.shape == (7, 4)
     assert all(len(set(row)) == 4 for row in order)
     assert order.min() >= 0 and order.max() < 10
@@ -59,12 +63,12 @@ def test_batch_order_has_no_repeats_within_a_batch():
 
 def test_flatten_unflatten_roundtrip(base):
     enc = light_mod.light_from_minilm(base, dim=8, seed=0)
-    flat = train_mod.flatten_params(enc.params)
+    flat = checkpoints.flatten_params(enc.params)
     assert set(flat) == {"w", "b"}
-    back = train_mod.unflatten_params(flat, enc.params)
+    back = checkpoints.unflatten_params(flat, enc.params)
     np.testing.assert_array_equal(back["w"], enc.params["w"])
     with pytest.raises(ValueError, match="shape"):
-        train_mod.unflatten_params({"w": np.zeros((2, 2)), "b": flat["b"]}, enc.params)
+        checkpoints.unflatten_params({"w": np.zeros((2, 2)), "b": flat["b"]}, enc.params)
 
 
 def test_train_step_gradient_matches_finite_difference(base):
@@ -97,7 +101,7 @@ def test_tiny_training_run_decreases_loss_and_writes_log(base, sentences, tmp_pa
     cfg = TrainConfig(loss="infonce", loss_params={"tau": 0.1}, steps=12, batch_size=16, lr=1e-2,
                       eval_every=6, seed=0, dev_pairs=100, eval_test=False, monitor_every=4)
     seen = []
-    res = train_mod.train(cfg, encoder=enc, sentences=sentences, out_dir=tmp_path,
+    res = trainer.train(cfg, encoder=enc, sentences=sentences, out_dir=tmp_path,
                           progress=lambda step, rec: seen.append((step, rec["event"])))
     assert res.losses.shape == (12,)
     assert np.all(np.isfinite(res.losses))
@@ -125,7 +129,7 @@ def test_tiny_training_run_decreases_loss_and_writes_log(base, sentences, tmp_pa
 
     dev = load_stsb("dev")
     dev = STSPairs(dev.sentence1[:100], dev.sentence2[:100], dev.score[:100], dev.genre[:100])
-    params = train_mod.unflatten_params(ckpt, enc.params)
+    params = checkpoints.unflatten_params(ckpt, enc.params)
     assert stsb_spearman(lambda s: enc.encode(s, params=params), pairs=dev) == pytest.approx(res.best_dev, abs=1e-9)
     # the monitor measured the states 0 (before any update), 1, every 4th and the last
     if res.monitor == "attached":
@@ -138,7 +142,7 @@ def test_tiny_training_run_decreases_loss_and_writes_log(base, sentences, tmp_pa
 def test_unknown_loss_is_a_value_error(base, sentences):
     enc = light_mod.light_from_minilm(base, dim=8)
     with pytest.raises(ValueError, match="unknown loss"):
-        train_mod.train(TrainConfig(loss="nope", steps=1, batch_size=4), encoder=enc, sentences=sentences)
+        trainer.train(TrainConfig(loss="nope", steps=1, batch_size=4), encoder=enc, sentences=sentences)
 
 
 def test_rho2023_transforms_plug_into_the_training_loop(base, sentences):
@@ -148,7 +152,7 @@ def test_rho2023_transforms_plug_into_the_training_loop(base, sentences):
 
     def run(**cfg):
         enc = light_mod.light_from_minilm(base, dim=16, seed=0, dropout=0.3)
-        return train_mod.train(TrainConfig(**kw, **cfg), encoder=enc, sentences=sentences)
+        return trainer.train(TrainConfig(**kw, **cfg), encoder=enc, sentences=sentences)
 
     ref = run(loss="infonce", loss_params={"tau": 0.1})
     none = run(loss="infonce", loss_params={"tau": 0.1}, transform="none")
@@ -166,7 +170,7 @@ def test_a_second_run_in_the_same_folder_owns_its_logs(base, sentences, tmp_path
                       eval_test=False, monitor_every=2)
     for _ in range(2):
         enc = light_mod.light_from_minilm(base, dim=16, seed=0, dropout=0.3)
-        res = train_mod.train(cfg, encoder=enc, sentences=sentences, out_dir=tmp_path)
+        res = trainer.train(cfg, encoder=enc, sentences=sentences, out_dir=tmp_path)
     steps = [json.loads(x)["step"] for x in (tmp_path / "train_log.jsonl").read_text().splitlines()
              if json.loads(x)["event"] == "step"]
     assert steps == [1, 2, 3, 4]

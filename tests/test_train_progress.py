@@ -54,9 +54,16 @@ class _Encoder:
         return np.ones((len(sentences), 2))
 
 
-def _fake_train(cfg, *, out_dir, progress=None, tracker=None, **kw):
+def _resolved(cfg):
+    """A stand-in for the resolved run (nothing loaded): its configuration and the loss's name."""
+    return types.SimpleNamespace(config=cfg, loss=types.SimpleNamespace(name=str(cfg.loss)))
+
+
+def _fake_train(run, *, out_dir, progress=None, tracker=None, **kw):
     """Calls ``progress`` as the trainer does: evaluation 0, then each step (and its evaluation)."""
-    from gradlab.real.train import TrainResult
+    from gradlab.real.trainer import TrainResult
+
+    cfg = run.config
 
     progress(0, {"step": 0, "event": "eval", "dev_spearman": 60.0})
     for step in range(1, cfg.steps + 1):
@@ -70,8 +77,8 @@ def _fake_train(cfg, *, out_dir, progress=None, tracker=None, **kw):
 
 def test_train_without_a_terminal_prints_status_lines(tmp_path, monkeypatch):
     monkeypatch.setenv("GRADLAB_STATUS_INTERVAL_S", "0")  # every step: the test need not wait
-    with mock.patch("gradlab_cli._real._encoder", return_value=_Encoder()), \
-         mock.patch("gradlab.real.train.train", side_effect=_fake_train):
+    with mock.patch("gradlab.real.run.resolve_run", side_effect=_resolved), \
+         mock.patch("gradlab.real.trainer.train", side_effect=_fake_train):
         r = run("train", "--loss", "infonce", "--steps", "6", "--eval-every", "3", "--no-monitor", "--no-plot",
                 "--out", tmp_path)
     assert r.exit_code == 0, r.output
@@ -84,8 +91,8 @@ def test_train_without_a_terminal_prints_status_lines(tmp_path, monkeypatch):
 
 
 def test_train_at_the_default_interval_says_nothing_in_a_short_run(tmp_path):
-    with mock.patch("gradlab_cli._real._encoder", return_value=_Encoder()), \
-         mock.patch("gradlab.real.train.train", side_effect=_fake_train):
+    with mock.patch("gradlab.real.run.resolve_run", side_effect=_resolved), \
+         mock.patch("gradlab.real.trainer.train", side_effect=_fake_train):
         r = run("train", "--loss", "infonce", "--steps", "4", "--eval-every", "2", "--no-monitor", "--no-plot",
                 "--out", tmp_path)
     assert r.exit_code == 0, r.output
@@ -98,8 +105,8 @@ def test_tracker_errors_are_one_line_and_leave_nothing(tmp_path, spec, needle):
     if spec == "mlflow" and _installed("mlflow"):
         pytest.skip("mlflow is installed here")
     out = tmp_path / "run"
-    with mock.patch("gradlab_cli._real._encoder", return_value=_Encoder()), \
-         mock.patch("gradlab.real.train.train", side_effect=_fake_train) as m_train:
+    with mock.patch("gradlab.real.run.resolve_run", side_effect=_resolved), \
+         mock.patch("gradlab.real.trainer.train", side_effect=_fake_train) as m_train:
         err = one_line_error(run("train", "--loss", "infonce", "--tracker", spec, "--out", out))
     assert needle in err
     m_train.assert_not_called()
@@ -133,11 +140,11 @@ def _fake_wandb():
 
 def test_wandb_tracker_receives_the_training_curves(tmp_path):
     """``--tracker wandb:PROJECT``: a wandb run opened with the config, the trainer's records logged, finished."""
-    from gradlab.real.train import TrainResult
+    from gradlab.real.trainer import TrainResult
 
     module, calls = _fake_wandb()
 
-    def train(cfg, *, tracker=None, **kw):
+    def train(run, *, tracker=None, **kw):
         tracker({"step": 0, "train": {"dev_spearman": 60.0}})
         tracker({"step": 1, "train": {"loss": 0.5, "grad_norm": 2.0}})
         tracker({"step": 1, "mu_pos": 0.3, "gd_mean": {"trained": 0.2}, "valid": True})  # a monitor record
@@ -145,8 +152,8 @@ def test_wandb_tracker_receives_the_training_curves(tmp_path):
                            test_after=None, losses=np.array([0.5]), evals=[], seconds=0.1, monitor="off")
 
     with mock.patch.dict(sys.modules, {"wandb": module}), \
-         mock.patch("gradlab_cli._real._encoder", return_value=_Encoder()), \
-         mock.patch("gradlab.real.train.train", side_effect=train):
+         mock.patch("gradlab.real.run.resolve_run", side_effect=_resolved), \
+         mock.patch("gradlab.real.trainer.train", side_effect=train):
         r = run("train", "--loss", "infonce", "--steps", "1", "--tracker", "wandb:simcse", "--no-plot",
                 "--out", tmp_path / "run")
     assert r.exit_code == 0, r.output

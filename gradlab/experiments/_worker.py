@@ -308,17 +308,16 @@ def _inputs(spec: RunSpec) -> tuple[Any, list[str], Any, Any]:
 
 
 def _train_encoder(spec: RunSpec, encoder, sentences: list[str], token_ids, build: Path):
-    """The trainer's result, its logs written into ``build``; FloatingPointError unless every step ran
-    with a finite loss. Checkpoints are not kept (size); rerun to get one."""
-    from gradlab.real.train import train
+    """The trainer's result, its logs and summary written into ``build`` (no parameters or model:
+    their size; rerun to get them); FloatingPointError unless every step ran with a finite loss."""
+    from gradlab.real.trainer import train
 
     config = spec.train_config(max_sentences=None, monitor=True)  # the sentences are sampled by the caller
-    res = train(config, encoder=encoder, sentences=sentences, out_dir=build, token_ids=token_ids)
+    res = train(config, encoder=encoder, sentences=sentences, out_dir=build, token_ids=token_ids,
+                outputs=("log", "monitor", "summary"))
     done = len(res.losses)
     if done < spec.steps or not all(math.isfinite(x) for x in res.losses):
         raise FloatingPointError(f"non-finite training loss at step {done}")
-    (build / "best_params.npz").unlink(missing_ok=True)
-    shutil.rmtree(build / "checkpoint", ignore_errors=True)  # nor a transformer's HF-layout model
     return res
 
 
@@ -373,8 +372,8 @@ def _encoder(spec):
     """The encoder a run trains: the light head (seeded) over MiniLM's tokens, MiniLM or a checkpoint
     (loaded once per process), or the recipe's two views of either (its MLP seeded)."""
     from gradlab.real import load_encoder, simcse_unsup_encoder
+    from gradlab.real.hf import load_minilm
     from gradlab.real.light import light_from_minilm
-    from gradlab.real.minilm import load_minilm
 
     if spec.recipe is not None:
         return simcse_unsup_encoder(spec.encoder, seed=spec.seed)
@@ -390,7 +389,7 @@ def _views(encoder, params, token_ids, batch_size: int, seed: int):
     import jax
     import numpy as np
 
-    from gradlab.real.minilm import pad_ids
+    from gradlab.real.packing import pad_ids
 
     # one compiled forward per encoder kind and dropout (its only dependence on the instance)
     fwd = _cached(("views", type(encoder).__name__, getattr(encoder, "dropout", None)), lambda: jax.jit(encoder.forward))

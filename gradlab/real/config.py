@@ -21,14 +21,15 @@ from typing import Any
 from gradlab import defaults
 from gradlab.real import ENCODERS
 
-__all__ = ["RunConfig", "TrainConfig", "learning_rate", "simcse_unsup_config", "CORPORA", "PRECISIONS"]
+__all__ = ["RunConfig", "TrainConfig", "learning_rate", "simcse_unsup_config", "train_config", "CORPORA",
+           "PRECISIONS"]
 
 #: The corpora shipped by ``make real`` (any other corpus is a path).
 CORPORA = ("NewsArticles", "News100")
 
 #: Training precisions (``TrainConfig.precision``, ``gradlab train --precision``) and the dtype
 #: each computes the forward and backward pass in; the master parameters, the optimizer state,
-#: the loss and the update stay float32 in every one (:func:`gradlab.real.train.make_train_step`).
+#: the loss and the update stay float32 in every one (:func:`gradlab.real.step.make_train_step`).
 PRECISIONS = {"float32": "float32", "bf16": "bfloat16"}
 
 
@@ -156,7 +157,7 @@ class TrainConfig(RunConfig):
         generalized InfoNCE with its gradient rescaled (Eqs. 8–12, Algorithms 3–6); ``loss``
         must stay ``"infonce"``, which the monitor watches at the same τ.
       weight_decay: decoupled weight decay; > 0 trains with AdamW (``optax.adamw``), 0 with Adam.
-      checkpoint_every: write the training state (parameters, optimizer state, step,
+      save_state_every: write the training state (parameters, optimizer state, step,
         best-so-far, PRNG key, batch order) to ``OUT/state/state.npz`` every this many steps
         (0: never), atomically; ``train(..., resume=True)`` continues from it.
       stream: read ``corpus`` (a one-sentence-per-line file) lazily through a shuffle buffer
@@ -164,6 +165,10 @@ class TrainConfig(RunConfig):
         tokenizing each batch as it comes, so that memory does not grow with the corpus.
         Every batch then takes ``batch_size`` rows of the encoder's full length (no packing).
       shuffle_buffer: lines held by the stream's shuffle buffer (None: 10,000).
+      encoder_options: options of :func:`gradlab.real.load_encoder` for ``encoder``: ``pooling``
+        (transformers; the recipe fixes its own), ``dim`` and ``dropout`` (light).
+      init_params: a parameters file (``OUT/best_params.npz`` of an earlier run) the encoder
+        starts from instead of its checkpoint's weights.
       remat: transformer encoders recompute each layer's activations in the backward pass
         instead of storing them (keeping only the dropout masks): less memory for a large
         batch or a long sequence, about a third more forward compute; the same numbers.
@@ -180,16 +185,40 @@ class TrainConfig(RunConfig):
     fixed_length: bool | None = None
     transform: str | None = None
     weight_decay: float = 0.0
-    checkpoint_every: int = 0
+    save_state_every: int = 0
     stream: bool = False
     shuffle_buffer: int | None = None
     remat: bool = False
+    encoder_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    init_params: str | None = None
 
     def __post_init__(self):
         super().__post_init__()
+        object.__setattr__(self, "encoder_options", dict(self.encoder_options))
+        unknown = sorted(set(self.encoder_options) - {"pooling", "dim", "dropout"})
+        if unknown:
+            raise ValueError(f"unknown encoder options {unknown}; choose from pooling, dim, dropout")
+        light_only = sorted({"dim", "dropout"} & set(self.encoder_options))
+        if light_only and self.encoder != "light":
+            raise ValueError(f"{', '.join(light_only)}: light encoder options; the encoder is {self.encoder!r}")
+        if "pooling" in self.encoder_options:
+            from gradlab.real.bert_config import POOLINGS
+
+            if self.encoder == "light":
+                raise ValueError("pooling applies to transformer encoders (minilm or a checkpoint path), not light")
+            if self.encoder_options["pooling"] not in POOLINGS:
+                raise ValueError(f"unknown pooling {self.encoder_options['pooling']!r}; choose from {', '.join(POOLINGS)}")
+        if self.recipe is not None:
+            if "pooling" in self.encoder_options:
+                raise ValueError("the simcse-unsup recipe fixes the pooling (MLP over CLS in training, "
+                                 "cls_before_pooler in evaluation)")
+        if self.init_params is not None:
+            if not Path(self.init_params).is_file():
+                raise ValueError(f"init_params: no parameters file at {self.init_params!r}")
+            object.__setattr__(self, "init_params", str(self.init_params))
         if self.transform is not None and self.loss != "infonce":
             raise ValueError(f"a transform rescales InfoNCE's gradient: loss must be 'infonce'; got {self.loss!r}")
-        object.__setattr__(self, "checkpoint_every", _integer(self.checkpoint_every, "checkpoint_every", 0))
+        object.__setattr__(self, "save_state_every", _integer(self.save_state_every, "save_state_every", 0))
         if not (isinstance(self.weight_decay, (int, float)) and math.isfinite(self.weight_decay)
                 and self.weight_decay >= 0):
             raise ValueError(f"weight_decay must be a finite number >= 0; got {self.weight_decay!r}")
@@ -201,6 +230,7 @@ class TrainConfig(RunConfig):
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["loss_params"] = dict(self.loss_params)
+        d["encoder_options"] = dict(self.encoder_options)
         if not isinstance(self.loss, str):  # a gradlab.Loss: its name and every parameter
             d["loss"] = self.loss.name
             d["loss_params"] = {k: float(v) for k, v in {**self.loss.params, **d["loss_params"]}.items()}
@@ -229,3 +259,37 @@ def simcse_unsup_config(encoder: str | Path, corpus: str | Path, **overrides: An
     base = {"batch_size": s["batch_size"], "lr": s["lr"], "eval_every": s["eval_every"], "steps": s["steps"]}
     return TrainConfig(**{**base, **overrides, "loss": loss, "loss_params": params, "encoder": str(encoder),
                           "corpus": str(corpus), "recipe": "simcse-unsup"})
+
+
+def train_config(*, encoder: str | Path = "light", corpus: str | Path = "NewsArticles", recipe: str | None = None,
+                 loss: Any = None, compose: str | None = None, **fields: Any) -> TrainConfig:
+    """The :class:`TrainConfig` of what a user gave, ``None`` meaning "the default" (what
+    ``gradlab train`` calls): with ``recipe``, :func:`simcse_unsup_config` (the recipe's settings,
+    then the fields given); else :class:`TrainConfig`'s own defaults. ``compose`` is a
+    composition's text (``"gd=...,weight=...,ratio=..."``), given instead of ``loss``.
+
+    Examples:
+      >>> cfg = train_config(steps=None, loss="arccon", loss_params={"tau": 0.1})
+      >>> cfg.steps, cfg.loss, dict(cfg.loss_params)
+      (200, 'arccon', {'tau': 0.1})
+      >>> train_config(compose="gd=sigmoid,weight=softmax,ratio=arccon").loss
+      'compose:gd=sigmoid,weight=softmax,ratio=arccon'
+    """
+    given = {k: v for k, v in fields.items() if v is not None}
+    if compose is not None:
+        if loss is not None:
+            raise ValueError("give a loss or a composition, not both")
+        loss = f"compose:{compose}"
+    if loss is not None:
+        given["loss"] = loss
+    if recipe is not None:
+        from gradlab.real.recipe import RECIPES
+
+        if recipe not in RECIPES:
+            raise ValueError(f"unknown recipe {recipe!r}; choose from {', '.join(RECIPES)}")
+        if str(encoder) == "light":
+            raise ValueError("the simcse-unsup recipe needs a transformer encoder (minilm or a checkpoint path)")
+        if str(corpus) in CORPORA:  # the studies pass their sentences; a user's run reads its corpus file
+            raise ValueError("the simcse-unsup recipe reads corpus=PATH, one sentence per line (wiki1m_for_simcse.txt)")
+        return simcse_unsup_config(encoder, corpus, **given)
+    return TrainConfig(encoder=str(encoder), corpus=str(corpus), **given)

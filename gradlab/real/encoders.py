@@ -76,7 +76,8 @@ class PackedEncoder(Encoder, Protocol):
 
 
 def load_encoder(spec: str | Path, *, pooling: str | None = None, normalize: bool | None = None,
-                 dtype: Any = None, seed: int = 0, path: str | Path | None = None, **kwargs: Any) -> Encoder:
+                 dtype: Any = None, seed: int = 0, path: str | Path | None = None, params: str | Path | None = None,
+                 **kwargs: Any) -> Encoder:
     """An encoder by name or from a checkpoint path.
 
     Args:
@@ -94,6 +95,9 @@ def load_encoder(spec: str | Path, *, pooling: str | None = None, normalize: boo
       dtype: parameter and compute dtype, ``jnp.float32`` (None) or ``jnp.bfloat16``.
       seed: seeds the light encoder's projection.
       path: ``"minilm"`` / ``"light"``: another sentence-transformers model than the shipped one.
+      params: a parameters file (``OUT/best_params.npz`` of ``gradlab train``,
+        :func:`gradlab.real.checkpoints.save_params`) that replaces the loaded parameters; the
+        light encoder takes its ``dim`` from it.
       **kwargs: light encoder options (``dim``, ``dropout``, ``max_seq_length``).
 
     Returns:
@@ -114,8 +118,20 @@ def load_encoder(spec: str | Path, *, pooling: str | None = None, normalize: boo
     """
     import jax.numpy as jnp
 
-    from gradlab.real.minilm import load_transformer, model_zip_path
+    from gradlab.real.hf import load_transformer, model_zip_path
 
+    if params is not None:
+        from gradlab.real.checkpoints import read_params, unflatten_params
+
+        flat = read_params(params)
+        if str(spec) == "light":
+            if "w" not in flat:
+                raise ValueError(f"{str(params)!r} holds no light-encoder parameters (no 'w')")
+            kwargs.setdefault("dim", int(flat["w"].shape[1]))
+        encoder = load_encoder(spec, pooling=pooling, normalize=normalize, dtype=dtype, seed=seed, path=path,
+                               **kwargs)
+        encoder.params = unflatten_params(flat, encoder.params)
+        return encoder
     dtype = jnp.float32 if dtype is None else dtype
     name = str(spec)
     if name == "light":

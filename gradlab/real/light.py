@@ -22,7 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from gradlab.real.minilm import MiniLM, dropout_keep, length_bucket, load_minilm, pad_ids
+from gradlab.real.bert import dropout_keep
+from gradlab.real.hf import load_minilm
+from gradlab.real.minilm import MiniLM
+from gradlab.real.packing import length_bucket, pad_ids
 
 __all__ = ["LightEncoder", "load_light", "light_from_minilm", "init_projection"]
 

@@ -80,7 +80,7 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
     """What a :func:`gradlab.real.train` run of ``config`` costs, measured on a few steps.
 
     Args:
-      config: the run's :class:`gradlab.real.TrainConfig`.
+      config: the run's :class:`gradlab.real.TrainConfig`, or its :class:`gradlab.real.run.Run`.
       encoder, sentences, token_ids: as for :func:`gradlab.real.train`.
       measure_steps: steps run to measure (the first, which compiles, is not timed).
 
@@ -91,20 +91,13 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
       step time + evaluations × evaluation time; the STS-B test scoring is not counted), ``device``
       and ``precision`` (``config.precision``, the one the steps were measured in).
     """
-    # from the module by its full name: the package attribute ``gradlab.real.train`` is also the function
-    from gradlab.real.train import (
-        _encoder_for,
-        _eval_due,
-        _make_loop,
-        _resolve_objective,
-        _training_data,
-        dev_scorer,
-    )
+    from gradlab.real.loop import eval_due, make_loop
+    from gradlab.real.run import Run, resolve_run
 
-    loss = _resolve_objective(config)
-    encoder = _encoder_for(config, encoder)
-    _, token_ids = _training_data(config, encoder, sentences, token_ids)
-    loop = _make_loop(config, encoder, loss, token_ids)
+    run = config if isinstance(config, Run) else resolve_run(config, encoder=encoder, sentences=sentences,
+                                                                 token_ids=token_ids)
+    config, encoder = run.config, run.encoder
+    loop = make_loop(config, encoder, run.loss, run.token_ids)
     params = jax.tree_util.tree_map(jnp.copy, encoder.params)
     opt_state = loop.optimizer.init(params)
     n = max(2, int(measure_steps))
@@ -115,12 +108,11 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
         params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, loop.key(k))
         jax.block_until_ready(aux["loss"])
         times.append(time.perf_counter() - t0)
-    dev = dev_scorer(config, encoder)
-    dev(params)  # compiles the evaluation forward
+    run.dev(params)  # compiles the evaluation forward
     t0 = time.perf_counter()
-    dev(params)
+    run.dev(params)
     eval_seconds = time.perf_counter() - t0
-    evaluations = 1 + sum(1 for s in range(1, config.steps + 1) if _eval_due(config, s))  # + state 0
+    evaluations = 1 + sum(1 for s in range(1, config.steps + 1) if eval_due(config, s))  # + state 0
     step_seconds = statistics.median(times[1:])
     peak, source = _peak_memory()
     leaves = jax.tree_util.tree_leaves((encoder.params, encoder.frozen))

