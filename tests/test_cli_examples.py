@@ -109,6 +109,9 @@ SMALL = {
     "experiment": ["--quick", "--seeds", "1", "--steps", "2", "--batch-size", "8", "--jobs", "1"],
 }
 
+#: ``gradlab explore`` serves a page until stopped: tests/test_explore.py serves its --help
+#: example, fetches the page and stops the server.
+SERVES = "serves a page until stopped (served, fetched and stopped by tests/test_explore.py)"
 
 #: The training examples run by default (the others are ``slow``).
 DEFAULT_TRAIN = {("train", "--loss", "infonce", "--tracker", "tb:runs/tb", "--out", "run")}
@@ -122,6 +125,8 @@ def prepare(argv: list[str]) -> tuple[list[str] | None, str | None, bool]:
         return None, SLURM, False
     if "dask" in argv and "--scheduler" in argv:
         return None, DASK, False
+    if argv[:1] == ["explore"]:
+        return None, SERVES, False
     if any(a.split(":")[0] in ("wandb", "mlflow") for a in argv[argv.index("--tracker") + 1:][:1]) if "--tracker" in argv else False:
         return None, TRACKER_NET, False
     argv = [PATHS.get(a, a) for a in argv]
