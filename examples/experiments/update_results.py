@@ -32,6 +32,7 @@ from gradlab.experiments import (
     portable_command,
     render_writeup,
     simcse_claims,
+    simcse_comparisons,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -57,6 +58,12 @@ def copy_results(out: Path) -> list[Path]:
     return written
 
 
+SIMCSE_NOTE = ("*Re-decided from this run's per-seed numbers (`update_results.py --simcse-claims`): the claims and "
+               "the `claim.*` numbers in `simcse.json` are paired t tests over the seeds, and no claim is decided "
+               "while a run's best dev is at its last evaluation. The comparison table below is the run's "
+               "original output (Welch's t).*")
+
+
 def refresh_simcse_claims() -> Path:
     """results/simcse.json's claims re-decided from its own per-seed numbers; its command made portable."""
     path = HERE / "results" / "simcse.json"
@@ -69,11 +76,15 @@ def refresh_simcse_claims() -> Path:
             # eval_every steps, so with eval_every dividing steps the last evaluation is at steps
             numbers[f"{loss}.last_step.seeds"] = [float(scale["steps"])] * len(numbers[f"{loss}.best_step.seeds"])
             numbers["last_step.source"] = "the scale: evaluations every eval_every steps up to steps"
+    numbers.update(simcse_comparisons(numbers))  # paired over the seeds, as the builder now exports them
     data["claims"] = simcse_claims(numbers, scale)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     md = HERE / "results" / "simcse.md"
-    md.write_text("\n".join(f"Command: `{portable_command(line[10:-1])}`" if line.startswith("Command: `") else line
-                            for line in md.read_text(encoding="utf-8").split("\n")), encoding="utf-8")
+    lines = [f"Command: `{portable_command(line[10:-1])}`" if line.startswith("Command: `") else line
+             for line in md.read_text(encoding="utf-8").split("\n")]
+    if SIMCSE_NOTE not in lines:
+        lines[1:1] = ["", SIMCSE_NOTE]
+    md.write_text("\n".join(lines), encoding="utf-8")
     return path
 
 

@@ -18,7 +18,7 @@ Public names:
   run_status, run_state, read_record, run_dir, acquire_lease, read_lease    (the store)
   run_path, trajectory, write_trajectory                                    (paths on the maps)
   render_writeup, load_numbers, claims_table, page_claims, verdicts_text   (the write-up from the numbers)
-  simcse_claims, portable_command                     (claims re-decided from numbers; commands without paths)
+  simcse_claims, simcse_comparisons, portable_command     (claims re-decided from numbers; portable commands)
 
 The statistics that decide every claim (paired / Welch / one-sample t, TOST, Holm, the verdict
 vocabulary) are the public module ``gradlab.experiments.stats``.
@@ -61,6 +61,7 @@ _LAZY = {
     "page_claims": "gradlab.experiments._writeup",
     "verdicts_text": "gradlab.experiments._writeup",
     "simcse_claims": "gradlab.experiments._build_table3",
+    "simcse_comparisons": "gradlab.experiments._build_table3",
     "portable_command": "gradlab.experiments._tables",
 }
 

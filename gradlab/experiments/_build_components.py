@@ -30,6 +30,7 @@ from gradlab.experiments.stats import claim_entry, compare, one_sample_t, paired
 __all__ = ["build_fig6", "build_fig5", "build_fig7", "LIGHT_SETTING"]
 
 SYMBOL = {"m": "m", "tau": "τ", "r": "r"}
+PANEL = {"m": "GD: margin m", "tau": "W: temperature τ", "r": "R: ratio r"}
 #: How far the CPU studies are from Li et al. 2024's setting (each claim row says it).
 LIGHT_SETTING = ("light proxy: a trainable projection over frozen MiniLM token embeddings, 100 Adam steps of "
                  "N = 64 news sentences (paper: BERT-base, an epoch of 10^6 Wikipedia sentences)")
@@ -62,15 +63,15 @@ def build_fig6(ctx: Context) -> None:
                          f"**{fmt(dev)}**", fmt(values(runs, "best_step"), 0), fmt(values(runs, "test_after")),
                          fmt(values(runs, RUN_KEYS["gd_run"]), 3), fmt(values(runs, last("mu_pos"))),
                          fmt(values(runs, last("mu_neg"))), failures(runs) or "ok"])
-        heading = {"m": "GD: margin m", "tau": "W: temperature τ", "r": "R: ratio r"}[comp]
+        heading = PANEL[comp]
         panels[heading] = (vals, np.array(means), np.array(halves) if ctx.scale.seeds > 1 else None)
         failed[heading] = bad
     for comp, vals in ctx.scale.sweeps().items():
         for v in vals:
             export(ctx, f"{comp}={v:g}", ctx.runs(baseline(**{comp: v})), RUN_KEYS)
     ctx.number("dev_before", before)
-    _fig6_claims(ctx)
-    ctx.figure("fig6", plot.component_sweeps(panels, reference=before, failed=failed,
+    notes = _fig6_claims(ctx)
+    ctx.figure("fig6", plot.component_sweeps(panels, reference=before, failed=failed, notes=notes,
                                              suptitle="Eq. 5 baseline, one component varied (STS-B dev, best step; "
                                                       "band: 95 % interval of the mean over seeds)"))
     ctx.result("fig6", table_result(labels, np.array(per_seed), "best STS-B dev Spearman × 100", cols, status, ids))
@@ -83,9 +84,11 @@ def build_fig6(ctx: Context) -> None:
                    "μ_neg →", "status"], rows))
 
 
-def _fig6_claims(ctx: Context) -> None:
+def _fig6_claims(ctx: Context) -> dict[str, str]:
     """Li et al. 2024 Fig. 6's three directions: a paired t test between the ends of each sweep on best dev
-    (Fig. 6's metric), STS-B test the other split."""
+    (Fig. 6's metric), STS-B test the other split. Returns each panel's note: the claim's paired
+    difference with its 95 % interval."""
+    notes = {}
     sweeps = ctx.scale.sweeps()
     specs = {"m": (0.3, max(sweeps["m"]), -1, "best dev falls as the margin m grows"),
              "tau": (0.05, 0.3, -1, "best dev drops sharply once τ ≥ 0.3"),
@@ -102,10 +105,13 @@ def _fig6_claims(ctx: Context) -> None:
                          ("test_p", d_test.p)):
             ctx.number(f"claim.{comp}.{key}", val)
         symbol = SYMBOL[comp]
+        notes[PANEL[comp]] = (f"best dev, {symbol} = {hi:g} − {lo:g}: {d_dev.estimate:+.2f}\n"
+                              f"[95 % CI {d_dev.ci95[0]:+.2f}, {d_dev.ci95[1]:+.2f}], paired over seeds")
         ctx.claim(f"li2024-fig6-{comp}", paper="Li et al. 2024, Fig. 6", claim=claim, test=entry,
                   setting=f"{symbol} = {lo:g} vs {hi:g}; {LIGHT_SETTING}",
                   finding=f"best dev {d_dev.estimate:+.2f} from {symbol} = {lo:g} to {hi:g}; STS-B test "
                           f"{d_test.estimate:+.2f} (p = {d_test.p:.2g})")
+    return notes
 
 
 def build_fig5(ctx: Context) -> None:
@@ -198,8 +204,13 @@ def build_fig7(ctx: Context) -> None:
                   setting=f"W = softmax(c/τ) on held-out batches of N = 64; {LIGHT_SETTING}",
                   finding=f"held-out share at τ = 0.05: {mean_sd(before)[0]:.3f} before → {mean_sd(after)[0]:.3f} "
                           "after; dominating: above 0.5")
+    note = ""
+    if 0.05 in HELDOUT_TAUS:
+        i05 = list(HELDOUT_TAUS).index(0.05)
+        g = paired_t(table["before"][i05], table["after"][i05])
+        note = f"\nτ = 0.05: after − before {g.estimate:+.3f} [95 % CI {g.ci95[0]:+.3f}, {g.ci95[1]:+.3f}], paired"
     ctx.figure("fig7", plot.weight_share_before_after(np.array(HELDOUT_TAUS), series, title=(
-        "hardest negative's share of W (held-out, baseline; band: 95 % interval over seeds)")))
+        "hardest negative's share of W (held-out, baseline;\nband: 95 % interval over seeds)" + note)))
     ctx.result("fig7", Result(dims=("tau",), coords={"tau": np.array(HELDOUT_TAUS)}, mean=series["after training"][0],
                               extra={"before": series["before training"][0], "after_per_seed": table["after"],
                                      "before_per_seed": table["before"]},

@@ -164,7 +164,7 @@ def build_farina2023(ctx: Context) -> None:
                  f"±{EQUIVALENCE_MARGIN:g} STS point)")
         if never_trained(runs[name]):
             claim += "; it never trained here (best dev at step 0 in every seed)"
-        ctx.claim(f"farina2023-{name}", paper="Farina et al. 2023, Tables 1–2", setting=setting, claim=claim,
+        ctx.claim(f"farina2023-{name}", paper="Farina et al. 2023", setting=setting, claim=claim,
                   test=equivalence(ref, b, split="STS-B test"),
                   finding=f"STS-B test, {label(name)} − InfoNCE: {paired_t(ref, b).estimate:+.2f}")
     ctx.markdown(

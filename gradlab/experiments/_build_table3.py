@@ -40,7 +40,8 @@ from gradlab.experiments._tables import (
 )
 from gradlab.experiments.stats import EQUIVALENCE_MARGIN, compare, equivalence, paired_t
 
-__all__ = ["build_table3", "build_fig1", "build_simcse", "dev_test_claim", "simcse_claims", "never_trained"]
+__all__ = ["build_table3", "build_fig1", "build_simcse", "dev_test_claim", "simcse_claims", "simcse_comparisons",
+           "never_trained"]
 
 
 def never_trained(runs: Sequence[dict]) -> bool:
@@ -216,6 +217,23 @@ SIMCSE_SETTING = ("STS-B test with [CLS] before the MLP, best-dev checkpoint; al
                   "recipe, {steps} steps (paper: BERT-base, an epoch of 15,625 steps, 7-task STS avg.)")
 
 
+def _seeds(numbers: Mapping[str, Any], loss: str, key: str) -> np.ndarray:
+    return np.array([np.nan if v is None else v for v in numbers[f"{loss}.{key}.seeds"]], float)
+
+
+def simcse_comparisons(numbers: Mapping[str, Any]) -> dict[str, Any]:
+    """Each modified loss against InfoNCE from the per-seed numbers, paired over the seeds:
+    ``claim.<loss>.test_diff`` / ``test_p`` / ``test_ci95`` / ``dev_diff`` / ``dev_p``."""
+    out: dict[str, Any] = {}
+    for name in SIMCSE_LOSSES[1:]:
+        t = paired_t(_seeds(numbers, TABLE3_REFERENCE, "test"), _seeds(numbers, name, "test"))
+        d = paired_t(_seeds(numbers, TABLE3_REFERENCE, "best_dev"), _seeds(numbers, name, "best_dev"))
+        out.update({f"claim.{name}.test_diff": t.estimate, f"claim.{name}.test_p": t.p,
+                    f"claim.{name}.test_ci95": list(t.ci95), f"claim.{name}.dev_diff": d.estimate,
+                    f"claim.{name}.dev_p": d.p})
+    return out
+
+
 def simcse_claims(numbers: Mapping[str, Any], scale: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The simcse study's Table 3 claims from its exported per-seed numbers (``<loss>.test.seeds``,
     ``.best_dev.seeds``, ``.best_step.seeds``, ``.last_step.seeds``): each modified loss against InfoNCE,
@@ -226,10 +244,9 @@ def simcse_claims(numbers: Mapping[str, Any], scale: Mapping[str, Any]) -> list[
     evaluation step, ``steps`` when ``eval_every`` divides it.
     """
     def seeds(loss: str, key: str) -> np.ndarray:
-        got = numbers.get(f"{loss}.{key}.seeds")
-        if got is None and key == "last_step" and scale["steps"] % scale["eval_every"] == 0:
-            got = [float(scale["steps"])] * len(numbers[f"{loss}.best_step.seeds"])
-        return np.array([np.nan if v is None else v for v in got], float)
+        if key == "last_step" and f"{loss}.last_step.seeds" not in numbers and scale["steps"] % scale["eval_every"] == 0:
+            return np.full(len(numbers[f"{loss}.best_step.seeds"]), float(scale["steps"]))
+        return _seeds(numbers, loss, key)
 
     def plateaued(loss: str) -> np.ndarray:
         return seeds(loss, "best_step") < seeds(loss, "last_step")
@@ -279,16 +296,15 @@ def build_simcse(ctx: Context) -> None:
         cols["paper_bert_sts_avg"].append(TABLE3_PAPER_BERT[name])
         export(ctx, name, runs, RUN_KEYS)
         ctx.number(f"{name}.paper", TABLE3_PAPER_BERT[name])
-    reference = ctx.runs(TABLE3_REFERENCE)
+    comparisons = simcse_comparisons(ctx.numbers)
     comp_rows = []
     for name in SIMCSE_LOSSES[1:]:
-        a, b = values(reference, "test_after"), values(ctx.runs(name), "test_after")
-        a_dev, b_dev = values(reference, "best_dev"), values(ctx.runs(name), "best_dev")
-        t, d = paired_t(a, b), paired_t(a_dev, b_dev)
-        for k, v in (("test_diff", t.estimate), ("test_p", t.p), ("dev_diff", d.estimate), ("dev_p", d.p)):
-            ctx.number(f"claim.{name}.{k}", v)
-        comp_rows.append([f"{label(name)} vs InfoNCE", f"{t.estimate:+.2f} [{t.ci95[0]:+.2f}, {t.ci95[1]:+.2f}]",
-                          f"{t.p:.2g}", f"{d.estimate:+.2f}", f"{d.p:.2g}",
+        for k, v in comparisons.items():
+            if k.startswith(f"claim.{name}."):
+                ctx.number(k, v)
+        c = {k.rsplit(".", 1)[1]: v for k, v in comparisons.items() if k.startswith(f"claim.{name}.")}
+        comp_rows.append([f"{label(name)} vs InfoNCE", f"{c['test_diff']:+.2f} [{c['test_ci95'][0]:+.2f}, "
+                          f"{c['test_ci95'][1]:+.2f}]", f"{c['test_p']:.2g}", f"{c['dev_diff']:+.2f}", f"{c['dev_p']:.2g}",
                           f"{TABLE3_PAPER_BERT[name] - TABLE3_PAPER_BERT[TABLE3_REFERENCE]:+.2f}"])
     ctx.claims.extend(simcse_claims(ctx.numbers, ctx.scale.to_dict()))
     ctx.result("simcse", table_result(labels, np.array(per_seed), "STS-B test Spearman × 100 (best-dev checkpoint)",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +34,19 @@ _VERDICTS = re.compile(r"\{\{\s*verdicts\s*\}\}")
 def load_numbers(directory: str | Path) -> dict[str, dict[str, Any]]:
     """``{study: {"numbers": ..., "claims": [...], "command": ...}}`` from ``<directory>/<study>.json``.
 
-    Reads the copies of ``numbers.json`` that a results directory keeps (one file per study).
+    Reads the copies of ``numbers.json`` that a results directory keeps (one file per study), and the
+    superseded runs kept in ``<directory>/archive/<name>.json`` under their file names (``simcse_50steps``),
+    numbers only: a write-up may quote an archived run, its claims are no longer the page's.
     """
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for path in sorted(Path(directory).glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(data, dict) and "numbers" in data and "claims" in data:
             out[data.get("study", path.stem)] = data
+    for path in sorted(Path(directory).glob("archive/*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and "numbers" in data:
+            out[path.stem] = {**data, "claims": [], "archived": True}
     return out
 
 
@@ -94,11 +100,18 @@ def _finding(c: Mapping[str, Any]) -> str:
 
 
 def page_claims(studies: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Every claim of the studies, decided together: Holm over every tested claim on the page."""
+    """Every claim of the studies in the order of ``STUDIES``, decided together: Holm over every tested
+    claim on the page."""
+    from gradlab.experiments._studies import STUDIES
     from gradlab.experiments.stats import decide_claims
 
-    claims = [dict(c, study=c.get("study", study)) for study, data in studies.items() for c in data.get("claims", [])]
-    return decide_claims(claims)
+    return decide_claims(_ordered_claims(studies, STUDIES))
+
+
+def _ordered_claims(studies: Mapping[str, Mapping[str, Any]], order: Sequence[str]) -> list[dict[str, Any]]:
+    rank = {name: i for i, name in enumerate(order)}
+    names = sorted(studies, key=lambda name: (rank.get(name, len(rank)), name))
+    return [dict(c, study=c.get("study", name)) for name in names for c in studies[name].get("claims", [])]
 
 
 def verdicts_text() -> str:
@@ -120,8 +133,7 @@ def claims_table(studies: Mapping[str, Mapping[str, Any]], *, evidence: str = "r
       ...     "test": "paired t", "split": "test", "mde": 0.6, "study": "s"}]}}).splitlines()[-1])
       | P 2024 | x > y | toy | +1 | +1.00 [+0.50, +1.50] (95 %) | 0.01 | 0.01 | 5 | paired t, test | **reproduced** | [results/s.md](results/s.md), `gradlab experiment s` |
     """
-    claims = ([dict(c, study=c.get("study", s)) for s, d in studies.items() for c in d.get("claims", [])]
-              if decided else page_claims(studies))
+    claims = _ordered_claims(studies, ()) if decided else page_claims(studies)
     lines = ["| paper | claim | setting | finding | estimate, paper's direction [interval] | p | p (Holm) | seeds "
              "per arm | test, split | verdict | evidence |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in claims:

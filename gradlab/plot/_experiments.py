@@ -65,13 +65,16 @@ def _colours(n, cmap="viridis"):
 @styled
 def component_sweeps(panels: Mapping[str, tuple[Sequence[float], np.ndarray, np.ndarray | None]], *,
                      reference: float | None = None, ylabel: str = "STS-B dev Spearman × 100",
-                     suptitle: str | None = None, failed: Mapping[str, Sequence[float]] | None = None):
+                     suptitle: str | None = None, failed: Mapping[str, Sequence[float]] | None = None,
+                     notes: Mapping[str, str] | None = None):
     """Li et al. 2024 Fig. 6: the score against one varied component per panel (mean and its band).
 
     Args:
       panels: title -> (values, mean, band half-width); log-scaled x when the values span more than 20×.
       reference: a horizontal dotted line (e.g. the score before training).
       failed: title -> values whose runs failed (marked with a red ×).
+      notes: title -> a line written in the panel's lower left (e.g. the claim's paired difference
+        with its interval).
     """
     fig, axes = new_figure(1, len(panels), panel=(4.2, 3.4))
     for ax, (title, (values, mean, sd)) in zip(axes.ravel(), panels.items(), strict=True):
@@ -81,7 +84,10 @@ def component_sweeps(panels: Mapping[str, tuple[Sequence[float], np.ndarray, np.
             ax.set_xscale("log")
         if reference is not None:
             ax.axhline(reference, color="0.4", ls=":", lw=1.2, label="before training")
-            ax.legend(frameon=False)
+            ax.legend(frameon=False, loc="lower right", fontsize=8)
+        if (notes or {}).get(title):
+            ax.text(0.02, 0.03, notes[title], transform=ax.transAxes, ha="left", va="bottom", fontsize=8,
+                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.7", "alpha": 0.9})
         for v in (failed or {}).get(title, ()):
             ax.plot([v], [np.nanmin(mean) if np.any(np.isfinite(mean)) else 0.0], "x", color="red", ms=9)
         ax.set_title(title)
