@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load", type=Path, help="uptime lines written every minute while it ran")
     ap.add_argument("--executed", type=int, nargs="+", required=True, help="runs each invocation executed")
     ap.add_argument("--command", required=True, help="the command line timed")
+    ap.add_argument("--note", action="append", default=[], help="one line on an invocation (repeatable)")
     args = ap.parse_args(argv)
     if len(args.executed) != len(args.time):
         print("record_timing.py: one --executed count per time report", file=sys.stderr)
@@ -57,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     load = loads(args.load.read_text(encoding="utf-8")) if args.load else []
     numbers = {
         "all.wall_min": round(sum(walls) / 60, 1), "all.invocations_min": [round(w / 60, 1) for w in walls],
-        "all.runs_executed": sum(args.executed), "all.user_min": round(sum(field(t, "User time (seconds)") or 0
-                                                                         for t in reports) / 60, 1),
+        "all.runs_executed": sum(args.executed),
         "runs": len(specs), "configurations": len({json.dumps(s.loss, sort_keys=True) for s in specs}),
         "load.min": min(load) if load else None, "load.max": max(load) if load else None,
         "load.mean": round(sum(load) / len(load), 2) if load else None, "load.samples": len(load),
@@ -69,9 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# How long `gradlab experiment all` took", "",
              f"Command: `{command}` (`/usr/bin/time -v`, `--jobs 2`, under `nice`), on this project's 2-core machine "
              "shared with other work.", "",
-             "| invocation | wall (min) | runs executed | user CPU (min) |", "|---|---|---|---|"]
+             "| invocation | wall (min) | runs executed | exit status |", "|---|---|---|---|"]
     for i, (w, n, t) in enumerate(zip(walls, args.executed, reports, strict=True), 1):
-        lines.append(f"| {i} | {w / 60:.1f} | {n} | {(field(t, 'User time (seconds)') or 0) / 60:.1f} |")
+        lines.append(f"| {i} | {w / 60:.1f} | {n} | {field(t, 'Exit status'):.0f} |")
+    lines += ["", *args.note]
     lines += ["", f"Total: {numbers['all.wall_min']} min for {numbers['all.runs_executed']} runs ({numbers['runs']} "
               f"runs of {numbers['configurations']} configurations in the study). 1-minute load average while it ran "
               f"({len(load)} samples): {numbers['load.min']}–{numbers['load.max']}, mean {numbers['load.mean']}.", ""]

@@ -137,6 +137,7 @@ def build_rho2023(ctx: Context) -> None:
         dev_test_claim(ctx, key, f"rho2023-{key}", runs["none"], runs[key], paper=paper, row="", claim=claim,
                        setting=setting)
     a, b = values(runs["none"], "test_after"), values(runs["curvature"], "test_after")
+    ctx.number("claim.curvature.test_diff", paired_t(a, b).estimate)
     ctx.claim("rho2023-curvature", paper=paper, setting=setting, test=equivalence(a, b, split="STS-B test"),
               claim=f"the other margin effects are marginal: the curvature transform (s = 2.5, c = 0.7) scores "
                     f"within ±{EQUIVALENCE_MARGIN:g} STS point of the untransformed loss",
@@ -160,6 +161,9 @@ def build_farina2023(ctx: Context) -> None:
     ref = values(runs[TABLE3_REFERENCE], "test_after")
     for name in FARINA2023_LOSSES[1:]:
         b = values(runs[name], "test_after")
+        diff = paired_t(ref, b)
+        ctx.number(f"claim.{name}.test_diff", diff.estimate)
+        ctx.number(f"claim.{name}.test_ci95", list(diff.ci95))
         claim = (f"{label(name)} sentence embeddings are comparable to the contrastive baseline (InfoNCE, within "
                  f"±{EQUIVALENCE_MARGIN:g} STS point)")
         if never_trained(runs[name]):

@@ -145,9 +145,19 @@ def build_table3(ctx: Context) -> None:
             if tuned is not None:
                 ctx.number(f"{orig}.tuned", tuned["params"])
                 ctx.number(f"{orig}.tuned_at_edge", edge)
+                where = ")"
+                if edge:  # flat over the top two decades (a plateau), or still rising past the grid?
+                    grid = nu_losses(orig)
+                    lower = {k: v / 100 if k != "nu1" else v for k, v in grid[-1]["params"].items()}
+                    below = next((g for g in grid if g["params"] == lower), grid[-3])
+                    top = paired_t(values(ctx.runs(below), "best_dev"), values(ctx.runs(grid[-1]), "best_dev"))
+                    ctx.number(f"{orig}.top_two_decades.dev_diff", top.estimate)
+                    ctx.number(f"{orig}.top_two_decades.dev_ci95", list(top.ci95))
+                    ctx.number(f"{orig}.top_two_decades.from", below["params"])
+                    where = (f"; best at the grid's top: from {_nu_text(below)} to {_nu_text(grid[-1])} best dev "
+                             f"changes by {top.estimate:+.2f} [95 % CI {top.ci95[0]:+.2f}, {top.ci95[1]:+.2f}])")
                 compare_runs(f"{mod}-tuned", f"{label(orig)} ({_nu_text(tuned)}, dev-tuned)", truns, label(mod), mruns,
-                             f"{label(mod)} beats {label(orig)} (original with ν tuned on dev"
-                             + (", at the grid's edge: its optimum may lie beyond)" if edge else ")"))
+                             f"{label(mod)} beats {label(orig)} (original with ν tuned on dev{where}")
         else:
             compare_runs(mod, label(orig), ctx.runs(orig), label(mod), mruns, f"{label(mod)} beats {label(orig)}")
     for weak, strong in TABLE3_CLAIMS:
