@@ -4,30 +4,13 @@ A claim of a paper is decided by one test over the seeds of its arms (or by seve
 sub-claims, each a test). Arms that share seeds share the data order, the initialization and
 the dropout masks (every run draws them from its seed alone), so two arms of one study are
 compared by a **paired t test** over the seeds; a before/after comparison on the same runs is
-paired too; Welch's t test is for arms that share nothing. Every test is two-sided.
+paired too; Welch's t test is for arms that share nothing. Every test is two-sided, and each p value
+is adjusted by Holm's step-down procedure over every tested claim on the page (:func:`holm`).
 
-**Holm.** The page tests many claims at once, so each p value is adjusted by Holm's step-down
-procedure over every tested claim on the page (:func:`holm`), and a verdict reads the adjusted
-p.
-
-**Verdicts** (:data:`VERDICTS`), one vocabulary for every claim:
-
-* ``reproduced``: Holm-adjusted p < 0.05 in the paper's direction (for an equivalence claim:
-  TOST's adjusted p < 0.05, the difference inside the stated margin);
-* ``contradicted``: adjusted p < 0.05 against the paper's direction (for an equivalence
-  claim: the difference outside the margin, one-sided, Bonferroni-adjusted over the page);
-* ``inconclusive``: neither; the minimum detectable effect at that n is stated (:func:`mde`);
-* ``partial``: named sub-claims differ (one reproduced, another not), or the claim holds on the
-  paper's split while the other split shows a significant reversal (unadjusted p < 0.05);
-* ``not tested``: no test could run (a failed arm, fewer than 2 seeds, runs still improving);
-* ``descriptive``: the paper's statement admits no test (no stated tolerance); never reproduced.
-
-Examples:
-  >>> r = paired_t([1.0, 2.0, 3.0], [1.5, 2.4, 3.7])
-  >>> r.test, r.n, round(r.estimate, 3), r.p < 0.05
-  ('paired t', 3, 0.533, True)
-  >>> [round(p, 3) for p in holm([0.01, 0.04, 0.03])]
-  [0.03, 0.06, 0.06]
+**Verdicts** (:data:`VERDICTS`), one vocabulary for every claim, defined in
+:data:`VERDICT_MEANING` (the write-up renders its definitions from there): reproduced,
+contradicted, inconclusive (with the minimum detectable effect, :func:`mde`), partial, not
+tested, descriptive.
 """
 
 from __future__ import annotations
@@ -74,13 +57,10 @@ class TestResult:
 
     Attributes:
       test: its name (``"paired t"``, ``"Welch t"``, ``"one-sample t"``, ``"TOST (paired t)"``...).
-      estimate: the effect (b − a, or x − μ0), in the units of the arms.
-      ci95: the two-sided 95 % interval of ``estimate`` (TOST: the 90 % interval, its own).
-      p: the two-sided p value (TOST: the larger of its two one-sided p values).
-      n: seeds per arm (pairs for a paired test; the smaller arm for Welch).
-      se: the standard error of ``estimate``; df: its degrees of freedom.
-      p_against: TOST only: the one-sided p that the difference lies beyond the margin.
-      margin: TOST only: the equivalence margin.
+      estimate, ci95, p: the effect (b − a, or x − μ0), its two-sided 95 % interval and p (TOST: its own
+        90 % interval and the larger of its two one-sided p values).
+      n, se, df: seeds per arm (pairs; Welch: the smaller arm), the standard error, its degrees of freedom.
+      p_against, margin: TOST only: the one-sided p that the difference lies beyond the margin; the margin.
     """
 
     test: str
@@ -213,6 +193,10 @@ def holm(p: Sequence[float | None]) -> list[float]:
     """Holm's step-down adjusted p values (NaN / None are not tests: they stay NaN and do not count).
 
     The i-th smallest of m p values becomes max_{j ≤ i} min(1, (m − j + 1) p_(j)).
+
+    Examples:
+      >>> [round(p, 3) for p in holm([0.01, 0.04, 0.03])]
+      [0.03, 0.06, 0.06]
     """
     p = np.array([math.nan if x is None else float(x) for x in p], float)
     out = np.full(p.shape, math.nan)
