@@ -247,3 +247,25 @@ def test_trajectory_inset_only_when_the_path_is_small():
     assert fig.axes[0].child_axes == []
     fig = plot.trajectory_on_maps([gd], long_pos[:1], long_neg[:1])  # one record: still zoomed in
     assert len(fig.axes[0].child_axes) == 1
+
+
+def test_step_series_tells_close_series_apart_and_keeps_legends_off_the_data():
+    """nie2023's panels: InfoNCE, alignment + uniformity and DCL nearly coincide, so hue alone must not
+    carry them: each has its own hue, line style and marker, and the legend lies below the panel."""
+    import matplotlib.colors as mcolors
+
+    steps = np.arange(0.0, 105.0, 5.0)
+    lines = {name: (steps, 1.0 + 0.001 * i + 0.01 * np.sin(steps / 20), np.full(steps.size, 0.005))
+             for i, name in enumerate(["InfoNCE", "alignment + uniformity", "DCL", "MPT (m = 0.1)"])}
+    fig = plot.step_series({"alignment": lines, "uniformity": lines}, ncols=2)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        drawn = [ln for ln in ax.lines if ln.get_label() in lines]
+        assert len(drawn) == 4
+        hues = {mcolors.to_hex(ln.get_color()) for ln in drawn}
+        styles = {str(ln.get_linestyle()) + str(ln.get_dashes() if hasattr(ln, "get_dashes") else "") for ln in drawn}
+        assert len(hues) == 4 and len({ln.get_marker() for ln in drawn}) == 4
+        assert len({ln.get_linestyle() for ln in drawn} | styles) >= 2
+        legend, box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+        assert legend.y1 <= box.y0 + 1  # below the axes: it covers no curve
+        assert len(ax.collections) == 4  # each series draws its interval band

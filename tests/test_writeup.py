@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from gradlab.experiments import claims_table, load_numbers, render_writeup
+from gradlab.experiments import claims_table, load_numbers, page_claims, render_writeup, verdicts_text
+from gradlab.experiments.stats import VERDICTS
 
 HERE = Path(__file__).resolve().parent.parent / "examples" / "experiments"
-VERDICTS = {"reproduced", "partial", "not reproduced", "not tested"}
+TESTED_FIELDS = ("estimate", "ci95", "p", "p_holm", "n", "split", "test", "verdict")
 
 
 def test_the_committed_writeup_is_the_rendering_of_the_committed_results():
@@ -28,15 +29,45 @@ def test_the_committed_writeup_is_the_rendering_of_the_committed_results():
 
 def test_every_study_of_the_writeup_has_results_and_claims_with_a_verdict():
     studies = load_numbers(HERE / "results")
-    assert {"fig5", "fig6", "fig7", "fig8", "fig9", "table3", "fig1", "nie2023", "trajectory"} <= set(studies)
-    claims = [c for s in studies.values() for c in s["claims"]]
-    assert len(claims) >= 15
-    assert {c["verdict"] for c in claims} <= VERDICTS
-    for study in studies:
-        assert (HERE / "results" / f"{study}.md").is_file(), study
-    # the claims table of the write-up lists every claim once
+    assert {"fig5", "fig6", "fig7", "fig8", "fig9", "table3", "fig1", "nie2023", "trajectory", "rho2023",
+            "farina2023", "zhang2022", "simcse"} <= set(studies)
+    claims = page_claims(studies)
+    assert len(claims) >= 30
+    assert {c["verdict"] for c in claims} <= set(VERDICTS)
+    for study, data in studies.items():
+        assert data.get("archived") or (HERE / "results" / f"{study}.md").is_file(), study
     text = (HERE / "README.md").read_text(encoding="utf-8")
-    assert claims_table(studies) in text
+    assert claims_table(studies) in text  # the claims table of the write-up lists every claim once
+    assert verdicts_text() in text  # and the page defines its verdicts
+
+
+def test_the_committed_page_claims_are_the_holm_decision_over_the_results():
+    studies = load_numbers(HERE / "results")
+    committed = json.loads((HERE / "results" / "claims.json").read_text(encoding="utf-8"))["claims"]
+    assert committed == json.loads(json.dumps(page_claims(studies)))
+
+
+def test_every_tested_claim_carries_its_numbers_and_enough_seeds():
+    for c in page_claims(load_numbers(HERE / "results")):
+        if c["kind"] in ("not tested", "descriptive"):
+            assert c["verdict"] == c["kind"] and c.get("reason"), c["id"]
+            continue
+        for field in TESTED_FIELDS:
+            assert field in c, (c["id"], field)
+        assert c["n"] >= 5, c["id"]  # at least 5 seeds per arm for every claim a test decides
+        lo, hi = c["ci95"]
+        assert lo <= c["estimate"] <= hi, c["id"]
+        assert c["p_holm"] >= c["p"], c["id"]
+        for sub in c.get("subclaims", ()):
+            assert sub["name"] and sub["n"] >= 5 and sub["verdict"] in VERDICTS, c["id"]
+
+
+def test_results_name_no_absolute_path():
+    for path in sorted((HERE / "results").rglob("*")):
+        if path.suffix in (".json", ".md"):
+            text = path.read_text(encoding="utf-8")
+            for bad in ("/work/", "/tmp/", "/home/", "/root/", "/Users/"):
+                assert bad not in text, (path.name, bad)
 
 
 def test_placeholders_fail_loudly_and_format_as_asked(tmp_path):

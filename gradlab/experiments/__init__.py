@@ -17,7 +17,11 @@ Public names:
   EXECUTORS, make_executor, parse_executor_option, DASK_CONNECT_TIMEOUT_S  (where runs execute)
   run_status, run_state, read_record, run_dir, acquire_lease, read_lease    (the store)
   run_path, trajectory, write_trajectory                                    (paths on the maps)
-  render_writeup, load_numbers, claims_table                                (the write-up from the numbers)
+  render_writeup, load_numbers, claims_table, page_claims, verdicts_text   (the write-up from the numbers)
+  simcse_claims, simcse_comparisons, portable_command     (claims re-decided from numbers; portable commands)
+
+The statistics that decide every claim (paired / Welch / one-sample t, TOST, Holm, the verdict
+vocabulary) are the public module ``gradlab.experiments.stats``.
 """
 
 from __future__ import annotations
@@ -55,6 +59,11 @@ _LAZY = {
     "render_writeup": "gradlab.experiments._writeup",
     "load_numbers": "gradlab.experiments._writeup",
     "claims_table": "gradlab.experiments._writeup",
+    "page_claims": "gradlab.experiments._writeup",
+    "verdicts_text": "gradlab.experiments._writeup",
+    "simcse_claims": "gradlab.experiments._build_table3",
+    "simcse_comparisons": "gradlab.experiments._build_table3",
+    "portable_command": "gradlab.experiments._tables",
 }
 
 __all__ = sorted(_LAZY)

@@ -39,7 +39,7 @@ def run_study(
     Args:
       study: a name of ``STUDIES``.
       out: the experiment directory (``out/runs/<id>``, ``out/<study>/``).
-      scale: run sizes (default ``Scale()``: CPU scale, light encoder, 3 seeds).
+      scale: run sizes (default ``Scale()``: CPU scale, light encoder, 5 seeds).
       jobs: worker processes (default: the number of cores).
       retry_failed: redo runs recorded as failed.
       progress: ``progress(done, total, record)`` as runs finish.

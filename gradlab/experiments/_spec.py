@@ -8,6 +8,11 @@ or a GD / W / R composition resolved through ``gradlab.compose``::
 
     {"compose": {"gd": "indicator", "weight": "softmax", "ratio": "constant"}, "params": {...}}
 
+or a Rho et al. 2023 gradient-scaling transform of InfoNCE (``gradlab.losses.apply_transform``), its
+parameters completed with the transform's defaults and τ, β::
+
+    {"loss": "transform:emphasize", "params": {"beta": 1.0, "s": 1.125, "tau": 0.25}}
+
 or a user's loss, read by ``gradlab.resolve_loss`` (``FILE.py:FUNCTION`` or
 ``module:FUNCTION``), its file named by path and content hash, so an edited file is a new
 run, and a run never executes a different loss than the one its id names::
@@ -33,7 +38,7 @@ from typing import Any
 from gradlab.real import ENCODERS
 from gradlab.real.config import CORPORA, RunConfig, TrainConfig
 
-__all__ = ["RunSpec", "SCHEMA_VERSION", "canonical_loss", "loss_label"]
+__all__ = ["RunSpec", "SCHEMA_VERSION", "TRANSFORM_PREFIX", "canonical_loss", "loss_label"]
 
 #: Bumped whenever the meaning of a field (or what a run computes) changes: every id changes with it.
 #: 2: the id hashes the gradlab version and a user loss by function name and file content, not path; the
@@ -91,6 +96,8 @@ def canonical_loss(loss: Any) -> dict[str, Any]:
         if not isinstance(name, str):
             raise TypeError(f"'loss' must be a registered name; got {name!r}")
         params = _params(loss.get("params"), f"loss {name!r}")
+        if name.startswith(TRANSFORM_PREFIX):
+            return _canonical_transform(name, params)
         spec = get_spec(name)  # ValueError naming the choices for an unknown name
         unknown = sorted(set(params) - set(spec.defaults))
         if unknown:
@@ -105,6 +112,28 @@ def canonical_loss(loss: Any) -> dict[str, Any]:
             raise TypeError(f"'compose' entry {k!r} must be a name or a number; got {v!r}")
     return {"compose": dict(sorted((str(k), v) for k, v in parts.items())),
             "params": dict(sorted(_params(loss.get("params"), "compose").items()))}
+
+
+#: A loss dict's ``"loss"`` naming a Rho et al. 2023 transform of InfoNCE: ``"transform:NAME"``.
+TRANSFORM_PREFIX = "transform:"
+
+
+def _canonical_transform(name: str, params: dict[str, float]) -> dict[str, Any]:
+    """``{"loss": "transform:NAME", "params": ...}`` with the transform's defaults, τ and β filled in."""
+    from gradlab import defaults
+    from gradlab.losses import TRANSFORMS, apply_transform
+
+    kind = name[len(TRANSFORM_PREFIX):]
+    if kind not in TRANSFORMS:
+        raise ValueError(f"unknown transform {kind!r}; valid choices: {', '.join(TRANSFORMS)}")
+    base = {"tau": defaults.RHO2023_TAU, "beta": defaults.RHO2023_BETA,
+            **{k: d for k, (d, _) in TRANSFORMS[kind].items()}}
+    unknown = sorted(set(params) - set(base))
+    if unknown:
+        raise ValueError(f"loss {name!r}: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(base)}")
+    merged = {k: float(params.get(k, v)) for k, v in base.items()}
+    apply_transform(kind, **merged)  # a one-line ValueError for a bad value
+    return {"loss": name, "params": dict(sorted(merged.items()))}
 
 
 def _canonical_user(loss: Mapping[str, Any]) -> dict[str, Any]:
@@ -235,6 +264,10 @@ class RunSpec(RunConfig):
         from gradlab.design import resolve_loss
 
         shared = {f.name: getattr(self, f.name) for f in dataclasses.fields(RunConfig)}
+        name = self.loss.get("loss", "")
+        if loss is None and name.startswith(TRANSFORM_PREFIX):  # Rho et al. 2023: InfoNCE, gradient rescaled
+            return TrainConfig(**{**shared, **changes}, loss="infonce", transform=name[len(TRANSFORM_PREFIX):],
+                               loss_params=dict(self.loss["params"]))
         return TrainConfig(**{**shared, **changes}, loss=resolve_loss(self.loss) if loss is None else loss)
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The named studies of Li et al. 2024 (Sec. 3.2, Figs. 1, 5–9; Sec. 4, Table 3) as lists of runs.
+"""The named studies of Li et al. 2024 (Sec. 3.2, Figs. 1, 5–9; Sec. 4, Table 3) and of the papers it
+builds on (Nie et al. 2023, Rho et al. 2023, Farina et al. 2023, Zhang et al. 2022) as lists of runs.
 
 Every study's runs are built by :class:`Scale` from a loss dict and a seed, so a run two
 studies share (the Eq. 5 baseline at m = 0.3, τ = 0.05, r = 1) has one id and runs once.
@@ -16,7 +17,8 @@ from gradlab.experiments._spec import RunSpec
 
 __all__ = ["Scale", "CPU_RUN", "QUICK_RUN", "SIMCSE_RUN", "SIMCSE_QUICK_RUN", "SIMCSE_LOSSES", "TABLE3_PAPER_BERT", "STUDIES", "study_runs", "baseline", "BASELINE", "SWEEPS", "QUICK_SWEEPS", "GD_ONE_M",
            "TABLE3_PAIRS", "TABLE3_CLAIMS", "NU_GRID", "NIE2023_LOSSES", "NIE2023_MPT_MARGINS", "RATIO_SWEEP",
-           "TRAJECTORY_LOSSES", "table3_losses", "nu_losses"]
+           "TRAJECTORY_LOSSES", "table3_losses", "nu_losses", "RHO2023_TRANSFORMS", "rho2023_losses",
+           "FARINA2023_LOSSES", "ZHANG2022_LOSSES", "DEFAULT_SEEDS"]
 
 #: Li et al. 2024 Eq. 5 with its defaults (Sec. 3.2): GD = 1[c_p − max c_k < m], W = softmax(c/τ), R = r.
 BASELINE = {"m": 0.3, "tau": 0.05, "r": 1.0}
@@ -36,10 +38,14 @@ TABLE3_REFERENCE = "infonce"
 TABLE3_CLAIMS = (("infonce", "arccon"), ("mpt", "met"))
 #: Barlow Twins' ν^B and VICReg's (ν^{V,1}, ν^{V,2}) tried for Table 3's originals: *ours*. Li et al. 2024
 #: App. A.4 grid-searches only the modified losses (batch size, lr, m, τ, r); it gives no grid for the
-#: originals' ν, so these bracket the registry defaults (the first entry) by decades.
-NU_GRID = {"barlow_twins": ({"nu": 0.005}, {"nu": 0.05}, {"nu": 0.5}, {"nu": 5.0}),
+#: originals' ν, so these bracket the registry defaults (the first entry) by decades. The first grid
+#: (up to ν^B = 5, ν^{V,2} = 10) had its dev optimum at the top edge with dev still rising: the grids
+#: go four decades past it, so that a tuned ν inside the grid can be told from one at its edge.
+NU_GRID = {"barlow_twins": ({"nu": 0.005}, {"nu": 0.05}, {"nu": 0.5}, {"nu": 5.0}, {"nu": 50.0}, {"nu": 500.0},
+                            {"nu": 5000.0}, {"nu": 50000.0}),
            "vicreg": ({"nu1": 0.04, "nu2": 1.0}, {"nu1": 0.4, "nu2": 1.0}, {"nu1": 0.04, "nu2": 10.0},
-                      {"nu1": 0.4, "nu2": 10.0})}
+                      {"nu1": 0.4, "nu2": 10.0}, {"nu1": 0.4, "nu2": 100.0}, {"nu1": 0.4, "nu2": 1000.0},
+                      {"nu1": 0.4, "nu2": 10000.0}, {"nu1": 0.4, "nu2": 100000.0})}
 #: Nie et al. 2023 Figs. 1 and 3: InfoNCE, its decoupled forms (alignment + uniformity, DCL), and MPT at
 #: the margins of Fig. 3c–e (0.10, 0.23 = the best, 0.80).
 NIE2023_LOSSES = ("infonce", "align_uniform", "dcl")
@@ -49,6 +55,18 @@ SIMCSE_LOSSES = (TABLE3_REFERENCE, *(modified for _, modified in TABLE3_PAIRS))
 #: Li et al. 2024 Table 3, BERT-base column, STS avg. (Spearman × 100 over the seven STS tasks; InfoNCE's
 #: from Gao et al. 2021, the modified losses' the mean of three runs).
 TABLE3_PAPER_BERT = {"infonce": 76.25, "mb": 78.34, "mv": 78.24, "mmhe": 78.40, "mmhs": 78.27}
+#: Rho et al. 2023's gradient-scaling transforms of InfoNCE (Sec. 5, Algorithms 1, 3, 4; Eqs. 8–11) at
+#: their defaults (SimCLR on CIFAR-10, App. C: τ = 0.25, β = 1, s = 1.125, m1 = 0.2, curvature s = 2.5,
+#: c = 0.7), trained on the sentence setting: "none" is the untransformed InfoNCE with β, the control.
+RHO2023_TRANSFORMS = ("none", "emphasize", "ratio", "curvature")
+#: Farina et al. 2023: Barlow Twins (Pearson form, Eq. 2) and VICReg (Eq. 3) sentence embeddings against
+#: the contrastive baseline (SimCSE's InfoNCE), each at its registry defaults.
+FARINA2023_LOSSES = ("infonce", "barlow_twins_pearson", "vicreg_nc")
+#: Zhang et al. 2022's collapse account through m_o and m_r: a loss that collapses at its defaults on this
+#: setting (Barlow Twins and VICReg in Li et al. 2024's form, Table 3's default ν) against InfoNCE.
+ZHANG2022_LOSSES = ("infonce", "barlow_twins", "vicreg")
+#: Seeds per configuration: every claim a test decides has at least this many per arm.
+DEFAULT_SEEDS = 5
 #: Runs drawn on their own simulated maps by ``trajectory``.
 TRAJECTORY_LOSSES = ("baseline", "arccon")
 
@@ -91,11 +109,11 @@ class Scale:
 
     Examples:
       >>> Scale().run.encoder, Scale().run.steps, Scale().seeds
-      ('light', 100, 3)
+      ('light', 100, 5)
     """
 
     run: RunSpec = CPU_RUN
-    seeds: int = 3
+    seeds: int = DEFAULT_SEEDS
     quick: bool = False
     values: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
@@ -180,6 +198,11 @@ def nu_losses(name: str) -> list[dict[str, Any]]:
     return [{"loss": name, "params": dict(p)} for p in NU_GRID[name]]
 
 
+def rho2023_losses() -> list[dict[str, Any]]:
+    """The loss dicts of ``RHO2023_TRANSFORMS`` (``{"loss": "transform:NAME"}``, Rho et al. 2023's defaults)."""
+    return [{"loss": f"transform:{name}"} for name in RHO2023_TRANSFORMS]
+
+
 def table3_losses() -> list[Any]:
     """Table 3's runs: the reference, the four (original, modified) pairs, the other claims, the ν grids."""
     names = [TABLE3_REFERENCE, *(n for pair in (*TABLE3_PAIRS, *TABLE3_CLAIMS) for n in pair)]
@@ -204,6 +227,12 @@ def _losses(study: str, scale: Scale) -> list[Any]:
         return [*NIE2023_LOSSES, *({"loss": "mpt", "params": {"m": m}} for m in NIE2023_MPT_MARGINS)]
     if study == "trajectory":
         return [baseline() if n == "baseline" else n for n in TRAJECTORY_LOSSES]
+    if study == "rho2023":
+        return rho2023_losses()
+    if study == "farina2023":
+        return list(FARINA2023_LOSSES)
+    if study == "zhang2022":
+        return list(ZHANG2022_LOSSES)
     if study == "simcse":
         if scale.run.recipe != "simcse-unsup":
             raise ValueError("the simcse study runs SimCSE's recipe: build its scale with Scale.make(study='simcse')")
@@ -224,6 +253,11 @@ STUDIES = {
     "fig1": "Table 3's numbers as bars, original vs modified",
     "nie2023": "Nie et al. 2023 Figs. 1 and 3: alignment, uniformity and the distance gap over training for "
                "InfoNCE, its decoupled forms and MPT at three margins",
+    "rho2023": "Rho et al. 2023's gradient-scaling transforms of InfoNCE (none, emphasize, ratio, curvature) "
+               "on the sentence setting",
+    "farina2023": "Farina et al. 2023: Barlow Twins and VICReg sentence embeddings (their forms) against InfoNCE",
+    "zhang2022": "Zhang et al. 2022: the center / residual ratios m_o and m_r over training, collapsing losses "
+                 "against InfoNCE",
     "trajectory": "a run's monitored (μ_pos, μ_neg) path on the simulated GD and ratio maps of its loss",
     "simcse": "Table 3's InfoNCE vs mB, mV, mMHE, mMHS under SimCSE's unsupervised recipe on a transformer "
               "(MiniLM by default; any BERT / RoBERTa checkpoint with --encoder PATH)",

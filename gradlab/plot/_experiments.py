@@ -2,7 +2,9 @@
 scale, and a run's monitored (μ_pos, μ_neg) path drawn on the simulated maps of its loss.
 
 Each takes plain arrays (or ``Result`` objects for the maps) and returns the matplotlib Figure.
-Spread bands are ± one sample standard deviation over seeds (none for one seed).
+A band or error bar is mean ± the half-width the caller passes: the studies pass the 95 % t
+interval of the mean over seeds, the interval their claims use (none for one seed). These
+recipes only draw; what they show is computed by ``gradlab.experiments``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import numpy as np
 from gradlab.plot._core import heatmap
 from gradlab.plot._style import AXIS_LABELS, new_figure, styled
 
-Series = tuple[np.ndarray, np.ndarray | None]  # mean, sd (or None)
+Series = tuple[np.ndarray, np.ndarray | None]  # mean, band half-width (or None)
+#: Series told apart without colour alone: a qualitative palette, and a line style and marker each.
+LINESTYLES = ("-", "--", "-.", (0, (5, 1, 1, 1)), (0, (1, 1)), (0, (8, 2)))
+MARKERS = ("o", "s", "^", "D", "v", "P")
 
 
 def _band(ax, x, mean, sd, colour, label, marker="o"):
@@ -52,19 +57,24 @@ def _support(edges, counts, step: float = 0.1) -> tuple[float, float]:
 def _colours(n, cmap="viridis"):
     import matplotlib
 
+    if cmap == "tab10":  # qualitative: distinct hues, not shades of one
+        return [matplotlib.colormaps["tab10"](i % 10) for i in range(max(n, 1))]
     return matplotlib.colormaps[cmap](np.linspace(0.05, 0.85, max(n, 1)))
 
 
 @styled
 def component_sweeps(panels: Mapping[str, tuple[Sequence[float], np.ndarray, np.ndarray | None]], *,
                      reference: float | None = None, ylabel: str = "STS-B dev Spearman × 100",
-                     suptitle: str | None = None, failed: Mapping[str, Sequence[float]] | None = None):
-    """Li et al. 2024 Fig. 6: the score against one varied component per panel (mean ± sd over seeds).
+                     suptitle: str | None = None, failed: Mapping[str, Sequence[float]] | None = None,
+                     notes: Mapping[str, str] | None = None):
+    """Li et al. 2024 Fig. 6: the score against one varied component per panel (mean and its band).
 
     Args:
-      panels: title -> (values, mean, sd); log-scaled x when the values span more than 20×.
+      panels: title -> (values, mean, band half-width); log-scaled x when the values span more than 20×.
       reference: a horizontal dotted line (e.g. the score before training).
       failed: title -> values whose runs failed (marked with a red ×).
+      notes: title -> a line written in the panel's lower left (e.g. the claim's paired difference
+        with its interval).
     """
     fig, axes = new_figure(1, len(panels), panel=(4.2, 3.4))
     for ax, (title, (values, mean, sd)) in zip(axes.ravel(), panels.items(), strict=True):
@@ -74,7 +84,10 @@ def component_sweeps(panels: Mapping[str, tuple[Sequence[float], np.ndarray, np.
             ax.set_xscale("log")
         if reference is not None:
             ax.axhline(reference, color="0.4", ls=":", lw=1.2, label="before training")
-            ax.legend(frameon=False)
+            ax.legend(frameon=False, loc="lower right", fontsize=8)
+        if (notes or {}).get(title):
+            ax.text(0.02, 0.03, notes[title], transform=ax.transAxes, ha="left", va="bottom", fontsize=8,
+                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.7", "alpha": 0.9})
         for v in (failed or {}).get(title, ()):
             ax.plot([v], [np.nanmin(mean) if np.any(np.isfinite(mean)) else 0.0], "x", color="red", ms=9)
         ax.set_title(title)
@@ -198,8 +211,11 @@ def step_series(panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray, 
     joined by a solid line between neighbouring records and a dotted one across a gap, and
     each missing record is a tick at the bottom of the panel.
 
+    Series are told apart by hue (a qualitative palette), line style and marker; each panel's
+    legend sits below it, off the data.
+
     Args:
-      panels: title -> {label: (steps, mean, sd)}.
+      panels: title -> {label: (steps, mean, band half-width or None)}.
       references: title -> [(value, label)]: dashed horizontal reference lines (e.g. the
         σ_pos, σ_neg the simulation assumes, Li et al. 2024 Fig. 9).
       gaps: title -> what a missing record means there (legend text of the bottom ticks).
@@ -213,8 +229,10 @@ def step_series(panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray, 
     flat = axes.ravel()
     for ax, (title, lines) in zip(flat, panels.items(), strict=False):
         missing = False
-        for colour, (label, (x, mean, sd)) in zip(_colours(len(lines)), lines.items(), strict=False):
-            missing |= _gapped_series(ax, x, mean, sd, colour, label)
+        for i, (colour, (label, (x, mean, sd))) in enumerate(zip(_colours(len(lines), "tab10"), lines.items(),
+                                                                     strict=False)):
+            missing |= _gapped_series(ax, x, mean, sd, colour, label, ls=LINESTYLES[i % len(LINESTYLES)],
+                                      marker=MARKERS[i % len(MARKERS)])
         if missing:
             ax.plot([], [], marker="|", ls="", ms=9, color="0.3",
                     label=f"no value: {(gaps or {}).get(title, 'not recorded')}")
@@ -230,8 +248,8 @@ def step_series(panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray, 
         ax.set_xlabel("training step")
         ax.set_ylabel((ylabels or {}).get(title, title))
         ax.set_title(title)
-        if len(lines) > 1 or missing:
-            ax.legend(frameon=False, fontsize=8)
+        if len(lines) > 1 or missing:  # below the panel: never over the curves
+            ax.legend(frameon=False, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2)
         ax.grid(alpha=0.3)
     for ax in flat[n:]:
         ax.set_visible(False)
@@ -240,16 +258,20 @@ def step_series(panels: Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray, 
     return fig
 
 
-def _gapped_series(ax, x, mean, sd, colour, label) -> bool:
-    """Draw one series with its ± sd band; NaN records as gaps (see ``step_series``). True if any."""
+def _gapped_series(ax, x, mean, sd, colour, label, ls="-", marker="o") -> bool:
+    """Draw one series with its band; NaN records as gaps (see ``step_series``). True if any."""
     x, mean = np.asarray(x, float), np.asarray(mean, float)
     ok = np.isfinite(mean)
     if ok.all():
-        _band(ax, x, mean, sd, colour, label, marker="")
+        ax.plot(x, mean, color=colour, lw=1.8, ls=ls, marker=marker, ms=4, markevery=max(1, x.size // 8),
+                label=label)
+        if sd is not None and np.any(np.isfinite(sd)):
+            sd = np.nan_to_num(np.asarray(sd, float))
+            ax.fill_between(x, mean - sd, mean + sd, color=colour, alpha=0.18, lw=0)
         return False
     ax.plot(x[ok], mean[ok], color=colour, lw=0.9, ls=":")  # across the gaps
-    ax.plot(x, mean, color=colour, lw=1.8)  # NaN breaks the line: solid between neighbouring records
-    ax.plot(x[ok], mean[ok], color=colour, marker="o", ms=4, ls="", label=label)
+    ax.plot(x, mean, color=colour, lw=1.8, ls=ls)  # NaN breaks the line: drawn between neighbouring records
+    ax.plot(x[ok], mean[ok], color=colour, marker=marker, ms=4, ls="", label=label)
     if sd is not None:
         sd = np.asarray(sd, float)
         band = ok & np.isfinite(sd)
@@ -263,12 +285,13 @@ def _gapped_series(ax, x, mean, sd, colour, label) -> bool:
 @styled
 def ori_mod_bars(pairs: Sequence[tuple[str, Series, str, Series]], *, reference: tuple[str, Series] | None = None,
                  baseline: float | None = None, ylabel: str = "STS-B test Spearman × 100", title: str | None = None):
-    """Li et al. 2024 Fig. 1: original vs modified loss per pair, bars with ± sd over seeds.
+    """Li et al. 2024 Fig. 1: original vs modified loss per pair, bars with the caller's error bars.
 
     The bars start at 0; each pair's difference (modified − original) is written above it.
 
     Args:
-      pairs: (original name, (mean, sd), modified name, (mean, sd)); a NaN mean is a failed run.
+      pairs: (original name, (mean, half-width), modified name, (mean, half-width)); a NaN mean is a
+        failed run.
       reference: an optional reference loss drawn as a dashed line.
       baseline: the score before training (dotted line).
     """
