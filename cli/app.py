@@ -55,15 +55,15 @@ from gradlab_cli._common import (
 from typer.core import TyperGroup
 
 from gradlab import defaults
+from gradlab.errors import one_line
 
 OOM_HINT = "out of memory for these sizes: reduce --grid, --batches or --batch-size"
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    if isinstance(exc, KeyError):
-        text = f"unknown key {text}"
-    return " ".join(text.split())
+def _message(exc: BaseException) -> str:
+    """The error line's text: the message on one line (a KeyError's names the key)."""
+    text = one_line(exc, typed=False)
+    return f"unknown key {text}" if isinstance(exc, KeyError) else text
 
 
 def _out_of_memory(exc: BaseException) -> bool:
@@ -84,8 +84,8 @@ def _error(exc: Exception) -> tuple[int, str | None]:
     if _out_of_memory(exc):
         return 2, f"Error: {OOM_HINT}"
     if isinstance(exc, (ValueError, TypeError, KeyError, OSError, ImportError, NotImplementedError)):
-        return 2, f"Error: {_one_line(exc)}"
-    return 1, f"Error: internal error ({type(exc).__name__}): {_one_line(exc)}; rerun with --debug"
+        return 2, f"Error: {_message(exc)}"
+    return 1, f"Error: internal error ({type(exc).__name__}): {_message(exc)}; rerun with --debug"
 
 
 class _Gradlab(TyperGroup):
