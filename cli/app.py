@@ -43,6 +43,7 @@ from gradlab_cli._common import (
     NoPlot,
     Out,
     Params,
+    Seed,
     angle,
     fail,
     make_writer,
@@ -232,7 +233,6 @@ MU_POS_RANGE = tuple(map(pi_text, defaults.MU_POS_RANGE))
 MU_NEG_RANGE = tuple(map(pi_text, defaults.MU_NEG_RANGE))
 MuPosRange = Annotated[tuple[float, float], typer.Option("--mu-pos-range", parser=number, metavar="LO HI", help=f"LO HI of μ_pos, radians within [0, pi]; pi allowed ({' '.join(MU_POS_RANGE)}).")]
 MuNegRange = Annotated[tuple[float, float], typer.Option("--mu-neg-range", parser=number, metavar="LO HI", help=f"LO HI of μ_neg, radians within [0, pi] ({' '.join(MU_NEG_RANGE)}).")]
-Seed = Annotated[int, typer.Option("--seed", help="Root seed in [0, 2**31 - 1]: fixes every number bit for bit.")]
 ModeOpt = Annotated[Mode, typer.Option("--mode", help="common: one set of draws for every cell (fast); independent: draws per cell.")]
 
 
