@@ -7,7 +7,7 @@ as typed and the parameters): into ``--out`` (default: the working directory) th
 the result's arrays under the engine's names ``mu_pos``, ``mu_neg``, ``mean``, ``stderr``,
 ``mask``, ...) and the metadata (``STEM.json``: command line, parameters, seed, versions,
 device, wall time), each atomically. ``gradlab figures`` is a loop over the library's
-registry, ``gradlab.plot.paper_figure``: a notebook gets the same figure and data.
+registry, ``gradlab.figures.paper_figure``: a notebook gets the same figure and data.
 
 Validation lives in the library (``Protocol``, the loss registry): the commands build library
 objects from the options and let their ``ValueError`` / ``TypeError`` through. ONE handler,
@@ -310,12 +310,12 @@ def heatmap(
     writer = make_writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
                          params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
                          gd_threshold=gd_threshold, part=part.value)
-    from gradlab import plot
+    from gradlab.figures import component_figure
 
     comp = component.value
     with progress_bar(f"{comp} map of {the_loss.name}") as cb:
-        fig, result = plot.component_figure(the_loss, protocol, component=comp, exact=exact, gd_threshold=gd_threshold,
-                                            part=part.value, progress=cb, plot=writer.plot)
+        fig, result = component_figure(the_loss, protocol, component=comp, exact=exact, gd_threshold=gd_threshold,
+                                       part=part.value, progress=cb, plot=writer.plot)
     variant = ("_neg" if comp == "norm" and part is Part.neg else "") + ("_exact" if exact else "")
     writer.result(f"heatmap_{_safe(the_loss.name)}{_param_tag(params)}_{comp}{variant}", result, fig)
     writer.report()
@@ -571,13 +571,13 @@ def figures(
 
       gradlab figures --only li2024_fig2 --only nie2023_fig4
     """
-    from gradlab import plot
+    from gradlab.figures import figure_ids, paper_figure
 
-    ids = plot.figure_ids(only)
+    ids = figure_ids(only)
     writer = make_writer(out, fmt, no_plot, "figures", quick=quick, only=ids, seed=seed)
     with progress_bar("figures") as cb:
         for n, fid in enumerate(ids):
-            fig, data = plot.paper_figure(fid, quick=quick, seed=seed, plot=writer.plot)
+            fig, data = paper_figure(fid, quick=quick, seed=seed, plot=writer.plot)
             writer.result(fid, data, fig)
             if cb:
                 cb(n + 1, len(ids))
