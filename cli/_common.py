@@ -170,6 +170,7 @@ NoPlot = Annotated[bool, typer.Option("--no-plot", help="Write the data and meta
 Debug = Annotated[bool, typer.Option("--debug", callback=set_debug, help="Show a traceback on errors.")]
 Params = Annotated[list[str] | None, typer.Option("--param", "-p", parser=key_value, metavar="KEY=VALUE",
                                                    help="Loss parameter KEY=VALUE (repeatable); values may use pi, e.g. u=pi/18.")]
+Seed = Annotated[int, typer.Option("--seed", help="Root seed in [0, 2**31 - 1]: fixes every number bit for bit.")]
 
 
 @contextlib.contextmanager

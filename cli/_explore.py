@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from gradlab_cli._common import CONTEXT, LOSS_HELP, Compose, Debug, Params, fail, parse_params
+from gradlab_cli._common import CONTEXT, LOSS_HELP, Compose, Debug, Params, Seed, fail, parse_params
 
 #: The live protocol's defaults (``gradlab.explore.LIVE``, as literals so that ``--help`` loads no JAX; a test
 #: checks that they agree).
@@ -29,7 +29,7 @@ def explore(
     grid: Annotated[int, typer.Option("--grid", help="Points per μ axis of the live maps (the page's toggle switches to the paper's 100).")] = GRID,
     batches: Annotated[int, typer.Option("--batches", help="Batches per cell of the live maps (the paper: 1000).")] = BATCHES,
     batch_size: Annotated[int, typer.Option("--batch-size", "-N", help="N: 1 positive + N-1 negatives.")] = BATCH_SIZE,
-    seed: Annotated[int, typer.Option("--seed", help="Root seed of the Monte-Carlo draws.")] = 0,
+    seed: Seed = 0,
     out: Annotated[Path, typer.Option("--out", "-o", help="Where the page's export button writes explore_view.{png,npz,json}.")] = Path("explore"),
     debug: Debug = False,
 ):

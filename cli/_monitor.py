@@ -132,7 +132,7 @@ def report_cmd(
 
             paths = write_trajectory(log, out, fmt=formats[0], command_line=command_line())
         else:
-            from gradlab.monitor import report
+            from gradlab.figures import report
 
             meta = report(log, out, formats=formats, plot=not no_plot, extra_meta={"command_line": command_line()})
             paths = meta["files"]

@@ -7,7 +7,7 @@ as typed and the parameters): into ``--out`` (default: the working directory) th
 the result's arrays under the engine's names ``mu_pos``, ``mu_neg``, ``mean``, ``stderr``,
 ``mask``, ...) and the metadata (``STEM.json``: command line, parameters, seed, versions,
 device, wall time), each atomically. ``gradlab figures`` is a loop over the library's
-registry, ``gradlab.plot.paper_figure``: a notebook gets the same figure and data.
+registry, ``gradlab.figures.paper_figure``: a notebook gets the same figure and data.
 
 Validation lives in the library (``Protocol``, the loss registry): the commands build library
 objects from the options and let their ``ValueError`` / ``TypeError`` through. ONE handler,
@@ -43,6 +43,7 @@ from gradlab_cli._common import (
     NoPlot,
     Out,
     Params,
+    Seed,
     angle,
     fail,
     make_writer,
@@ -55,15 +56,15 @@ from gradlab_cli._common import (
 from typer.core import TyperGroup
 
 from gradlab import defaults
+from gradlab.errors import one_line
 
 OOM_HINT = "out of memory for these sizes: reduce --grid, --batches or --batch-size"
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    if isinstance(exc, KeyError):
-        text = f"unknown key {text}"
-    return " ".join(text.split())
+def _message(exc: BaseException) -> str:
+    """The error line's text: the message on one line (a KeyError's names the key)."""
+    text = one_line(exc, typed=False)
+    return f"unknown key {text}" if isinstance(exc, KeyError) else text
 
 
 def _out_of_memory(exc: BaseException) -> bool:
@@ -84,8 +85,8 @@ def _error(exc: Exception) -> tuple[int, str | None]:
     if _out_of_memory(exc):
         return 2, f"Error: {OOM_HINT}"
     if isinstance(exc, (ValueError, TypeError, KeyError, OSError, ImportError, NotImplementedError)):
-        return 2, f"Error: {_one_line(exc)}"
-    return 1, f"Error: internal error ({type(exc).__name__}): {_one_line(exc)}; rerun with --debug"
+        return 2, f"Error: {_message(exc)}"
+    return 1, f"Error: internal error ({type(exc).__name__}): {_message(exc)}; rerun with --debug"
 
 
 class _Gradlab(TyperGroup):
@@ -232,7 +233,6 @@ MU_POS_RANGE = tuple(map(pi_text, defaults.MU_POS_RANGE))
 MU_NEG_RANGE = tuple(map(pi_text, defaults.MU_NEG_RANGE))
 MuPosRange = Annotated[tuple[float, float], typer.Option("--mu-pos-range", parser=number, metavar="LO HI", help=f"LO HI of μ_pos, radians within [0, pi]; pi allowed ({' '.join(MU_POS_RANGE)}).")]
 MuNegRange = Annotated[tuple[float, float], typer.Option("--mu-neg-range", parser=number, metavar="LO HI", help=f"LO HI of μ_neg, radians within [0, pi] ({' '.join(MU_NEG_RANGE)}).")]
-Seed = Annotated[int, typer.Option("--seed", help="Root seed in [0, 2**31 - 1]: fixes every number bit for bit.")]
 ModeOpt = Annotated[Mode, typer.Option("--mode", help="common: one set of draws for every cell (fast); independent: draws per cell.")]
 
 
@@ -310,12 +310,12 @@ def heatmap(
     writer = make_writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
                          params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
                          gd_threshold=gd_threshold, part=part.value)
-    from gradlab import plot
+    from gradlab.figures import component_figure
 
     comp = component.value
     with progress_bar(f"{comp} map of {the_loss.name}") as cb:
-        fig, result = plot.component_figure(the_loss, protocol, component=comp, exact=exact, gd_threshold=gd_threshold,
-                                            part=part.value, progress=cb, plot=writer.plot)
+        fig, result = component_figure(the_loss, protocol, component=comp, exact=exact, gd_threshold=gd_threshold,
+                                       part=part.value, progress=cb, plot=writer.plot)
     variant = ("_neg" if comp == "norm" and part is Part.neg else "") + ("_exact" if exact else "")
     writer.result(f"heatmap_{_safe(the_loss.name)}{_param_tag(params)}_{comp}{variant}", result, fig)
     writer.report()
@@ -571,13 +571,13 @@ def figures(
 
       gradlab figures --only li2024_fig2 --only nie2023_fig4
     """
-    from gradlab import plot
+    from gradlab.figures import figure_ids, paper_figure
 
-    ids = plot.figure_ids(only)
+    ids = figure_ids(only)
     writer = make_writer(out, fmt, no_plot, "figures", quick=quick, only=ids, seed=seed)
     with progress_bar("figures") as cb:
         for n, fid in enumerate(ids):
-            fig, data = plot.paper_figure(fid, quick=quick, seed=seed, plot=writer.plot)
+            fig, data = paper_figure(fid, quick=quick, seed=seed, plot=writer.plot)
             writer.result(fid, data, fig)
             if cb:
                 cb(n + 1, len(ids))

@@ -48,6 +48,7 @@ __all__ = [
     "load_json",
     "runtime_meta",
     "load_views",
+    "series_keys",
     "FORMAT_VERSION",
 ]
 
@@ -249,6 +250,18 @@ def load_views(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
     if not (np.all(np.isfinite(h)) and np.all(np.isfinite(hp))):
         raise ValueError("embeddings contain non-finite values")
     return h, hp
+
+
+# --- flat series --------------------------------------------------------------------------
+def series_keys(series: Mapping[str, Any], stat: str) -> list[str]:
+    """The keys k of the flat series ``"<stat>/<k>"`` (one level), in order: the τ, λ or losses of
+    a monitor log's series (``gradlab.monitor.log_series``), as its report saves them.
+
+    Examples:
+      >>> series_keys({"step": 0, "hardest_share/0.05": 0, "hardest_share/0.1": 0, "ratio/arccon/x": 0}, "hardest_share")
+      ['0.05', '0.1']
+    """
+    return [k.split("/", 1)[1] for k in series if k.startswith(stat + "/") and k.count("/") == 1]
 
 
 # --- the bundle --------------------------------------------------------------------------

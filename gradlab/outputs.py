@@ -15,8 +15,9 @@ before any computation, then writes for each stem
 A ``Result`` written by ``Writer.result`` reads back with ``gradlab.io.Result.load(out / STEM)``.
 Under ``jax.distributed`` only process 0 writes (every process holds the gathered result).
 
-This module sits above ``gradlab.io`` (atomic writes) and ``gradlab.plot`` (``save_figure``);
-``gradlab.io`` cannot host it, as ``gradlab.plot`` saves figures with ``gradlab.io``.
+This module sits on ``gradlab.io`` (atomic writes) and draws nothing: a figure comes drawn
+from its caller, and ``save_figure`` writes it with the figure's own ``savefig``. So the
+monitor, the engine and the training studies write through it without importing plotting.
 
 Examples:
   >>> import numpy as np, tempfile
@@ -49,10 +50,12 @@ from typing import Any
 import numpy as np
 
 __all__ = ["FORMATS", "TABLE_FORMATS", "Writer", "check_formats", "check_out_dir", "removed_on_failure",
-           "table_text", "primary_process", "versions"]
+           "save_figure", "table_text", "primary_process", "versions"]
 
 #: Figure formats a ``Writer`` writes.
 FORMATS = ("png", "pdf", "svg")
+#: ``save_figure``'s resolution when none is given (dots per inch).
+FIGURE_DPI = 150
 #: Table formats ``Writer.table`` writes: comma-separated values, Markdown, LaTeX (a ``tabular``).
 TABLE_FORMATS = ("csv", "md", "tex")
 
@@ -127,6 +130,21 @@ def removed_on_failure(out: str | os.PathLike,
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only if empty: never what another process put there meanwhile
         raise
+
+
+def save_figure(fig, path, fmt: str | None = None, *, dpi: float | None = None):
+    """Save ``fig`` atomically to ``path`` (format from ``fmt`` or the suffix; ``dpi``
+    default ``FIGURE_DPI``). The figures use constrained layout, which already fits their labels; a
+    tight bounding box would lay each figure out a second time. ``fig`` is anything with
+    matplotlib's ``savefig``: this module imports no plotting library."""
+    import io
+
+    from gradlab.io import atomic_write_bytes
+
+    fmt = fmt or str(path).rsplit(".", 1)[-1]
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=FIGURE_DPI if dpi is None else dpi)
+    return atomic_write_bytes(path, buf.getvalue())
 
 
 def check_formats(formats: Iterable[str] | None) -> list[str]:
@@ -263,8 +281,6 @@ class Writer:
         nothing when ``plot`` is off or ``fig`` is None."""
         if not self.plot or fig is None or not self.primary:
             return []
-        from gradlab.plot import save_figure
-
         paths = [save_figure(fig, self.out / f"{stem}.{fmt}", fmt, dpi=dpi) for fmt in self.formats]
         self.written.extend(paths)
         return paths

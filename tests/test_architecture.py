@@ -276,3 +276,129 @@ def test_architecture_page_names_every_public_module_and_only_real_ones():
     every = ["gradlab"] + [info.name for info in pkgutil.walk_packages(gradlab.__path__, prefix="gradlab.")]
     public = {n for n in every if not any(part.startswith("_") for part in n.split("."))}
     assert public - modules == set(), f"architecture.md does not name {sorted(public - modules)}"
+
+
+# --- the floors of the house (docs/architecture.md) --------------------------------------------
+#: Each module's floor: the first floor one of whose prefixes names it (a prefix names itself and
+#: its submodules). Data flows up: losses -> paradigm -> simulate / monitor / real -> results ->
+#: plots and commands. Imports point down, with one exception that makes the house a diamond:
+#: ``plot`` reads results and never imports the floors that compute them.
+FLOORS: dict[str, tuple[str, ...]] = {
+    "base": ("gradlab.defaults", "gradlab.geometry", "gradlab.progress", "gradlab.errors", "gradlab.threads",
+             "gradlab._lazy", "gradlab._version", "gradlab._validation", "gradlab._cache", "gradlab._memory"),
+    "results": ("gradlab.io", "gradlab.outputs"),
+    "paradigm": ("gradlab.losses", "gradlab.design", "gradlab.paradigm", "gradlab.lemma1", "gradlab.margins",
+                 "gradlab.norms", "gradlab.collapse"),
+    "compute": ("gradlab.simulate", "gradlab.monitor", "gradlab.real"),
+    "plot": ("gradlab.plot",),
+    "top": ("gradlab.figures", "gradlab.experiments", "gradlab.explore", "gradlab.compare", "gradlab_cli"),
+}
+#: The package root is a lazy facade over every floor (``gradlab.plot``, ``gradlab.simulate`` ...):
+#: only the top floor imports it.
+FACADE = "gradlab"
+#: The floors each floor may import (its own included). ``plot`` may also read the loss registry
+#: (a loss's title): ``PLOT_READS``.
+MAY_IMPORT = {
+    "base": {"base"},
+    "results": {"base", "results"},
+    "paradigm": {"base", "results", "paradigm"},
+    "compute": {"base", "results", "paradigm", "compute"},
+    "plot": {"base", "results", "plot"},
+    "top": set(FLOORS),
+}
+PLOT_READS = {"gradlab.losses"}
+#: Names a lower package still offers, for its users, though an upper floor defines them: the
+#: package's ``__getattr__`` imports the upper module when the name is first used, never before.
+COMPAT_ALIASES: dict[str, set[str]] = {
+    "gradlab.plot": {"gradlab.figures"},  # FIGURES, PaperFigure, paper_figure, figure_ids, COMPONENTS, component_figure
+    "gradlab.monitor": {"gradlab.figures"},  # report
+}
+
+
+def floor_of(module: str) -> str | None:
+    if module == FACADE:
+        return "top"
+    for name, prefixes in FLOORS.items():
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return name
+    return None
+
+
+def alias_graph() -> dict[str, set[str]]:
+    """Module -> the modules named by its module-level ``{name: "module"}`` dicts (the lazy
+    re-exports ``gradlab._lazy.attach`` imports on first use): imports the ``ast`` of an import
+    statement does not show."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in tree.body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if isinstance(value, ast.Dict):
+                for v in value.values:
+                    if isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value in mods and v.value != mod:
+                        graph[mod].add(v.value)
+    return graph
+
+
+def floor_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that climbs: ``importer (floor) -> imported (floor)``."""
+    bad = []
+    for mod, targets in sorted(graph.items()):
+        if mod == FACADE:
+            continue
+        here = floor_of(mod)
+        for t in sorted(targets):
+            there = floor_of(t)
+            if there in MAY_IMPORT[here] or (here == "plot" and t in PLOT_READS):
+                continue
+            bad.append(f"{mod} ({here}) -> {t} ({there})")
+    return bad
+
+
+def test_every_module_has_a_floor():
+    assert not [m for m in _modules() if floor_of(m) is None]
+
+
+def test_the_floor_checker_finds_a_planted_climb():
+    graph = {"gradlab.plot._x": {"gradlab.simulate", "gradlab.io", "gradlab.losses"},
+             "gradlab.monitor._y": {"gradlab.plot"}, "gradlab.outputs": {"gradlab.plot._style"},
+             "gradlab.figures": {"gradlab.plot", "gradlab.simulate"}}
+    assert floor_violations(graph) == ["gradlab.monitor._y (compute) -> gradlab.plot (plot)",
+                                       "gradlab.outputs (results) -> gradlab.plot._style (plot)",
+                                       "gradlab.plot._x (plot) -> gradlab.simulate (compute)"]
+
+
+def test_imports_follow_the_floors_even_lazily():
+    """Plot reads results: nothing in ``gradlab.plot`` imports the engine, the monitor, the real
+    pipeline, the experiments or the figure recipes, not even inside a function; the monitor and the
+    writer draw nothing (no ``gradlab.plot``)."""
+    bad = floor_violations(import_graph(function_local=True))
+    assert not bad, "imports that climb a floor:\n" + "\n".join(bad)
+
+
+def test_lazy_re_exports_climb_only_where_listed():
+    graph = alias_graph()
+    climbs = {m: {t for t in ts if floor_violations({m: {t}})} for m, ts in graph.items() if m != FACADE}
+    assert {m: ts for m, ts in climbs.items() if ts} == COMPAT_ALIASES
+
+
+def test_the_explorer_page_draws_without_computing():
+    """``gradlab.explore``'s Bokeh drawing reads arrays: no engine, no simulate."""
+    graph = import_graph(function_local=True)
+    assert not {t for t in graph["gradlab.explore._bokeh"] if floor_of(t) in {"compute", "paradigm", "top"}}
+
+
+def test_importing_plot_or_the_monitor_loads_no_upper_floor():
+    import subprocess
+    import sys
+
+    code = ("import sys, gradlab.plot, gradlab.monitor, gradlab.outputs\n"
+            "from gradlab.monitor import read_log, log_series, report_data\n"
+            "from gradlab.plot import heatmap, monitor_curves, save_figure\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('gradlab.simulate', 'gradlab.figures', "
+            "'gradlab.real', 'gradlab.experiments', 'gradlab.plot', 'matplotlib', 'jax'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = eval(out.stdout)
+    assert not [m for m in loaded if not m.startswith("gradlab.plot")], loaded

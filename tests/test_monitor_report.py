@@ -1,4 +1,5 @@
-"""``report`` and the CLI commands ``gradlab track`` / ``gradlab report``."""
+"""``report`` (``gradlab.figures.report``, also ``gradlab.monitor.report``), the monitor's
+``report_data`` it draws, and the CLI commands ``gradlab track`` / ``gradlab report``."""
 
 from __future__ import annotations
 
@@ -69,6 +70,44 @@ def test_report_writes_figures_data_metadata(run_log, tmp_path):
 
     for name in ("monitor_curves.png", "monitor_lemma1.png", "monitor_cosines.png"):
         assert mpimg.imread(tmp_path / "rep" / name).std() > 0.05, f"{name} looks blank"
+
+
+def test_report_data_is_what_the_report_writes_and_draws_nothing(run_log, tmp_path):
+    """The monitor computes the report (``report_data``) without loading matplotlib or gradlab.plot;
+    ``report`` writes exactly those arrays and counts."""
+    import subprocess
+    import sys
+
+    _, log = run_log
+    code = ("import sys\nfrom gradlab.monitor import report_data\n"
+            f"d = report_data({str(log)!r})\n"
+            "print(len(d.arrays), d.meta['valid'], sorted(m for m in sys.modules if m.startswith(('matplotlib', 'gradlab.plot', 'gradlab.figures'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    n_arrays, valid, drawing = out.stdout.split(maxsplit=2)
+    assert int(valid) == 5 and drawing.strip() == "[]"
+    from gradlab.monitor import report_data
+
+    data = report_data(log)
+    meta = report(log, tmp_path, plot=False)
+    with np.load(tmp_path / "monitor.npz") as saved:
+        assert sorted(saved.files) == sorted(data.arrays) and len(saved.files) == int(n_arrays)
+        for k in saved.files:
+            np.testing.assert_array_equal(saved[k], data.arrays[k])
+    assert "histograms/cos_pos/first" in data.arrays and data.first["step"] == 0 and data.last["step"] == 40
+    assert {k: meta[k] for k in data.meta} == data.meta
+
+
+def test_the_report_keeps_its_old_names():
+    import gradlab.figures
+    import gradlab.monitor
+    from gradlab import plot
+
+    assert gradlab.monitor.report is gradlab.figures.report is report
+    for name in ("FIGURES", "PaperFigure", "figure_ids", "paper_figure", "COMPONENTS", "component_figure"):
+        assert getattr(plot, name) is getattr(gradlab.figures, name)
+    with pytest.raises(AttributeError):
+        plot.no_such_recipe  # noqa: B018
 
 
 def test_report_svg_and_no_plot(run_log, tmp_path):

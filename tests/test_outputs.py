@@ -1,5 +1,5 @@
 """The one provenance writer (``gradlab.outputs.Writer``), ``Result.stack`` and the paper-figure
-registry (``gradlab.plot.paper_figure``): a notebook gets what ``gradlab figures`` writes."""
+registry (``gradlab.figures.paper_figure``): a notebook gets what ``gradlab figures`` writes."""
 
 from __future__ import annotations
 
@@ -101,10 +101,10 @@ def test_experiment_context_writes_through_the_writer(tmp_path):
 def test_paper_figure_is_what_gradlab_figures_writes(tmp_path):
     """A notebook's ``paper_figure(ID)`` and ``gradlab figures --only ID`` give the same data; the
     panels are the engine's own maps (the witness: ``simulate.gd_map`` called directly)."""
-    from gradlab import plot, simulate
+    from gradlab import figures, simulate
     from gradlab.simulate import Protocol
 
-    fig, data = plot.paper_figure("li2024_fig2", quick=True, seed=3)
+    fig, data = figures.paper_figure("li2024_fig2", quick=True, seed=3)
     assert fig is not None and data.meta["figure"] == "li2024_fig2" and data.meta["paper"] == "Li et al. 2024 Fig. 2"
     proto = Protocol(grid=12, batches=32, batch_size=16, seed=3)
     for i, loss in enumerate(("arccon", "met")):
@@ -126,9 +126,9 @@ def test_paper_figure_is_what_gradlab_figures_writes(tmp_path):
 
 
 def test_paper_figure_margin_data_are_the_library_grids():
-    from gradlab import margins, plot
+    from gradlab import figures, margins
 
-    _, data = plot.paper_figure("rho2023_fig1", grid=7, plot=False)
+    _, data = figures.paper_figure("rho2023_fig1", grid=7, plot=False)
     theta, q = np.linspace(0.01, math.pi - 0.01, 7), np.linspace(0.005, 0.995, 7)
     want = margins.free_gradient_grid(theta, q, tau=0.25, beta=1.0, dtype=np.float32)
     assert data.dims == ("theta", "q")
@@ -141,12 +141,12 @@ def test_paper_figure_margin_data_are_the_library_grids():
 
 
 def test_paper_figure_errors_are_one_line():
-    from gradlab import plot
+    from gradlab.figures import paper_figure
 
     with pytest.raises(ValueError, match="unknown figure id 'fig99'"):
-        plot.paper_figure("fig99")
+        paper_figure("fig99")
     with pytest.raises(ValueError, match="li2024_fig2 has no parameter 'grid'"):
-        plot.paper_figure("li2024_fig2", grid=3)
+        paper_figure("li2024_fig2", grid=3)
     assert "unknown figure id 'fig99'" in one_line_error(run("figures", "--only", "li2024_fig2", "--only", "fig99"))
 
 
@@ -173,7 +173,7 @@ def test_load_views_reads_two_views_and_names_each_problem(tmp_path):
 def test_component_figure_calls_the_engine_statistic_of_each_component():
     from unittest import mock
 
-    from gradlab import plot
+    from gradlab.figures import component_figure
     from gradlab.simulate import Protocol
 
     proto = Protocol(grid=3, batches=2, batch_size=4)
@@ -185,11 +185,11 @@ def test_component_figure_calls_the_engine_statistic_of_each_component():
              "norm": ("gradlab.norms.norm_on_mu_grid", {"part": "neg"})}
     for component, (target, kwargs) in calls.items():
         with mock.patch(target, return_value=fake) as stat:
-            fig, got = plot.component_figure("infonce", proto, component=component, exact=component == "gd",
-                                             gd_threshold=0.2, part="neg", plot=component != "norm")
+            fig, got = component_figure("infonce", proto, component=component, exact=component == "gd",
+                                        gd_threshold=0.2, part="neg", plot=component != "norm")
         stat.assert_called_once_with("infonce", proto, **kwargs)
         assert got is fake and (fig is None) == (component == "norm")
     with pytest.raises(ValueError, match="unknown component 'w'"):
-        plot.component_figure("infonce", proto, component="w")
+        component_figure("infonce", proto, component="w")
     with pytest.raises(ValueError, match="exact applies to the gd component only"):
-        plot.component_figure("infonce", proto, component="ratio", exact=True)
+        component_figure("infonce", proto, component="ratio", exact=True)

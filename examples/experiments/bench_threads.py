@@ -18,9 +18,10 @@ import subprocess
 import sys
 import time
 
+from gradlab.threads import thread_env
+
 STEPS = 300
-ONE_THREAD = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
-              "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+ONE_THREAD = thread_env(1, {})  # what a --jobs worker sets (gradlab.threads.limit_threads(1))
 
 
 def one_run(seed: int) -> float:

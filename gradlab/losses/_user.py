@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gradlab.errors import one_line
 from gradlab.losses._compose import PARAMS, composition
 from gradlab.losses._loss import Loss
 from gradlab.losses._registry import LossSpec, get_spec
@@ -106,11 +107,6 @@ _PROBE_POS = np.cos(np.array([0.2, 0.7, 1.1]))
 _PROBE_NEG = np.cos(np.array([[0.9, 1.3, 1.6, 2.2], [0.5, 1.0, 1.5, 2.9], [1.2, 1.2, 1.8, 0.3]]))
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
-
-
 def probe(loss: Loss) -> None:
     """Evaluate a cosine loss and its components on a small fixed batch; raise a one-line ``ValueError`` if it fails.
 
@@ -123,7 +119,7 @@ def probe(loss: Loss) -> None:
     try:
         out = jnp.asarray(spec.value(c_pos, c_neg, valid, **loss.params))
     except Exception as exc:  # noqa: BLE001 - any failure of user code becomes one line
-        raise ValueError(f"{name}: calling it as fn(c_pos, c_neg, **params) failed ({_one_line(exc)})") from None
+        raise ValueError(f"{name}: calling it as fn(c_pos, c_neg, **params) failed ({one_line(exc, first_line=True)})") from None
     if out.shape != c_pos.shape:
         raise ValueError(f"{name}: fn(c_pos (3,), c_neg (3, 4)) must return shape (3,); got {out.shape}")
     if not bool(jnp.all(jnp.isfinite(out))):
@@ -131,7 +127,7 @@ def probe(loss: Loss) -> None:
     try:
         parts = spec.kernel(c_pos, c_neg, valid, **loss.params)
     except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"{name}: its gradient in cosine space failed ({_one_line(exc)})") from None
+        raise ValueError(f"{name}: its gradient in cosine space failed ({one_line(exc, first_line=True)})") from None
     if not all(bool(jnp.all(jnp.isfinite(x))) for x in parts):
         raise ValueError(f"{name}: its GD / W / R are not finite on the probe batch")
 

@@ -8,8 +8,11 @@ TensorBoard (``TensorBoardSink``, ``"tb:LOGDIR"``), an experiment tracker
 (``LogSink(wandb.log)``, ``LogSink(mlflow.log_metrics)``, ``LogSink(trackio.log)``) or
 any callable. ``analyze`` gives the same statistics per batch on saved embeddings;
 ``tracker_sink("wandb")`` opens such a tracker by name; ``read_log`` reads either log
-format back into the same records, and ``report`` turns
-a log into the curves (figures + data + metadata).
+format back into the same records, and ``report_data`` computes a log's report (the series
+over the steps, the first and last records, the counts) without drawing.
+
+``report``, which draws that report and writes it (figures + data + metadata), lives a floor
+up, in ``gradlab.figures`` (the monitor draws nothing); the name still works here.
 
 Importing this package does not import JAX, matplotlib, or any deep-learning framework.
 """
@@ -45,8 +48,11 @@ _LAZY = {
     "flatten": "gradlab.monitor._sinks",
     "unflatten": "gradlab.monitor._sinks",
     "to_array": "gradlab.monitor._convert",
-    "report": "gradlab.monitor._report",
     "log_series": "gradlab.monitor._report",
+    "report_data": "gradlab.monitor._report",
+    "ReportData": "gradlab.monitor._report",
+    # a floor up (it draws), imported on first use: gradlab.figures.report
+    "report": "gradlab.figures",
 }
 
 __all__ = sorted(_LAZY)

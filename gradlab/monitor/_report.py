@@ -1,41 +1,29 @@
-"""``report``: a monitor log turned into Li et al. 2024's Sec. 3.2 curves (figures + data + metadata).
+"""A monitor log read back as the data of its report (Li et al. 2024 Sec. 3.2 over training steps).
 
-The log may be JSON Lines or CSV (``ParadigmMonitor(sink="run.csv")``): ``read_log``
-gives the same records from both, so the outputs of a run are the same either way.
+``report_data`` reads a log (JSON Lines or CSV: ``read_log`` gives the same records from both)
+and computes everything its report holds, drawing nothing: the series over the steps
+(``log_series``), the first and last monitored records, the arrays of ``<prefix>.npz`` and the
+counts of ``<prefix>.json``. ``gradlab.figures.report`` draws them with ``gradlab.plot``'s
+monitor recipes and writes the files (``gradlab report LOG``).
 
-Figures (drawn by ``gradlab.plot``'s monitor recipes: object API, no pyplot, no global backend change):
-
-* ``<prefix>_curves.<fmt>``: over training steps — μ_pos / μ_neg with ±σ bands and
-  σ_pos / σ_neg (Fig. 9), the GD-off fraction per loss, the hardest negative's share
-  per τ (projected: solid; weight share: dashed; Fig. 7), the dynamic ratios at the
-  hardest negative (Fig. 8b), the mean anchor–positive cosine (Fig. 8c), alignment /
-  uniformity, m_o / m_r (Zhang et al. 2022), and the Lemma-1 minimum ratio (median, 25–75 %
-  band) with the fraction satisfied by the static ratio.
-* ``<prefix>_lemma1.<fmt>``: the distribution of the Lemma-1 minimum ratio per λ at
-  the first and the last monitored step (Fig. 8a: before / after training) — from
-  the histograms when the run recorded them, else from the recorded quantiles.
-* ``<prefix>_cosines.<fmt>`` (only with histograms): cos θ_ii' and cos θ_ij' at the
-  first and last step (Fig. 5).
-
-Data: ``<prefix>.npz`` holds ``step`` and every numeric series under its flattened
-record name (``"gd_mean/infonce"``, ``"hardest_share/0.05"``, ...), NaN where a value
-was missing. Metadata: ``<prefix>.json`` (source, counts, invalid reasons, keys,
-versions, files). Every file is written atomically.
+Arrays: ``step`` and every numeric series under its flattened record name (``"gd_mean/infonce"``,
+``"hardest_share/0.05"``, ...), NaN where a value was missing; with histograms, the cosine
+counts of the first and last records (``"histograms/cos_pos/first"``, ...) and their bin edges.
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from gradlab.io import load_json
+from gradlab.io import series_keys
 from gradlab.monitor._sinks import flatten, log_format, read_log
-from gradlab.plot import series_keys
 
-__all__ = ["report", "log_series"]
+__all__ = ["ReportData", "report_data", "log_series"]
 
 _SKIP = {"time", "valid", "reason", "n", "d", "update_s"}
 
@@ -58,59 +46,54 @@ def log_series(records: list[dict]) -> dict[str, np.ndarray]:
     return out
 
 
-def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", plot: bool = True,
-           extra_meta: dict | None = None) -> dict:
-    """Plot a monitor log (JSON Lines or CSV) over training steps; write figures, data and metadata.
+@dataclass(frozen=True)
+class ReportData:
+    """What a monitor log's report shows and saves.
 
-    Args:
-      log_path: a log written by ``ParadigmMonitor``, JSON Lines or CSV, told apart by its
-        content (see ``read_log``; truncated lines are skipped).
-      out_dir: where to write (created if needed).
-      formats: figure formats (``"png"``, ``"pdf"``, ``"svg"``).
-      prefix: file-name prefix.
-      plot: ``False`` writes only the data and the metadata.
-      extra_meta: more metadata to record (e.g. the command line).
+    Attributes:
+      series: ``log_series`` of the valid records, in step order.
+      first, last: the first and the last valid record (Fig. 8a, Fig. 5: before / after training).
+      arrays: the report's ``.npz``: the series, and the first and last cosine histograms when
+        the run recorded them.
+      meta: the report's counts: source, log format, records, valid, invalid (and why), the steps,
+        the losses, τ and λ monitored, the series names.
+    """
 
-    Returns:
-      The metadata dict (also written to ``<prefix>.json``), with ``"files"``.
+    series: dict[str, np.ndarray]
+    first: dict[str, Any]
+    last: dict[str, Any]
+    arrays: dict[str, np.ndarray]
+    meta: dict[str, Any]
+
+
+def _histograms(first: dict, last: dict) -> dict[str, np.ndarray]:
+    if not first.get("histograms"):
+        return {}
+    out = {}
+    for tag, rec in (("first", first), ("last", last)):
+        for key in ("cos_pos", "cos_neg"):
+            out[f"histograms/{key}/{tag}"] = np.asarray([v or 0 for v in rec["histograms"][key]], dtype=float)
+    out["histograms/edges_cos"] = np.asarray(first["histograms"]["edges_cos"], dtype=float)
+    return out
+
+
+def report_data(log_path) -> ReportData:
+    """Read a monitor log (JSON Lines or CSV) and compute its report's data, drawing nothing.
 
     Raises:
       FileNotFoundError: the log does not exist.
-      ValueError: the log holds no valid record, is not a monitor log (binary, or neither
-        JSON Lines nor CSV), or a figure format is unknown.
+      ValueError: the log holds no valid record, or is not a monitor log (binary, or neither
+        JSON Lines nor CSV).
     """
-    from gradlab.outputs import check_formats
-
     log_path = Path(log_path)
     if not log_path.is_file():
         raise FileNotFoundError(f"no such log file: {log_path}")
-    formats = check_formats((formats,) if isinstance(formats, str) else formats)
     records = read_log(log_path)
     valid = sorted((r for r in records if r.get("valid")), key=lambda r: r.get("step", 0))
     if not valid:
         raise ValueError(f"{log_path} holds no valid monitor record ({len(records)} records read)")
     series = log_series(valid)
-    from gradlab.outputs import Writer
-
-    extra = dict(extra_meta or {})
-    writer = Writer(out_dir, formats=formats, plot=plot, command_line=extra.pop("command_line", None))
-
-    data = dict(series)
     first, last = valid[0], valid[-1]
-    if first.get("histograms"):
-        for tag, rec in (("first", first), ("last", last)):
-            for key in ("cos_pos", "cos_neg"):
-                data[f"histograms/{key}/{tag}"] = np.asarray([v or 0 for v in rec["histograms"][key]], dtype=float)
-        data["histograms/edges_cos"] = np.asarray(first["histograms"]["edges_cos"], dtype=float)
-    if plot:
-        from gradlab import plot
-
-        figs = {"curves": plot.monitor_curves(series), "lemma1": plot.lemma1_before_after(first, last)}
-        if first.get("histograms") and last.get("histograms"):
-            figs["cosines"] = plot.cosine_before_after(first, last)
-        for name, fig in figs.items():
-            writer.figure(f"{prefix}_{name}", fig, dpi=120)
-
     reasons = Counter(r.get("reason") for r in records if not r.get("valid"))
     meta = {
         "kind": "gradlab monitor report",
@@ -120,16 +103,10 @@ def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", 
         "valid": len(valid),
         "invalid": sum(reasons.values()),
         "invalid_reasons": dict(reasons),
-        "steps": [valid[0].get("step"), valid[-1].get("step")],
+        "steps": [first.get("step"), last.get("step")],
         "losses": series_keys(series, "gd_mean"),
         "taus": series_keys(series, "hardest_share"),
         "lambdas": sorted({k.split("/")[1] for k in series if k.startswith("lemma1_min_ratio/")}, key=float),
         "series": sorted(series),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "files": [str(p) for p in writer.written] + [str(writer.out / f"{prefix}.{ext}") for ext in ("npz", "json")],
-        **extra,
     }
-    _, json_path = writer.data(prefix, data, extra_meta=meta)
-    return load_json(json_path) if writer.primary else meta
-
-
+    return ReportData(series, first, last, {**series, **_histograms(first, last)}, meta)

@@ -8,17 +8,23 @@ Recipes (Li et al. 2024): ``gd_maps`` (Figs. 2, 10), ``weight_share_curves`` (Fi
 (Nie et al. 2023): ``norm_maps`` (Figs. 2, 4); (Rho et al. 2023): ``margin_gradients`` (Fig. 1),
 ``margin_multipliers`` (Fig. 2), ``margin_ratio_grid`` (Fig. 8).
 The training monitor (Li et al. 2024 Sec. 3.2 on real embeddings): ``monitor_curves``,
-``lemma1_before_after``, ``cosine_before_after``, ``track_summary``.
+``lemma1_before_after``, ``cosine_before_after``, ``monitor_figures`` (a report's three),
+``track_summary``.
 The real pipeline: ``stsb_scatter``, ``sts_scores``, ``train_curves``; several runs overlaid
 (``gradlab compare``): ``compare_curves``.
-The paper figures as a registry: ``FIGURES`` (id -> ``PaperFigure``) and
-``paper_figure(id) -> (Figure, Result)``, the figure and data ``gradlab figures --only ID`` writes;
-``component_figure(loss, protocol, component=...)``, the map ``gradlab heatmap`` writes.
-Primitives: ``heatmap``, ``curves``, ``shade_mask``, ``save_figure``; style: ``CMAPS``.
+Primitives: ``heatmap``, ``curves``, ``shade_mask``, ``save_figure`` (``gradlab.outputs``'s);
+style: ``CMAPS``.
 
-Plotting lives here alone: the monitor report and the CLI call these recipes.
+A view: each recipe draws the data it is given (a ``Result``, a log's series, arrays) and
+computes nothing, so this package imports no engine, monitor, real pipeline or experiment.
+The recipes that compute and then draw, the paper-figure registry (``FIGURES``,
+``paper_figure``, ``component_figure``) and the monitor report, are a floor up in
+``gradlab.figures``; the registry's names still work from here (imported on first use).
 """
 
+from gradlab._lazy import attach as _attach
+from gradlab.io import series_keys as series_keys
+from gradlab.outputs import save_figure as save_figure
 from gradlab.plot._compare import compare_curves as compare_curves
 from gradlab.plot._core import curves as curves
 from gradlab.plot._core import heatmap as heatmap
@@ -38,19 +44,13 @@ from gradlab.plot._figures import min_ratio_distribution as min_ratio_distributi
 from gradlab.plot._figures import norm_maps as norm_maps
 from gradlab.plot._figures import ratio_maps as ratio_maps
 from gradlab.plot._figures import weight_share_curves as weight_share_curves
-from gradlab.plot._gallery import COMPONENTS as COMPONENTS
-from gradlab.plot._gallery import FIGURES as FIGURES
-from gradlab.plot._gallery import PaperFigure as PaperFigure
-from gradlab.plot._gallery import component_figure as component_figure
-from gradlab.plot._gallery import figure_ids as figure_ids
-from gradlab.plot._gallery import paper_figure as paper_figure
 from gradlab.plot._margins import margin_gradients as margin_gradients
 from gradlab.plot._margins import margin_multipliers as margin_multipliers
 from gradlab.plot._margins import margin_ratio_grid as margin_ratio_grid
 from gradlab.plot._monitor import cosine_before_after as cosine_before_after
 from gradlab.plot._monitor import lemma1_before_after as lemma1_before_after
 from gradlab.plot._monitor import monitor_curves as monitor_curves
-from gradlab.plot._monitor import series_keys as series_keys
+from gradlab.plot._monitor import monitor_figures as monitor_figures
 from gradlab.plot._monitor import track_summary as track_summary
 from gradlab.plot._real import sts_scores as sts_scores
 from gradlab.plot._real import stsb_scatter as stsb_scatter
@@ -58,18 +58,29 @@ from gradlab.plot._real import train_curves as train_curves
 from gradlab.plot._style import CMAPS as CMAPS
 from gradlab.plot._style import LABELS as LABELS
 from gradlab.plot._style import pi_label as pi_label
-from gradlab.plot._style import save_figure as save_figure
 
 __all__ = [
     "curves", "heatmap", "shade_mask", "gd_maps", "lemma1_maps", "loss_title", "margin_gradients",
     "margin_multipliers", "margin_ratio_grid", "min_ratio_distribution", "norm_maps", "ratio_maps",
     "weight_share_curves", "monitor_curves", "lemma1_before_after", "cosine_before_after", "track_summary",
-    "stsb_scatter", "sts_scores", "train_curves", "CMAPS", "LABELS", "pi_label", "save_figure", "series_keys",
+    "monitor_figures", "stsb_scatter", "sts_scores", "train_curves", "CMAPS", "LABELS", "pi_label", "save_figure",
+    "series_keys",
     # several runs side by side (gradlab compare)
     "compare_curves",
     # training studies (gradlab.experiments)
     "component_sweeps", "cosine_histograms", "min_ratio_histograms", "ori_mod_bars", "path_cells", "step_series",
     "trajectory_on_maps", "weight_share_before_after",
-    # the paper-figure registry (gradlab figures)
-    "FIGURES", "PaperFigure", "figure_ids", "paper_figure", "COMPONENTS", "component_figure",
 ]
+
+#: The paper-figure registry moved a floor up, to ``gradlab.figures`` (its entries run the engine);
+#: these names still reach it from here, imported on first use (never by ``import gradlab.plot``).
+_MOVED_UP = {
+    "FIGURES": "gradlab.figures",
+    "PaperFigure": "gradlab.figures",
+    "figure_ids": "gradlab.figures",
+    "paper_figure": "gradlab.figures",
+    "COMPONENTS": "gradlab.figures",
+    "component_figure": "gradlab.figures",
+}
+
+__getattr__, _ = _attach(__name__, _MOVED_UP)

@@ -1,9 +1,10 @@
 """Recipes for the training monitor (Li et al. 2024 Sec. 3.2 on real embeddings).
 
 ``monitor_curves`` draws a monitor log's series over steps, ``lemma1_before_after`` and
-``cosine_before_after`` compare two of its records, ``track_summary`` draws
-``gradlab.monitor.analyze``'s per-batch results. ``gradlab.monitor.report`` and
-``gradlab track`` call them. Each takes data and returns a Figure (object API).
+``cosine_before_after`` compare two of its records, ``monitor_figures`` is the three of them as
+a report shows them, ``track_summary`` draws ``gradlab.monitor.analyze``'s per-batch results.
+``gradlab.figures.report`` (``gradlab report``) and ``gradlab track`` call them. Each takes data
+(a log's series, records) and returns a Figure (object API); none computes a statistic.
 """
 
 from __future__ import annotations
@@ -12,14 +13,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from gradlab.io import series_keys
 from gradlab.plot._style import new_figure, styled
 
-__all__ = ["series_keys", "monitor_curves", "lemma1_before_after", "cosine_before_after", "track_summary"]
-
-
-def series_keys(series, stat):
-    """The keys k of the flat series ``"<stat>/<k>"`` (one level), in log order."""
-    return [k.split("/", 1)[1] for k in series if k.startswith(stat + "/") and k.count("/") == 1]
+__all__ = ["monitor_curves", "lemma1_before_after", "cosine_before_after", "monitor_figures", "track_summary"]
 
 
 def _note(ax, text):
@@ -241,6 +238,20 @@ def cosine_before_after(first: Mapping, last: Mapping):
         ax.set_xlabel("cosine")
         ax.legend(fontsize=8)
     return fig
+
+
+def monitor_figures(series: Mapping[str, np.ndarray], first: Mapping, last: Mapping) -> dict:
+    """A monitor log's report figures (``gradlab report``): ``{"curves": monitor_curves(series),
+    "lemma1": lemma1_before_after(first, last)}``, and ``"cosines"`` (``cosine_before_after``)
+    when both records hold histograms.
+
+    Args:
+      series, first, last: ``gradlab.monitor.report_data``'s series and its first and last records.
+    """
+    figs = {"curves": monitor_curves(series), "lemma1": lemma1_before_after(first, last)}
+    if first.get("histograms") and last.get("histograms"):
+        figs["cosines"] = cosine_before_after(first, last)
+    return figs
 
 
 @styled

@@ -63,7 +63,6 @@ _RC = {
     "legend.fontsize": 9,
     "figure.dpi": 100,
 }
-_SAVE = {"dpi": 150}
 
 
 def styled(fn):
@@ -139,17 +138,3 @@ def set_pi_axis(ax, which: str, lo: float, hi: float, max_ticks: int = 7):
 
 def is_angle_axis(name: str) -> bool:
     return name in ("mu_pos", "mu_neg", "theta_pos", "theta_neg", "theta", "alpha", "theta+", "theta-")
-
-
-def save_figure(fig, path, fmt: str | None = None, *, dpi: float | None = None):
-    """Save ``fig`` atomically to ``path`` (format from ``fmt`` or the suffix; ``dpi``
-    default 150). The figures use constrained layout, which already fits their labels; a
-    tight bounding box would lay each figure out a second time."""
-    import io as _io
-
-    from gradlab.io import atomic_write_bytes
-
-    fmt = fmt or str(path).rsplit(".", 1)[-1]
-    buf = _io.BytesIO()
-    fig.savefig(buf, format=fmt, **{**_SAVE, **({} if dpi is None else {"dpi": dpi})})
-    return atomic_write_bytes(path, buf.getvalue())

