@@ -20,6 +20,7 @@ from gradlab_cli._common import (
     NoPlot,
     Out,
     Params,
+    Seed,
     Writer,
     command_line,
     fail,
@@ -41,7 +42,6 @@ def _choice(value: str, choices: tuple[str, ...], option: str) -> str:
 
 EncoderOpt = Annotated[str, typer.Option("--encoder", "-e", help="minilm: all-MiniLM-L6-v2 in JAX; light: its token embeddings mean-pooled + a trainable projection; or the PATH of a BERT / RoBERTa checkpoint (HF directory with config.json, model.safetensors, tokenizer.json; or a sentence-transformers directory / zip).")]
 PoolingOpt = Annotated[str | None, typer.Option("--pooling", help="Transformer encoders: cls, cls_before_pooler, avg, avg_first_last, avg_top2 (SimCSE's, Gao et al. 2021), max or mean_sqrt_len (default: the model's own; avg for a HF checkpoint).")]
-Seed = Annotated[int, typer.Option("--seed", help="Seeds the light encoder's projection, batch order and dropout.")]
 Dim = Annotated[int | None, typer.Option("--dim", help="light only: output dimension of the projection (default 384, or the --params file's).")]
 
 
@@ -366,7 +366,7 @@ def train(
         writer.written.extend(writer.out / f for f in result.files.values())
         if "monitor" in result.files:
             try:
-                from gradlab.monitor import report
+                from gradlab.figures import report
 
                 meta = report(writer.out / result.files["monitor"], writer.out, formats=writer.formats,
                               prefix="monitor", plot=writer.plot)

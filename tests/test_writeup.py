@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from gradlab.experiments import claims_table, load_numbers, page_claims, render_writeup, verdicts_text
+from gradlab.experiments import (
+    claims_table,
+    load_numbers,
+    page_claims,
+    render_writeup,
+    verdicts_text,
+)
 from gradlab.experiments.stats import VERDICTS
 
 HERE = Path(__file__).resolve().parent.parent / "examples" / "experiments"

@@ -40,7 +40,7 @@ def default_jobs() -> int:
 
 def _init_worker(threads: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it terminates us on Ctrl-C
-    from gradlab.experiments._worker import limit_threads
+    from gradlab.threads import limit_threads
 
     limit_threads(threads)
 

@@ -191,7 +191,7 @@ def _rounds(runner, todo, out, probe, cache, progress, total, retries, backoff_s
 
 
 def _describe(exc: BaseException) -> str:
-    from gradlab.experiments._worker import one_line
+    from gradlab.errors import one_line
 
     name = type(exc).__name__
     if name == "BrokenProcessPool":

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import math
-import os
 import shutil
 import time
 import traceback
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from gradlab import defaults
+from gradlab.errors import one_line
 from gradlab.experiments._spec import RunSpec
 from gradlab.experiments._store import (
     Lease,
@@ -32,6 +32,7 @@ from gradlab.experiments._store import (
     read_record,
     tmp_dir,
 )
+from gradlab.threads import limit_threads
 
 __all__ = ["run_one", "RemoteRun", "RemoteRuns", "is_environmental", "check_probe", "limit_threads", "holdout_split",
            "HOLDOUT_SEED", "HELDOUT_TAUS", "HELDOUT_LAMBDAS"]
@@ -50,18 +51,6 @@ _HELD: dict[str, Lease] = {}
 
 
 # --------------------------------------------------------------------------- the worker process
-def limit_threads(threads: int) -> None:
-    """Ask XLA and BLAS for ``threads`` threads per process; call before JAX computes anything."""
-    if threads != 1:
-        return
-    flags = os.environ.get("XLA_FLAGS", "")
-    extra = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-    if "xla_cpu_multi_thread_eigen" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} {extra}".strip()
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = "1"
-
-
 def use_compile_cache(directory: str | None = None) -> None:
     """Switch on gradlab's persistent compilation cache (``gradlab.enable_cache``) in this worker.
 
@@ -112,11 +101,6 @@ def is_environmental(exc: BaseException) -> bool:
     if isinstance(exc, OSError) and exc.errno in ENVIRONMENTAL_ERRNO:
         return True
     return "RESOURCE_EXHAUSTED" in str(exc)
-
-
-def one_line(exc: BaseException) -> str:
-    """``"Type: message"`` on one line."""
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 class StoreNotShared(RuntimeError):

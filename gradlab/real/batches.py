@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from gradlab.real import CORPORA
 from gradlab.real.config import TrainConfig
 
 __all__ = ["training_data", "batch_order", "Batches", "StreamBatches"]
@@ -29,7 +30,7 @@ def training_data(config: TrainConfig, encoder, sentences, token_ids) -> tuple[l
 
         sentences = read_lines(config.corpus)
     if sentences is None:
-        named = config.corpus in ("NewsArticles", "News100")
+        named = config.corpus in CORPORA
         sentences = load_news_sentences(config.corpus) if named else load_news_sentences(path=config.corpus)
     if config.max_sentences is not None:
         sentences = sample_sentences(sentences, config.max_sentences, seed=config.seed)

@@ -19,13 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from gradlab import defaults
-from gradlab.real import ENCODERS
+from gradlab.real import CORPORA, ENCODERS
 
-__all__ = ["RunConfig", "TrainConfig", "learning_rate", "simcse_unsup_config", "train_config", "CORPORA",
-           "PRECISIONS"]
+__all__ = ["RunConfig", "TrainConfig", "learning_rate", "simcse_unsup_config", "train_config", "PRECISIONS"]
 
-#: The corpora shipped by ``make real`` (any other corpus is a path).
-CORPORA = ("NewsArticles", "News100")
 
 #: Training precisions (``TrainConfig.precision``, ``gradlab train --precision``) and the dtype
 #: each computes the forward and backward pass in; the master parameters, the optimizer state,
