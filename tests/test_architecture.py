@@ -120,14 +120,20 @@ def private_owner(target: str) -> str | None:
     return None
 
 
-def private_imports() -> list[str]:
-    """Every import of a private module from outside its package, in the library, the CLI,
-    ``examples/`` and ``benchmarks/``: ``path:line: importer imports target``."""
-    mods = _modules()
+def _source_files(mods: dict[str, Path]) -> dict[str, Path]:
+    """The library's and the CLI's modules, and the scripts of ``examples/`` and ``benchmarks/``."""
     files = dict(mods)
     for folder in SCRIPT_DIRS:
         for path in sorted((REPO / folder).rglob("*.py")):
             files[".".join((folder, *path.relative_to(REPO / folder).with_suffix("").parts))] = path
+    return files
+
+
+def private_imports() -> list[str]:
+    """Every import of a private module from outside its package, in the library, the CLI,
+    ``examples/`` and ``benchmarks/``: ``path:line: importer imports target``."""
+    mods = _modules()
+    files = _source_files(mods)
     found = []
     for mod, path in files.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -138,6 +144,34 @@ def private_imports() -> list[str]:
                         mod == owner or mod.startswith(owner + ".")):
                     where = path.relative_to(REPO) if path.is_relative_to(REPO) else path
                     found.append(f"{where}:{node.lineno}: {mod} imports {target}")
+    return found
+
+
+def private_name_imports() -> list[str]:
+    """Every private *name* (``_x``, not a module) imported from another module, in the library, the
+    CLI, ``examples/`` and ``benchmarks/``: ``path:line: importer imports source._x``. A stage used
+    elsewhere deserves a public name in its home; a module may take private names only from its own
+    package's private modules (``from gradlab.losses._ops import _x`` inside ``gradlab.losses``)."""
+    mods = _modules()
+    files = _source_files(mods)
+    found = []
+    for mod, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in _all_imports(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            source = _resolve(mod, path.name == "__init__.py", node)
+            if source.split(".")[0] not in PACKAGES:
+                continue
+            for alias in node.names:
+                name = alias.name
+                if not name.startswith("_") or name.startswith("__") or f"{source}.{name}" in mods:
+                    continue  # public, dunder, or a submodule (private modules: private_imports)
+                owner = private_owner(source)
+                if owner is not None and (mod == owner or mod.startswith(owner + ".")):
+                    continue  # a private module's names, inside its own package
+                where = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+                found.append(f"{where}:{node.lineno}: {mod} imports {source}.{name}")
     return found
 
 
@@ -237,6 +271,26 @@ def test_the_private_import_finder_finds_a_planted_one(tmp_path, monkeypatch):
 def test_no_private_module_is_imported_from_outside_its_package():
     found = private_imports()
     assert not found, "private modules imported from outside their package:\n" + "\n".join(found)
+
+
+def test_the_private_name_finder_finds_a_planted_one(tmp_path, monkeypatch):
+    planted = tmp_path / "gradlab_cli"
+    planted.mkdir()
+    (planted / "__init__.py").write_text("")
+    (planted / "_inner.py").write_text("from gradlab_cli._helpers import _shared\n")  # its own package's
+    (planted / "_helpers.py").write_text("_shared = 1\n")
+    (planted / "app.py").write_text("def f():\n    from gradlab.real.run import _recipe_encoder\n"
+                                    "from gradlab.real import run, load_encoder\n")
+    monkeypatch.setitem(PACKAGES, "gradlab_cli", planted)
+    found = private_name_imports()
+    assert any("gradlab_cli.app imports gradlab.real.run._recipe_encoder" in f for f in found), found
+    assert not any("gradlab_cli._inner" in f for f in found), found
+    assert not any("load_encoder" in f or f.endswith("gradlab.real.run") for f in found), found
+
+
+def test_no_private_name_is_imported_from_another_module():
+    found = private_name_imports()
+    assert not found, "private names imported from another module:\n" + "\n".join(found)
 
 
 def test_function_local_imports_hide_no_new_cycle():

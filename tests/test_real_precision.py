@@ -120,7 +120,7 @@ def test_bad_precision_is_one_line():
         TrainConfig(precision="fp16")
     assert TrainConfig(precision="bf16").to_dict()["precision"] == "bf16"
     err = one_line_error(run("train", "--precision", "fp16", "--out", "unused"))
-    assert "--precision: unknown value 'fp16'; choose from float32, bf16" in err
+    assert "unknown precision 'fp16'; choose from float32, bf16" in err
 
 
 def test_cli_plan_reports_the_precision(tmp_path):

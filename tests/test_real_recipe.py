@@ -127,7 +127,7 @@ def test_cli_recipe_end_to_end_and_errors(tmp_path, corpus):
     assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
     for args, needle in ((["--encoder", "light"], "transformer encoder"),
                          (["--encoder", FIXTURES / "bert", "--pooling", "avg", "--corpus", corpus], "fixes the pooling"),
-                         (["--encoder", FIXTURES / "bert", "--recipe", "simcse-sup"], "--recipe: unknown value"),
+                         (["--encoder", FIXTURES / "bert", "--recipe", "simcse-sup"], "unknown recipe 'simcse-sup'"),
                          (["--encoder", FIXTURES / "bert", "--corpus", "News100"], "one sentence per line")):
         if "--recipe" not in args:
             args = [*args, "--recipe", "simcse-unsup"]

@@ -238,7 +238,7 @@ def test_cli_table_and_json(senteval, tmp_path):
     with mock.patch("gradlab_cli._real._encoder", return_value=HashEncoder()) as m_enc:
         r = run("sts", "--senteval", root, "--batch-size", "5", "--out", tmp_path)
     assert r.exit_code == 0, r.output
-    m_enc.assert_called_once_with("minilm", 0, 384, checkpoint=None, pooling=None)
+    m_enc.assert_called_once_with("minilm", 0, None, params=None, pooling=None)
     res = json.loads((tmp_path / "sts.json").read_text())
     for task in STS_TASKS:
         assert res["spearman"][task] == pytest.approx(ref[task]["all"], abs=1e-9)
@@ -290,8 +290,8 @@ def test_cli_pooling_reaches_the_encoder(senteval, tmp_path):
     """--encoder PATH and --pooling are checked, then passed to the encoder the CLI loads."""
     calls = []
 
-    def encoder(name, seed, dim, dropout=0.1, checkpoint=None, pooling=None):
-        calls.append((name, seed, dim, checkpoint, pooling))
+    def encoder(name, seed, dim, params=None, pooling=None):
+        calls.append((name, seed, dim, params, pooling))
         return HashEncoder()
 
     ckpt = tmp_path / "ckpt"
@@ -300,7 +300,7 @@ def test_cli_pooling_reaches_the_encoder(senteval, tmp_path):
         r = run("sts", "--encoder", ckpt, "--pooling", "cls", "--senteval", senteval[0], "--tasks", "STS13",
                 "--out", tmp_path / "out")
     assert r.exit_code == 0, r.output
-    assert calls == [(str(ckpt), 0, 384, None, "cls")]
+    assert calls == [(str(ckpt), 0, None, None, "cls")]
     prov = json.loads((tmp_path / "out" / "sts.json").read_text())["provenance"]
     assert prov["encoder"] == str(ckpt) and prov["pooling"] == "cls"
 
