@@ -17,10 +17,14 @@ One table, every row measured in this run. Each measurement runs in its own subp
   peak RSS of the whole command.
 * BERT-base encode / step: a BERT-base-shaped checkpoint (12 layers, hidden 768, 12 heads,
   MiniLM's WordPiece vocabulary) with random weights, written once per run in HF layout
-  (``config.json``, ``model.safetensors``, ``tokenizer.json``) and loaded by both sides:
-  ``gradlab.real.load_encoder(PATH, pooling="avg")`` against transformers' ``BertModel``
-  (masked mean of the last layer). Encode: the first 256 STS-B test sentences, batch 32;
-  step: two dropout views of 16 news sentences, InfoNCE tau = 0.05, AdamW lr 3e-5.
+  (``config.json``, ``model.safetensors``, ``tokenizer.json``) and loaded by both sides.
+  Encode: ``gradlab.real.load_encoder(PATH, pooling="avg")`` against transformers'
+  ``BertModel`` (masked mean of the last layer), the first 256 STS-B test sentences, batch 32.
+  Step: SimCSE's unsupervised recipe (Gao et al. 2021) on 32 news sentences, as each side's
+  own trainer runs it: the MLP over [CLS], 32-token sentences, both dropout views in one
+  forward, InfoNCE tau = 0.05, AdamW lr 3e-5 without weight decay; gradlab packs the
+  sentences into rows (``gradlab train --recipe simcse-unsup``), torch pads the doubled batch to
+  its longest sentence (SimCSE's trainer).
   The torch side needs ``transformers``; ``--torch-python`` runs the torch workers in
   another interpreter (a venv with torch and transformers but no gradlab).
 
@@ -53,7 +57,7 @@ BASE = {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12, "num_a
         "intermediate_size": 3072, "max_position_embeddings": 512, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
         "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1, "model_type": "bert",
         "pad_token_id": 0, "architectures": ["BertModel"]}
-BASE_SENTENCES, BASE_ENCODE_BATCH, BASE_STEP_BATCH, BASE_STEPS_TIMED = 256, 32, 16, 2
+BASE_SENTENCES, BASE_ENCODE_BATCH, BASE_STEP_BATCH, BASE_STEPS_TIMED = 256, 32, 32, 2
 BASE_DIR_ENV = "GRADLAB_BENCH_BERT_BASE"
 
 
@@ -337,30 +341,41 @@ def bertbase_encode_torch() -> dict:
 
 
 def bertbase_step_jax() -> dict:
+    """SimCSE's unsupervised recipe step (Gao et al. 2021) as ``gradlab train --recipe simcse-unsup``
+    runs it: the MLP over [CLS], 32-token sentences packed into rows, both views in one forward."""
     import numpy as np
     import optax
 
-    from gradlab.real import load_encoder
+    from gradlab.real import simcse_unsup_encoder
 
     folder, data = _base_data()
     batches = data["batches"]
     sentences = [s for b in batches for s in b]
     order = np.arange(len(sentences)).reshape(len(batches), -1)
-    enc = load_encoder(folder, pooling="avg")
-    return _jax_step(enc, optax.adamw(3e-5, weight_decay=0.01), len(batches), fixed=False, data=(sentences, order))
+    return _jax_step(simcse_unsup_encoder(folder, seed=0), optax.adamw(3e-5, weight_decay=0.0), len(batches),
+                     fixed=False, data=(sentences, order))
 
 
 def bertbase_step_torch() -> dict:
+    """The same step as SimCSE's trainer runs it: BertModel and the MLP over [CLS], both views in one
+    forward (the batch repeated), padded to the batch's longest sentence after truncation to 32
+    tokens, InfoNCE τ 0.05, AdamW lr 3e-5 without weight decay (SimCSE's trainer: HF's default)."""
     import torch
+    import torch.nn.functional as F
 
     folder, data = _base_data()
     model, tok = _hf_bert(folder)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-5, weight_decay=0.01)
-    feats = [tok(b, padding=True, truncation=True, max_length=512, return_tensors="pt") for b in data["batches"]]
+    mlp = torch.nn.Sequential(torch.nn.Linear(768, 768), torch.nn.Tanh())
+    opt = torch.optim.AdamW(list(model.parameters()) + list(mlp.parameters()), lr=3e-5, weight_decay=0.0)
+    feats = [tok(b, padding=True, truncation=True, max_length=32, return_tensors="pt") for b in data["batches"]]
+    n = BASE_STEP_BATCH
 
     def run(i):
-        loss = _torch_infonce(_hf_avg(model, feats[i]), _hf_avg(model, feats[i]))
+        ids, mask = feats[i]["input_ids"].repeat(2, 1), feats[i]["attention_mask"].repeat(2, 1)
+        h = mlp(model(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0])
+        z1, z2 = F.normalize(h[:n], dim=-1), F.normalize(h[n:], dim=-1)
+        loss = F.cross_entropy(z1 @ z2.T / TAU, torch.arange(n))
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -423,7 +438,7 @@ ROWS = [  # (work, unit, gradlab worker, torch worker, per-call count, modules t
      ("torch", "sentence_transformers")),
     ("BERT-base (random weights) encode 256 STS-B sentences, batch 32, avg pooling", "sentences/s",
      "bertbase_encode_jax", "bertbase_encode_torch", BASE_SENTENCES, ("torch", "transformers")),
-    ("BERT-base (random weights) SimCSE step, 2 x 16 sentences", "s/step", "bertbase_step_jax",
+    ("BERT-base (random weights) SimCSE recipe step, 2 x 32 sentences", "s/step", "bertbase_step_jax",
      "bertbase_step_torch", None, ("torch", "transformers")),
 ]
 ROW_KEYS = ("encode", "minilm", "light", "bertbase")
