@@ -96,3 +96,28 @@ def test_the_caller_chooses_the_outputs(tmp_path):
     assert res.files == {"log": "train_log.jsonl", "summary": "train.json"}
     with pytest.raises(ValueError, match="unknown outputs"):
         train(cfg, encoder=enc, sentences=SENTENCES, out_dir=tmp_path, outputs=("checkpoint",))
+
+
+def test_a_checkpoint_is_hashed_once_per_content(tmp_path, monkeypatch):
+    """A study names its runs' checkpoint by content many times; the bytes are read once while the
+    files (names, sizes, modification times) stay as they were."""
+    import hashlib
+    import shutil
+
+    from gradlab.real import encoders
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(FIXTURES / "bert", ckpt)
+    reads = []
+    digest = encoders._digest
+    monkeypatch.setattr(encoders, "_digest", lambda *a: reads.append(1) or digest(*a))
+    monkeypatch.setattr(encoders, "_DIGESTS", {})
+    want = hashlib.sha256()  # the definition: relative path, size, bytes, file by file in sorted order
+    for f in sorted(p for p in ckpt.rglob("*") if p.is_file()):
+        want.update(f"{f.relative_to(ckpt).as_posix()}\0{f.stat().st_size}\0".encode() + f.read_bytes())
+    assert encoders.checkpoint_sha256(ckpt) == want.hexdigest()
+    for same in (ckpt, str(ckpt), tmp_path / "." / "ckpt"):
+        assert encoders.checkpoint_sha256(same) == want.hexdigest()
+    assert len(reads) == 1
+    (ckpt / "config.json").write_text((ckpt / "config.json").read_text() + "\n")
+    assert encoders.checkpoint_sha256(ckpt) != want.hexdigest() and len(reads) == 2

@@ -155,20 +155,34 @@ def checkpoint_sha256(path: str | Path) -> str:
     """The SHA-256 of a checkpoint's content: every file of a directory (by relative path, size and
     bytes, in sorted order) or the bytes of a zip. It names a checkpoint wherever it lies.
 
+    Computed once per process for a checkpoint whose files (names, sizes, modification times)
+    have not changed since: a study names each of its runs' checkpoint many times.
+
     Examples:
       >>> import tempfile; d = Path(tempfile.mkdtemp()); _ = (d / "config.json").write_text("{}")
       >>> checkpoint_sha256(d) == checkpoint_sha256(str(d))
       True
     """
-    import hashlib
-
     src = Path(path)
     if not src.exists():
         raise ValueError(f"no checkpoint at {src}")
     files = sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else [src]
+    names = [f.relative_to(src).as_posix() if src.is_dir() else "" for f in files]
+    state = (str(src.resolve()), tuple((n, f.stat().st_size, f.stat().st_mtime_ns) for n, f in zip(names, files, strict=True)))
+    if state not in _DIGESTS:
+        _DIGESTS[state] = _digest(files, names)
+    return _DIGESTS[state]
+
+
+#: checkpoint_sha256's digests by (path, the files' names, sizes and modification times).
+_DIGESTS: dict[tuple, str] = {}
+
+
+def _digest(files: list[Path], names: list[str]) -> str:
+    import hashlib
+
     digest = hashlib.sha256()
-    for f in files:
-        name = f.relative_to(src).as_posix() if src.is_dir() else ""
+    for f, name in zip(files, names, strict=True):
         digest.update(f"{name}\0{f.stat().st_size}\0".encode())
         with open(f, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
