@@ -120,23 +120,23 @@ def private_owner(target: str) -> str | None:
     return None
 
 
-def _source_files(mods: dict[str, Path]) -> dict[str, Path]:
-    """The library's and the CLI's modules, and the scripts of ``examples/`` and ``benchmarks/``."""
+def _source_trees(mods: dict[str, Path]):
+    """(name, path, parsed tree) of the library's and the CLI's modules and of the scripts of
+    ``examples/`` and ``benchmarks/``."""
     files = dict(mods)
     for folder in SCRIPT_DIRS:
         for path in sorted((REPO / folder).rglob("*.py")):
             files[".".join((folder, *path.relative_to(REPO / folder).with_suffix("").parts))] = path
-    return files
+    for mod, path in files.items():
+        yield mod, path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
 def private_imports() -> list[str]:
     """Every import of a private module from outside its package, in the library, the CLI,
     ``examples/`` and ``benchmarks/``: ``path:line: importer imports target``."""
     mods = _modules()
-    files = _source_files(mods)
     found = []
-    for mod, path in files.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for mod, path, tree in _source_trees(mods):
         for node in _all_imports(tree):
             for target in dict.fromkeys(_targets(mod, path.name == "__init__.py", node, mods)):
                 owner = private_owner(target)
@@ -153,10 +153,8 @@ def private_name_imports() -> list[str]:
     elsewhere deserves a public name in its home; a module may take private names only from its own
     package's private modules (``from gradlab.losses._ops import _x`` inside ``gradlab.losses``)."""
     mods = _modules()
-    files = _source_files(mods)
     found = []
-    for mod, path in files.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for mod, path, tree in _source_trees(mods):
         for node in _all_imports(tree):
             if not isinstance(node, ast.ImportFrom):
                 continue
