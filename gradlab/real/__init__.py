@@ -12,9 +12,10 @@ Public names:
   load_minilm, MiniLM, bert_forward, pool                           (the MiniLM encoder)
   load_transformer, POOLINGS, MODEL_TYPES          (any BERT / RoBERTa checkpoint, SimCSE's poolings)
   load_light, LightEncoder                                          (the light encoder)
-  stsb_spearman, stsb_scores, pair_cosines, spearman_x100          (STS-B evaluation)
+  stsb_spearman, stsb_scores, stsb_scorer, pair_cosines, spearman_x100   (STS-B evaluation)
   evaluate_sts, load_senteval, sts_table, STS_TASKS, STSTask        (the SentEval STS suite)
-  TrainConfig, train, PRECISIONS                                    (training; float32 or bf16)
+  TrainConfig, train_config, train, PRECISIONS                      (training; float32 or bf16)
+  resolve_run, Run                          (a run's objective, encoder, data and dev scorer, resolved once)
   save_transformer                          (the trained model as a Hugging Face checkpoint directory)
   simcse_unsup_config, simcse_unsup_encoder, RECIPES, read_lines   (SimCSE's unsupervised recipe)
   load_encoder, Encoder, PackedEncoder     (by name "minilm" | "light" or a checkpoint path; the interface)
@@ -44,6 +45,7 @@ _LAZY = {
     "load_light": "gradlab.real.light",
     "stsb_spearman": "gradlab.real.stsb",
     "stsb_scores": "gradlab.real.stsb",
+    "stsb_scorer": "gradlab.real.stsb",
     "pair_cosines": "gradlab.real.stsb",
     "spearman_x100": "gradlab.real.stsb",
     "encode_unique": "gradlab.real.stsb",
@@ -59,6 +61,9 @@ _LAZY = {
     "sts_table": "gradlab.real.sts",
     "RunConfig": "gradlab.real.config",
     "TrainConfig": "gradlab.real.config",
+    "train_config": "gradlab.real.config",
+    "resolve_run": "gradlab.real.run",
+    "Run": "gradlab.real.run",
     "learning_rate": "gradlab.real.config",
     "PRECISIONS": "gradlab.real.config",
     "TrainResult": "gradlab.real.trainer",
