@@ -186,3 +186,9 @@ def test_failed_train_with_checkpoints_keeps_what_resume_needs(tmp_path):
         one_line_error(run("train", "--loss", "infonce", "--save-state-every", "5", "--out", out))
     assert sorted(os.listdir(out)) == ["paradigm_monitor.jsonl", "state", "train_log.jsonl"]
     assert json.loads((out / "train_log.jsonl").read_text())["step"] == 1
+
+
+def test_unknown_executor_is_one_line_from_the_library_and_leaves_nothing(tmp_path):
+    err = one_line_error(run("experiment", "fig6", "--quick", "--executor", "nope", "--out", tmp_path / "e"))
+    assert err == "Error: unknown executor 'nope'; choose from local, submitit, dask"
+    assert not (tmp_path / "e").exists()

@@ -2,7 +2,8 @@
 
 gradlab schedules nothing itself: every executor hands ``RemoteRun()(spec_dict, out, probe,
 cache, threads)`` calls to an existing engine and yields ``(run id, record or exception)`` as
-they finish. Only the run's spec dict and a few strings travel; a worker builds everything
+they finish; the launcher names each run once (:class:`Call`'s ``id``) and no executor rebuilds
+a spec to learn it. Only the run's spec dict and a few strings travel; a worker builds everything
 else (data, encoder, jitted functions) itself. Leases in the store (``_store``) make a
 double execution impossible whatever an engine retries.
 
@@ -18,7 +19,7 @@ import signal
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["EXECUTORS", "DASK_CONNECT_TIMEOUT_S", "make_executor", "parse_executor_option", "default_jobs", "LocalExecutor", "SubmititExecutor",
            "DaskExecutor"]
@@ -26,8 +27,19 @@ __all__ = ["EXECUTORS", "DASK_CONNECT_TIMEOUT_S", "make_executor", "parse_execut
 EXECUTORS = ("local", "submitit", "dask")
 #: Seconds a Dask client tries to reach its scheduler before the launch fails (Dask's own default is 30).
 DASK_CONNECT_TIMEOUT_S = 5.0
-#: One call: (spec dict, out, probe token, cache directory, threads per worker).
-Call = tuple[dict[str, Any], str, "str | None", "str | None", "int | None"]
+class Call(NamedTuple):
+    """One run to execute: its id (computed once, by the launcher), its spec dict, the store, the
+    store's probe token, the compilation cache directory; ``args`` is what a worker is called with."""
+
+    id: str
+    spec: dict[str, Any]
+    out: str
+    probe: str | None
+    cache: str | None
+
+    def args(self, threads: int | None = None) -> tuple:
+        return (self.spec, self.out, self.probe, self.cache) if threads is None else (
+            self.spec, self.out, self.probe, self.cache, threads)
 
 
 def default_jobs() -> int:
@@ -112,16 +124,15 @@ class LocalExecutor:
         self._pool = None
 
     def run(self, calls: Sequence[Call]) -> Iterator[tuple[str, Any]]:
-        from gradlab.experiments._spec import RunSpec
         from gradlab.experiments._worker import run_one
 
         if self.jobs == 1:
-            for spec, out, probe, cache, _ in calls:
+            for call in calls:
                 try:
-                    rec = run_one(spec, out, probe, cache)
+                    rec = run_one(*call.args())
                 except Exception as exc:  # noqa: BLE001 - reported as not done, retried
                     rec = exc
-                yield RunSpec.from_dict(spec).id, rec
+                yield call.id, rec
             return
         yield from self._run_pool(calls)
 
@@ -129,14 +140,13 @@ class LocalExecutor:
         import multiprocessing as mp
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-        from gradlab.experiments._spec import RunSpec
         from gradlab.experiments._worker import run_one
 
         self._pool = ProcessPoolExecutor(max_workers=min(self.jobs, len(calls)), mp_context=mp.get_context("spawn"),
                                          initializer=_init_worker, initargs=(1,))
         ids = {}
-        for spec, out, probe, cache, _ in calls:
-            ids[self._pool.submit(run_one, spec, out, probe, cache)] = RunSpec.from_dict(spec).id
+        for call in calls:
+            ids[self._pool.submit(run_one, *call.args())] = call.id
         pending = set(ids)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -211,11 +221,10 @@ class SubmititExecutor:
         self._jobs: list[Any] = []
 
     def run(self, calls: Sequence[Call]) -> Iterator[tuple[str, Any]]:
-        from gradlab.experiments._spec import RunSpec
         from gradlab.experiments._worker import RemoteRuns
 
         fn = RemoteRuns(self.fn)
-        calls = [(RunSpec.from_dict(c[0]).id, (*c[:4], self.threads)) for c in calls]
+        calls = [(c.id, c.args(self.threads)) for c in calls]
         per_task = self.runs_per_task or max(1, -(-len(calls) // (self.window or 1)))
         queue = [calls[i:i + per_task] for i in range(0, len(calls), per_task)]  # one task each
         running: dict[Any, list[str]] = {}
@@ -303,15 +312,12 @@ class DaskExecutor:
 
         from distributed import as_completed
 
-        from gradlab.experiments._spec import RunSpec
-
         fn = self.fn
         ids = {}
-        for spec, out, probe, cache, _ in calls:
-            rid = RunSpec.from_dict(spec).id
-            fut = self.client.submit(fn, spec, out, probe, cache, self.threads, pure=False, resources=self.resources,
-                                     key=f"gradlab-run-{rid}-{uuid.uuid4().hex[:8]}")
-            ids[fut.key] = rid
+        for call in calls:
+            fut = self.client.submit(fn, *call.args(self.threads), pure=False, resources=self.resources,
+                                     key=f"gradlab-run-{call.id}-{uuid.uuid4().hex[:8]}")
+            ids[fut.key] = call.id
             self._futures.append(fut)
         for fut in as_completed(list(self._futures)):
             try:

@@ -142,6 +142,7 @@ def write_probe(out) -> str:
 def _rounds(runner, todo, out, probe, cache, progress, total, retries, backoff_s) -> dict[str, str]:
     """Submit, collect, resubmit environmental faults and runs another worker held; the reasons
     of the runs left not done."""
+    from gradlab.experiments._executors import Call
     from gradlab.experiments._store import is_stale, lease_period, read_lease
 
     attempts = {s.id: 0 for s in todo}
@@ -153,7 +154,7 @@ def _rounds(runner, todo, out, probe, cache, progress, total, retries, backoff_s
     while queue or waiting:
         retry: list[RunSpec] = []
         by_id = {s.id: s for s in queue}
-        calls = [(s.to_dict(), out, probe, cache, None) for s in queue]
+        calls = [Call(s.id, s.to_dict(), out, probe, cache) for s in queue]
         for rid, rec in (runner.run(calls) if calls else ()):
             status = rec.get("status") if isinstance(rec, dict) else None
             if status in ("done", "failed"):
