@@ -121,3 +121,26 @@ def test_a_checkpoint_is_hashed_once_per_content(tmp_path, monkeypatch):
     assert len(reads) == 1
     (ckpt / "config.json").write_text((ckpt / "config.json").read_text() + "\n")
     assert encoders.checkpoint_sha256(ckpt) != want.hexdigest() and len(reads) == 2
+
+
+def test_init_params_start_a_run_from_a_parameters_file(tmp_path):
+    """``TrainConfig.init_params`` (``--init-params``): the run starts from the file's parameters, for an
+    encoder it loads and for one it is given (which it leaves as it was)."""
+    from gradlab.real import resolve_run
+    from gradlab.real.checkpoints import flatten_params, save_params
+
+    enc = load_encoder(FIXTURES / "bert", pooling="avg")
+    moved = {k: v + 0.5 for k, v in flatten_params(enc.params).items()}
+    path = tmp_path / "start.npz"
+    np.savez(path, **moved)
+    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), steps=1, batch_size=8, eval_every=0, dev_pairs=20,
+                      eval_test=False, monitor=False, init_params=str(path), encoder_options={"pooling": "avg"})
+    for given in (None, enc):
+        run = resolve_run(cfg, encoder=given, sentences=SENTENCES)
+        np.testing.assert_array_equal(flatten_params(run.encoder.params)["layers/q_w"], moved["layers/q_w"])
+    assert not np.array_equal(flatten_params(enc.params)["layers/q_w"], moved["layers/q_w"])  # untouched
+    save_params(tmp_path / "again.npz", run.encoder.params)
+    with np.load(tmp_path / "again.npz") as z:
+        np.testing.assert_array_equal(z["layers/q_w"], moved["layers/q_w"])
+    with pytest.raises(ValueError, match="no parameters file"):
+        TrainConfig(init_params=str(tmp_path / "missing.npz"))

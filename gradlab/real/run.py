@@ -77,14 +77,21 @@ def encoder_for(config: TrainConfig, encoder):
     recomputing layers iff ``config.remat``."""
     if config.recipe:
         encoder = _recipe_encoder(config, encoder)
-        if config.init_params is not None:
-            from gradlab.real.checkpoints import load_params
-
-            encoder.train_view.params = load_params(config.init_params, encoder.train_view.params)
-    elif encoder is None:
-        encoder = load_encoder(config.encoder, seed=config.seed, params=config.init_params,
-                               **dict(config.encoder_options))
+    elif encoder is None:  # the light encoder takes its dim from the parameters file
+        return _with_remat(load_encoder(config.encoder, seed=config.seed, params=config.init_params,
+                                        **dict(config.encoder_options)), config.remat)
+    if config.init_params is not None:
+        encoder = _with_params(encoder, config.init_params)
     return _with_remat(encoder, config.remat)
+
+
+def _with_params(encoder, path: str):
+    """A copy of ``encoder`` whose trained parameters are the file's (the given encoder is not modified)."""
+    from gradlab.real.checkpoints import load_params
+
+    if hasattr(encoder, "train_view"):  # a recipe's encoder trains its train view
+        return dataclasses.replace(encoder, train_view=_with_params(encoder.train_view, path))
+    return dataclasses.replace(encoder, params=load_params(path, encoder.params))
 
 
 def _with_remat(encoder, remat: bool):
