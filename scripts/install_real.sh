@@ -28,7 +28,7 @@ fi
 import importlib.util
 import sys
 
-from gradlab.real import data, minilm
+from gradlab.real import data, hf
 
 problems = []
 try:
@@ -41,7 +41,7 @@ try:
 except Exception as e:  # noqa: BLE001
     problems.append(f"news corpus: {e}")
 try:
-    print("MiniLM model zip:", minilm.model_zip_path())
+    print("MiniLM model zip:", hf.model_zip_path())
 except Exception as e:  # noqa: BLE001
     problems.append(f"MiniLM: {e}")
 if importlib.util.find_spec("torch") is not None:

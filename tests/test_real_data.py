@@ -166,3 +166,27 @@ def test_news_corpus():
     assert len(sents) == len(set(sents))
     assert all(4 <= len(s.split()) <= 64 for s in sents)
     assert sum(s[-1] in ".!?\"'”’)" for s in sents) > 0.9 * len(sents)
+
+
+# --------------------------------------------------------------------------- the install script's own check
+
+
+def test_install_script_check_runs_against_the_installed_package():
+    """``scripts/install_real.sh`` ends with a Python check of the data files it installed; that
+    check names gradlab functions, so it is run here as written (a renamed function fails it)."""
+    import re
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "install_real.sh").read_text()
+    check = re.search(r"<<'PY'\n(.*?)\nPY\n", script, re.S)
+    assert check is not None, "install_real.sh no longer ends with its Python check"
+    r = subprocess.run([sys.executable, "-c", check.group(1)], capture_output=True, text=True, timeout=120)
+    if not (HAVE_STS and HAVE_NEWS) or importlib.util.find_spec("all_minilm_l6_v2") is None:
+        # Without the data packages the check must fail with its own one-line-per-problem report,
+        # never with an AttributeError or ImportError from a stale name.
+        assert r.returncode == 1, r.stderr
+        assert "install_real.sh: incomplete" in r.stderr
+        assert "has no attribute" not in r.stderr and "cannot import" not in r.stderr, r.stderr
+    else:
+        assert r.returncode == 0, r.stderr
+        assert "gradlab[real] ready." in r.stdout

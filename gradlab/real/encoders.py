@@ -168,9 +168,10 @@ def checkpoint_sha256(path: str | Path) -> str:
         raise ValueError(f"no checkpoint at {src}")
     files = sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else [src]
     names = [f.relative_to(src).as_posix() if src.is_dir() else "" for f in files]
-    state = (str(src.resolve()), tuple((n, f.stat().st_size, f.stat().st_mtime_ns) for n, f in zip(names, files, strict=True)))
+    stats = [f.stat() for f in files]
+    state = (str(src.resolve()), tuple((n, st.st_size, st.st_mtime_ns) for n, st in zip(names, stats, strict=True)))
     if state not in _DIGESTS:
-        _DIGESTS[state] = _digest(files, names)
+        _DIGESTS[state] = _digest(files, names, [st.st_size for st in stats])
     return _DIGESTS[state]
 
 
@@ -178,12 +179,12 @@ def checkpoint_sha256(path: str | Path) -> str:
 _DIGESTS: dict[tuple, str] = {}
 
 
-def _digest(files: list[Path], names: list[str]) -> str:
+def _digest(files: list[Path], names: list[str], sizes: list[int]) -> str:
     import hashlib
 
     digest = hashlib.sha256()
-    for f, name in zip(files, names, strict=True):
-        digest.update(f"{name}\0{f.stat().st_size}\0".encode())
+    for f, name, size in zip(files, names, sizes, strict=True):
+        digest.update(f"{name}\0{size}\0".encode())
         with open(f, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(chunk)

@@ -19,7 +19,6 @@ import numpy as np
 from gradlab.real._deps import require
 from gradlab.real.batches import Batches, StreamBatches, batch_order
 from gradlab.real.config import TrainConfig
-from gradlab.real.run import test_score
 from gradlab.real.step import data_mesh, make_train_step, shard, views_fn
 
 __all__ = ["Loop", "State", "Log", "Watch", "make_loop", "monitor_steps", "initial_state", "eval_due", "evaluate",
@@ -184,10 +183,11 @@ def make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> Loop:
     return Loop(encoder, frozen, optimizer, batches, step_fn, jax.random.key(config.seed), mesh)
 
 
-def initial_state(config: TrainConfig, loop: Loop, dev, log: Log) -> State:
-    """State 0: the encoder's parameters (copied: the step donates its inputs), scored before training."""
+def initial_state(config: TrainConfig, loop: Loop, dev, log: Log, test=None) -> State:
+    """State 0: the encoder's parameters (copied: the step donates its inputs), scored before training
+    on dev and, when ``test`` (``params -> Spearman``) is given, on test."""
     params0 = loop.encoder.params
-    test_before = test_score(config, loop.encoder, params0)
+    test_before = test(params0) if test is not None else None
     t0 = time.perf_counter()
     dev_before = dev(params0)
     log({"step": 0, "event": "eval", "dev_spearman": dev_before, "test_spearman": test_before,

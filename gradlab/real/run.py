@@ -19,7 +19,8 @@ from gradlab.real.batches import training_data
 from gradlab.real.config import TrainConfig
 from gradlab.real.encoders import load_encoder
 
-__all__ = ["Run", "resolve_run", "resolve_objective", "encoder_for", "dev_pairs", "dev_scorer", "test_score"]
+__all__ = ["Run", "resolve_run", "resolve_objective", "encoder_for", "dev_pairs", "dev_scorer", "test_scorer",
+           "sts_scorer"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Run:
       sentences: the training sentences (empty when ``config.stream``).
       token_ids: their token ids (None when ``config.stream``).
       dev: ``params -> STS-B dev Spearman × 100`` (:func:`dev_scorer`).
+      test: ``params -> STS-B test Spearman × 100`` (:func:`test_scorer`), or None.
     """
 
     config: TrainConfig
@@ -41,6 +43,7 @@ class Run:
     sentences: list[str]
     token_ids: Sequence[Sequence[int]] | None
     dev: Callable[[Any], float]
+    test: Callable[[Any], float] | None = None
 
 
 def resolve_run(config: TrainConfig, *, encoder: Any = None, sentences: Sequence[str] | None = None,
@@ -57,7 +60,7 @@ def resolve_run(config: TrainConfig, *, encoder: Any = None, sentences: Sequence
     loss = resolve_objective(config)
     encoder = encoder_for(config, encoder)
     sentences, token_ids = training_data(config, encoder, sentences, token_ids)
-    return Run(config, loss, encoder, sentences, token_ids, dev_scorer(config, encoder))
+    return Run(config, loss, encoder, sentences, token_ids, dev_scorer(config, encoder), test_scorer(config, encoder))
 
 
 def resolve_objective(config: TrainConfig) -> Callable:
@@ -124,19 +127,35 @@ def dev_pairs(config: TrainConfig):
     return STSPairs(dev.sentence1[:k], dev.sentence2[:k], dev.score[:k], dev.genre[:k])
 
 
-def dev_scorer(config: TrainConfig, encoder) -> Callable[[Any], float]:
-    """``params -> STS-B dev Spearman × 100`` of the run (:func:`gradlab.real.stsb.stsb_scorer`): the
-    dev sentences tokenized and packed once per run, each evaluation only embeds and ranks."""
+def sts_scorer(encoder, pairs) -> Callable[[Any], float]:
+    """``params -> Spearman × 100`` of ``encoder`` on STS ``pairs`` (:func:`gradlab.real.stsb.stsb_scorer`):
+    the sentences tokenized and packed once, each evaluation only embeds and ranks."""
     from gradlab.real.stsb import stsb_scorer
 
     prepare = getattr(encoder, "embedder", None)
     if prepare is None:
         def prepare(sentences):
             return lambda params: encoder.encode(sentences, params=params)
-    return stsb_scorer(prepare, dev_pairs(config))
+    return stsb_scorer(prepare, pairs)
 
 
-def test_score(config: TrainConfig, encoder, params) -> float | None:
-    from gradlab.real.stsb import stsb_spearman
+def dev_scorer(config: TrainConfig, encoder) -> Callable[[Any], float]:
+    """``params -> STS-B dev Spearman × 100`` of the run (its first ``config.dev_pairs`` pairs)."""
+    return sts_scorer(encoder, dev_pairs(config))
 
-    return stsb_spearman(lambda s: encoder.encode(s, params=params), "test") if config.eval_test else None
+
+def test_scorer(config: TrainConfig, encoder) -> Callable[[Any], float] | None:
+    """``params -> STS-B test Spearman × 100``, the test set prepared at its first use (a run scores it
+    before training and with its best parameters); None when ``config.eval_test`` is off."""
+    if not config.eval_test:
+        return None
+    prepared = []
+
+    def score(params: Any) -> float:
+        if not prepared:
+            from gradlab.real.data import load_stsb
+
+            prepared.append(sts_scorer(encoder, load_stsb("test")))
+        return prepared[0](params)
+
+    return score

@@ -50,7 +50,7 @@ import numpy as np
 from gradlab.real.checkpoints import save_model, save_params
 from gradlab.real.config import TrainConfig
 from gradlab.real.loop import Log, Watch, initial_state, make_loop, run_steps
-from gradlab.real.run import Run, resolve_run, test_score
+from gradlab.real.run import Run, resolve_run
 from gradlab.real.state import StateSaver, saved_state
 
 __all__ = ["TrainResult", "train", "OUTPUTS"]
@@ -200,14 +200,14 @@ def train(
     keep = (lambda name: out if name in outputs else None)  # noqa: E731
     watch, log = Watch(config, run.loss, keep("monitor"), tracker), Log(keep("log"), progress, tracker)
     try:
-        state = initial_state(config, loop, run.dev, log) if state is None else state
+        state = initial_state(config, loop, run.dev, log, run.test) if state is None else state
         run_steps(config, loop, state, run.dev, log, watch, after_step=StateSaver(config, loop, out))
     finally:
         log.close()
         watch.close()
     result = TrainResult(
         params=state.best_params, best_step=state.best_step, best_dev=state.best_dev, dev_before=state.dev_before,
-        test_before=state.test_before, test_after=test_score(config, run.encoder, state.best_params),
+        test_before=state.test_before, test_after=run.test(state.best_params) if run.test is not None else None,
         losses=state.losses, evals=state.evals, seconds=time.perf_counter() - t_start, monitor=watch.status,
         out_dir=out)
     if out is not None:
