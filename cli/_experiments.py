@@ -71,8 +71,10 @@ def experiment(
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Runs in parallel, one process each (default: the number of cores).")] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="Seeds 0..K-1 per configuration (default 5; --quick 1).")] = None,
     encoder: Annotated[str | None, typer.Option("--encoder", "-e", help="light (default, CPU), minilm, or the PATH of a BERT / RoBERTa checkpoint (named in run ids by its content, not its path); simcse: minilm (default) or a PATH.")] = None,
-    steps: Annotated[int | None, typer.Option("--steps", help="Adam steps per run (default 100, simcse 36; --quick 20, simcse 4).")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="Adam steps per run (default 100, simcse 40 or one epoch of --corpus; --quick 20, simcse 4).")] = None,
     batch_size: Annotated[int | None, typer.Option("--batch-size", "-N", help="Sentences per step (default 64).")] = None,
+    corpus: Annotated[Path | None, typer.Option("--corpus", help="simcse: train on this file (one sentence per line, SimCSE's wiki1m_for_simcse.txt): one epoch in the recipe's batch size, STS-B dev every 250 steps (the paper's setting, with --senteval). Named in run ids by its content.")] = None,
+    senteval: Annotated[Path | None, typer.Option("--senteval", help="simcse: SentEval's data/downstream directory; every run's best checkpoint and state 0 are scored on the seven STS tasks, and the claims are decided on their average (Li et al. 2024 Table 3's metric).")] = None,
     precision: Annotated[str | None, typer.Option("--precision", help="float32 (default), or bf16: mixed precision for GPUs (forward and backward in bfloat16; master weights, optimizer state, loss and evaluation in float32).")] = None,
     values: Annotated[list[str] | None, typer.Option("--values", help="fig6: replace a component's values, e.g. --values tau=0.01,0.05,0.3 (repeatable).")] = None,
     loss: Annotated[list[str] | None, typer.Option("--loss", "-l", help="trajectory: train these losses and draw each on its own simulated maps (repeatable; default: the baseline and ArcCon). " + LOSS_HELP)] = None,
@@ -101,9 +103,9 @@ def experiment(
 
       gradlab experiment table3 --encoder minilm --steps 1000 --batch-size 64 --seeds 3
 
-      gradlab experiment simcse --out exp/   (SimCSE's recipe on MiniLM: about 42 min on 2 CPU cores)
+      gradlab experiment simcse --out exp/   (SimCSE's recipe on MiniLM: about 95 min on 2 CPU cores)
 
-      gradlab experiment simcse --encoder path/to/bert-base-uncased --steps 15625 --precision bf16 --out exp-gpu/
+      gradlab experiment simcse --encoder path/to/bert-base-uncased --corpus wiki1m_for_simcse.txt --senteval SentEval/data/downstream --precision bf16 --out exp-gpu/   (the paper's setting)
 
       gradlab experiment trajectory --loss my_losses.py:focal --param gamma=1 --quick
 
@@ -128,6 +130,11 @@ def experiment(
         raise fail(f"--values applies to fig6 (and all); not to {name!r}")
     if loss and name not in ("trajectory", "all"):
         raise fail(f"--loss chooses the losses of trajectory (and all); not of {name!r}")
+    for given, option in ((corpus, "--corpus"), (senteval, "--senteval")):
+        if given is not None and name != "simcse":
+            raise fail(f"{option} applies to the simcse study; not to {name!r}")
+    if corpus is not None and not corpus.is_file():
+        raise fail(f"--corpus: no file at {str(corpus)!r} (one sentence per line)")
     losses = _loss_dicts(loss, parse_params(param))
     formats = check_formats(fmt)
     options = _executor_options(executor, scheduler, executor_opt, retries)
@@ -135,8 +142,10 @@ def experiment(
 
     try:
         scale = Scale.make(study=name, quick=quick, encoder=encoder, steps=steps, batch_size=batch_size,
-                           precision=precision, seeds=seeds, values=parsed)
-    except (TypeError, ValueError) as exc:
+                           precision=precision, seeds=seeds, values=parsed,
+                           corpus=None if corpus is None else str(corpus),
+                           senteval=None if senteval is None else str(senteval))
+    except (TypeError, ValueError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
     if losses:
         from gradlab.experiments import canonical_loss

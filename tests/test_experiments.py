@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from gradlab.experiments import (
+    CPU_RUN,
     RunSpec,
     Scale,
     _store,
@@ -34,7 +35,7 @@ from gradlab.experiments import (
 
 # private on purpose: the builders and the study tables are run and checked piece by piece
 from gradlab.experiments._build import BUILDERS, Context
-from gradlab.experiments._studies import BASELINE, GD_ONE_M, QUICK_SWEEPS, SWEEPS
+from gradlab.experiments._studies import BASELINE, GD_ONE_M, QUICK_SWEEPS, SIMCSE_LOSSES, SWEEPS
 from gradlab.io import Result, load_json
 from tests._cli import one_line_error, run
 
@@ -564,9 +565,12 @@ def test_a_moved_loss_file_keeps_the_run_id(tmp_path):
 def test_run_ids_of_earlier_runs_are_unchanged():
     """Ids computed by the code before ``RunSpec`` shared ``gradlab.real.RunConfig`` (commit 9406ce4):
     a refactor of the configuration must not rename (and so re-run) the runs users have stored."""
-    assert RunSpec(loss="baseline", seed=1).id == "d76c4be30d6c35f1"
+    # the CPU preset's sizes were RunSpec's own defaults then; RunSpec now has RunConfig's
+    assert CPU_RUN.replace(loss="baseline", seed=1).id == "d76c4be30d6c35f1"
+    assert RunSpec(loss="baseline", seed=1, steps=100, eval_every=25, monitor_every=5, max_sentences=20000).id == \
+        "d76c4be30d6c35f1"
     assert RunSpec(loss="infonce", encoder="minilm", steps=7, batch_size=32, max_sentences=500, heldout_max=128,
-                   dev_pairs=50, corpus="News100").id == "301f6e175a5cd2a4"
+                   dev_pairs=50, corpus="News100", eval_every=25, monitor_every=5).id == "301f6e175a5cd2a4"
     assert study_runs("fig6", Scale.make(quick=True))[0].id == "34d5d6086a7c2755"
     spec = Scale.make().spec({"loss": "vicreg", "params": {"nu1": 0.4, "nu2": 10.0}}, 2)  # table3's old last run
     assert spec.id == "71ba0bc3a23cc811" and spec.id in {s.id for s in study_runs("table3", Scale.make())}
@@ -592,6 +596,19 @@ def test_run_spec_is_a_run_config_and_builds_the_train_config():
         TrainConfig(steps=0)
 
 
+def test_run_spec_pooling_is_named_in_the_id_only_when_set_and_reaches_the_trainer():
+    plain = RunSpec(loss="infonce", encoder="minilm")
+    avg = plain.replace(pooling="avg")
+    assert avg.id != plain.id and plain.replace(pooling=None).id == plain.id
+    assert '"pooling"' not in plain.canonical_json() and '"pooling":"avg"' in avg.canonical_json()
+    assert avg.train_config().encoder_options == {"pooling": "avg"} and plain.train_config().encoder_options == {}
+    assert RunSpec.from_dict(avg.to_dict()).id == avg.id
+    with pytest.raises(ValueError, match="not light"):
+        RunSpec(pooling="avg")  # the light encoder mean-pools its token embeddings
+    with pytest.raises(ValueError, match="unknown pooling 'mean'"):
+        plain.replace(pooling="mean")
+
+
 def test_simcse_study_runs_the_recipe_on_a_transformer():
     runs = study_runs("simcse", Scale.make(study="simcse"))
     assert [r.loss.get("loss") for r in runs[::5]] == ["infonce", "mb", "mv", "mmhe", "mmhs"]
@@ -603,7 +620,8 @@ def test_simcse_study_runs_the_recipe_on_a_transformer():
         study_runs("simcse", Scale.make())
     with pytest.raises(ValueError, match="transformer"):
         Scale.make(study="simcse", encoder="light")
-    assert Scale.make(study="simcse", steps=100).run.eval_every == 25
+    assert Scale.make(study="simcse", steps=100).run.eval_every == 12  # eight evaluations after state 0
+    assert Scale.make(study="simcse").run.steps // Scale.make(study="simcse").run.eval_every >= 8
     bf16 = study_runs("simcse", Scale.make(study="simcse", precision="bf16"))
     assert bf16[0].precision == "bf16" and bf16[0].id != runs[0].id
     assert bf16[0].train_config().precision == "bf16"
@@ -650,3 +668,150 @@ def test_simcse_quick_study_on_a_checkpoint_end_to_end(tmp_path):
         assert train_json["config"]["recipe"] == "simcse-unsup"
     text = (out / "simcse" / "results.md").read_text()
     assert "recipe simcse-unsup" in text and "checkpoint bert" in text
+
+
+def _corpus_file(path: Path, n: int) -> Path:
+    words = ["cats", "dogs", "stocks", "rain", "music", "bread", "trains", "rivers", "news", "maps"]
+    path.write_text("".join(f"sentence {i} is about {words[i % 10]} and {words[(3 * i) % 10]}.\n" for i in range(n)))
+    return path
+
+
+def test_simcse_on_a_corpus_file_is_the_papers_schedule_and_names_files_by_content(tmp_path):
+    """Gao et al. 2021, App. A: one epoch of the file in the recipe's batch size, STS-B dev every 250 steps."""
+    from gradlab.real.recipe import simcse_unsup_settings
+
+    corpus = _corpus_file(tmp_path / "wiki.txt", 400)
+    scale = Scale.make(study="simcse", encoder=str(FIXTURE_BERT), corpus=str(corpus))
+    batch = simcse_unsup_settings(FIXTURE_BERT, corpus)["batch_size"]
+    assert (scale.run.batch_size, scale.run.eval_every, scale.run.max_sentences) == (batch, 250, None)
+    assert scale.run.steps == (400 - scale.run.heldout_max) // batch  # the held-out lines are never trained on
+    assert Scale.make(study="simcse", encoder=str(FIXTURE_BERT), corpus=str(corpus), steps=600).run.eval_every == 250
+    assert scale.to_dict()["corpus"] == "wiki.txt" and scale.run.corpus == str(corpus.resolve())
+    spec = scale.spec("infonce", 0)
+    moved = tmp_path / "elsewhere.txt"
+    moved.write_bytes(corpus.read_bytes())
+    assert spec.replace(corpus=str(moved), corpus_sha256=None).id == spec.id  # named by content, not path
+    stale = spec.to_dict()
+    corpus.write_text(corpus.read_text() + "one more sentence about rain.\n")
+    with pytest.raises(ValueError, match="the corpus file changed"):
+        RunSpec.from_dict(stale)
+    assert RunSpec.from_dict({**stale, "corpus_sha256": None}).id != spec.id
+    with pytest.raises(ValueError, match="neither NewsArticles, News100 nor a file"):
+        RunSpec(corpus=str(tmp_path / "absent.txt"))
+
+
+def test_simcse_quick_study_with_a_corpus_file_and_senteval_end_to_end(tmp_path):
+    """The paper's setting's plumbing on the tiny BERT fixture: trained on the file, scored on SentEval's
+    seven STS tasks before and after, and the claims set on their average."""
+    from gradlab.real import evaluate_sts, simcse_unsup_encoder
+    from tests.test_real_sts import write_senteval
+
+    corpus = _corpus_file(tmp_path / "wiki.txt", 120)
+    senteval = tmp_path / "downstream"
+    write_senteval(senteval)
+    out = tmp_path / "exp"
+    res = run("experiment", "simcse", "--quick", "--encoder", FIXTURE_BERT, "--corpus", corpus, "--senteval", senteval,
+              "--out", out, "--jobs", "1")
+    assert res.exit_code == 0, res.output
+    state0 = evaluate_sts(simcse_unsup_encoder(FIXTURE_BERT).encode, senteval)["spearman"]
+    for d in (p for p in (out / "runs").iterdir() if not p.name.startswith(".")):
+        cfg, result = load_json(d / "config.json"), load_json(d / "result.json")
+        assert cfg["corpus_sha256"] and cfg["senteval_sha256"]
+        assert set(result["sts_after"]) == {"STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark",
+                                            "SICKRelatedness", "avg"}
+        assert result["sts_before"] == pytest.approx(state0, abs=1e-9)
+    numbers = load_json(out / "simcse" / "numbers.json")
+    assert numbers["numbers"]["scale"]["corpus"] == "wiki.txt" and numbers["numbers"]["scale"]["senteval"] == "downstream"
+    assert math.isfinite(numbers["numbers"]["infonce.sts_avg.seeds"][0])
+    assert all("7-task STS avg." in c["setting"] for c in numbers["claims"])
+    assert "STS avg. after (best dev)" in (out / "simcse" / "results.md").read_text()
+    for args, needle in (([], "--corpus applies to the simcse study"),):
+        assert needle in one_line_error(run("experiment", "fig6", "--corpus", corpus, *args, "--out", out))
+    assert "no file at" in one_line_error(run("experiment", "simcse", "--corpus", tmp_path / "nope.txt", "--out", out))
+    assert "SentEval directory" in one_line_error(run("experiment", "simcse", "--quick", "--senteval", tmp_path / "nope",
+                                                      "--out", out))
+
+
+def _simcse_numbers(best_steps: dict[str, list[float]], tests: dict[str, list[float]], last: float = 40.0):
+    numbers = {}
+    for loss in SIMCSE_LOSSES:
+        numbers[f"{loss}.best_step.seeds"] = best_steps.get(loss, best_steps["infonce"])
+        numbers[f"{loss}.last_step.seeds"] = [last] * len(numbers[f"{loss}.best_step.seeds"])
+        numbers[f"{loss}.test.seeds"] = tests.get(loss, tests["infonce"])
+        numbers[f"{loss}.best_dev.seeds"] = [80.0 + 0.1 * i for i in range(len(numbers[f"{loss}.test.seeds"]))]
+    return numbers
+
+
+def test_simcse_claims_are_equivalence_tests_on_seeds_whose_dev_curve_turned():
+    """Li et al. 2024 Sec. 4 calls the modified losses "comparable": a TOST within ±1 STS point, paired over
+    the seeds whose best dev lies strictly between state 0 and the last evaluation in both arms."""
+    from gradlab.experiments import simcse_claims
+    from gradlab.experiments.stats import tost
+
+    scale = {"steps": 40, "eval_every": 5}
+    ref = [78.0, 78.4, 77.9, 78.2, 78.1, 78.3]
+    mod = [78.1, 78.3, 78.0, 78.4, 78.0, 78.2]
+    numbers = _simcse_numbers({"infonce": [10, 15, 20, 25, 30, 35]}, {"infonce": ref, "mb": mod})
+    claims = {c["id"]: c for c in simcse_claims(numbers, scale)}
+    c = claims["li2024-table3-simcse-mb"]
+    assert c["kind"] == "equivalence" and c["n"] == 6 and "comparable" in c["claim"]
+    witness = tost(ref, mod, 1.0)  # the statistics module's TOST, itself tested against its definition
+    assert c["p"] == pytest.approx(witness.p) and c["estimate"] == pytest.approx(np.mean(np.subtract(mod, ref)))
+    # one seed never improved on state 0, one was still improving: 4 usable pairs < 5 -> not tested, both named
+    numbers = _simcse_numbers({"infonce": [10, 15, 20, 25, 30, 35], "mb": [0, 15, 20, 25, 30, 40]},
+                              {"infonce": ref, "mb": mod})
+    c = {c["id"]: c for c in simcse_claims(numbers, scale)}["li2024-table3-simcse-mb"]
+    assert c["kind"] == "not tested" and "4 usable seed pairs of 6" in c["reason"]
+    assert "state 0 (never improved) in 1" in c["reason"] and "still improving) in 1" in c["reason"]
+    # InfoNCE still improving everywhere: no modified loss is decided
+    numbers = _simcse_numbers({"infonce": [40] * 6, "mb": [10] * 6}, {"infonce": ref, "mb": mod})
+    assert all(c["kind"] == "not tested" for c in simcse_claims(numbers, scale))
+
+
+def test_dev_curves_align_each_runs_evaluations_by_step():
+    from gradlab.experiments._build_table3 import dev_curves
+
+    runs = [{"status": "done", "evals": [{"step": 0, "dev_spearman": 80.0}, {"step": 5, "dev_spearman": 81.0}]},
+            {"status": "done", "evals": [{"step": 0, "dev_spearman": 79.0}, {"step": 10, "dev_spearman": 82.0}]},
+            {"status": "failed"}]
+    steps, table = dev_curves(runs)
+    assert steps.tolist() == [0.0, 5.0, 10.0]
+    np.testing.assert_array_equal(table, [[80.0, 81.0, np.nan], [79.0, np.nan, 82.0], [np.nan] * 3])
+
+
+def test_worker_builds_a_runs_encoder_with_its_pooling_and_views_each_with_its_own_forward():
+    """A process that trains runs of one checkpoint under two poolings gives each its own encoder and
+    its own compiled forward (the held-out views of one are never drawn with the other's pooling)."""
+    pytest.importorskip("tokenizers")
+    import jax
+
+    from gradlab.experiments import _worker
+    from gradlab.real.packing import pad_ids
+
+    specs = [RunSpec(loss="infonce", encoder=str(FIXTURE_BERT), pooling=p, max_sentences=64, heldout_max=64)
+             for p in ("cls_before_pooler", "avg")]
+    encs = [_worker._encoder(s) for s in specs]
+    assert [e.pooling.mode for e in encs] == ["cls_before_pooler", "avg"]
+    ids = encs[0].token_ids(["A man is playing a guitar.", "The market fell today.", "Rain again.", "Two dogs."])
+    for enc in encs:  # the first call compiles a forward; the second must not reuse it
+        h, hp = _worker._views(enc, enc.params, ids, 4, seed=0)
+        # the definition: batch b's two views take the two halves of the split of fold_in(key(seed + 1000003), b)
+        k1, k2 = jax.random.split(jax.random.fold_in(jax.random.key(0 + 1_000_003), 0))
+        padded = pad_ids(ids, enc.max_seq_length, pad_to=max(len(t) for t in ids))
+        np.testing.assert_allclose(h, np.asarray(enc.forward(enc.params, enc.frozen, *padded, k1)), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(hp, np.asarray(enc.forward(enc.params, enc.frozen, *padded, k2)), rtol=0, atol=1e-5)
+
+
+def test_a_run_spec_has_run_configs_defaults_and_the_study_sizes_live_in_the_presets():
+    """One set of run defaults: RunSpec adds the analysis fields, the CPU study's sizes are CPU_RUN's."""
+    import dataclasses
+
+    from gradlab.real import RunConfig
+
+    spec, config = RunSpec(), RunConfig()
+    for f in dataclasses.fields(RunConfig):
+        if f.name != "lr":  # a spec writes the resolved rate into itself
+            assert getattr(spec, f.name) == getattr(config, f.name), f.name
+    assert spec.lr == config.learning_rate
+    assert (CPU_RUN.steps, CPU_RUN.eval_every, CPU_RUN.monitor_every, CPU_RUN.max_sentences) == (100, 25, 5, 20000)
+    assert Scale.make().run == CPU_RUN

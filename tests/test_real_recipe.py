@@ -84,6 +84,32 @@ def test_two_views_mlp_from_pooler_truncation_and_dropout():
     np.testing.assert_allclose(enc.encode(PROBE + [LONG]), plain.encode(PROBE + [LONG]), rtol=0, atol=1e-6)
 
 
+def test_other_pooler_types_train_and_evaluate_with_one_pooling_and_no_mlp():
+    """SimCSE's --pooler_type avg (Gao et al. 2021): no MLP; the recipe's dropout and truncation stay."""
+    enc = simcse_unsup_encoder(FIXTURES / "bert", seed=0, pooling="avg")
+    assert enc.train_view.pooling.mode == "avg" and enc.eval_view.pooling.mode == "avg"
+    assert "pooler" not in enc.params  # nothing is trained that the pooling does not read
+    assert enc.train_view.config.hidden_dropout_prob == 0.1 and enc.train_view.config.attention_probs_dropout_prob == 0.1
+    (short,) = enc.token_ids([LONG])
+    assert len(short) == 32
+    plain = load_encoder(FIXTURES / "bert", pooling="avg")  # the loader's own mean pooling, not truncated
+    np.testing.assert_allclose(enc.encode(PROBE + [LONG]), plain.encode(PROBE + [LONG]), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="unknown pooling 'mean'"):
+        simcse_unsup_encoder(FIXTURES / "bert", pooling="mean")
+
+
+def test_recipe_with_avg_pooling_trains_saves_and_records_it(tmp_path, corpus):
+    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), recipe="simcse-unsup", corpus=str(corpus), steps=2, batch_size=8,
+                      lr=1e-2, eval_every=1, dev_pairs=20, eval_test=False, monitor=False,
+                      encoder_options={"pooling": "avg"})
+    res = train(cfg, out_dir=tmp_path / "run")
+    assert np.all(np.isfinite(res.losses)) and "pooler" not in res.params
+    want = simcse_unsup_encoder(FIXTURES / "bert", pooling="avg").encode(PROBE, params=res.params)
+    assert len({e["dev_spearman"] for e in res.evals}) > 1  # lr 1e-2: the encoder moved
+    got = load_encoder(tmp_path / "run" / "model").encode(PROBE)  # the pooling recorded with the model
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
 def test_mlp_without_pooler_is_seeded_bert_init(tmp_path):
     dst = tmp_path / "nopooler"
     shutil.copytree(FIXTURES / "bert", dst)
@@ -126,7 +152,7 @@ def test_cli_recipe_end_to_end_and_errors(tmp_path, corpus):
     assert cfg["loss"] == "infonce" and cfg["loss_params"] == {"tau": 0.05}
     assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
     for args, needle in ((["--encoder", "light"], "transformer encoder"),
-                         (["--encoder", FIXTURES / "bert", "--pooling", "avg", "--corpus", corpus], "fixes the pooling"),
+                         (["--encoder", FIXTURES / "bert", "--pooling", "mean", "--corpus", corpus], "unknown pooling 'mean'"),
                          (["--encoder", FIXTURES / "bert", "--recipe", "simcse-sup"], "unknown recipe 'simcse-sup'"),
                          (["--encoder", FIXTURES / "bert", "--corpus", "News100"], "one sentence per line")):
         if "--recipe" not in args:

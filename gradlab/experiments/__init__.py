@@ -12,7 +12,8 @@ several launchers and hosts can share one store on a shared filesystem.
 
 Public names:
   RunSpec, canonical_loss, loss_label, SCHEMA_VERSION       (a run; gradlab.resolve_loss resolves its loss)
-  Scale, STUDIES, study_runs, baseline                                     (the studies)
+  Scale, STUDIES, study_runs, baseline, SIMCSE_LOSSES                      (the studies)
+  CPU_RUN, QUICK_RUN, SIMCSE_RUN, SIMCSE_QUICK_RUN                (their run templates: the sizes)
   run_study, study_status, execute, plan, default_jobs, is_environmental   (running)
   EXECUTORS, make_executor, parse_executor_option, DASK_CONNECT_TIMEOUT_S  (where runs execute)
   run_status, run_state, read_record, run_dir, acquire_lease, read_lease    (the store)
@@ -37,6 +38,11 @@ _LAZY = {
     "STUDIES": "gradlab.experiments._studies",
     "study_runs": "gradlab.experiments._studies",
     "baseline": "gradlab.experiments._studies",
+    "SIMCSE_LOSSES": "gradlab.experiments._studies",
+    "CPU_RUN": "gradlab.experiments._studies",
+    "QUICK_RUN": "gradlab.experiments._studies",
+    "SIMCSE_RUN": "gradlab.experiments._studies",
+    "SIMCSE_QUICK_RUN": "gradlab.experiments._studies",
     "run_study": "gradlab.experiments._api",
     "study_status": "gradlab.experiments._api",
     "EXECUTORS": "gradlab.experiments._executors",

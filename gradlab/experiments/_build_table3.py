@@ -40,7 +40,7 @@ from gradlab.experiments._tables import (
 )
 from gradlab.experiments.stats import EQUIVALENCE_MARGIN, compare, equivalence, paired_t
 
-__all__ = ["build_table3", "build_fig1", "build_simcse", "dev_test_claim", "simcse_claims", "simcse_comparisons",
+__all__ = ["build_table3", "build_fig1", "build_simcse", "dev_test_claim", "simcse_claims", "simcse_comparisons", "simcse_usable",
            "never_trained"]
 
 
@@ -223,8 +223,25 @@ def build_fig1(ctx: Context) -> None:
                  row_table(["pair", "original", "modified", "modified − original [95 % CI, paired]", "status"], rows))
 
 
-SIMCSE_SETTING = ("STS-B test with [CLS] before the MLP, best-dev checkpoint; all-MiniLM-L6-v2 under SimCSE's "
-                  "recipe, {steps} steps (paper: BERT-base, an epoch of 15,625 steps, 7-task STS avg.)")
+SIMCSE_SETTING = ("{metric} with {pooling}, best-dev checkpoint; {model} under SimCSE's recipe, {steps} steps on "
+                  "{corpus} (paper: BERT-base, an epoch of 10^6 Wikipedia sentences, 15,625 steps, 7-task STS avg.)")
+#: The run statistics of the simcse study: the shared ones and SentEval's seven-task STS average.
+SIMCSE_KEYS = {**RUN_KEYS, "sts_avg": lambda r: (r.get("sts_after") or {}).get("avg"),
+               "sts_avg_before": lambda r: (r.get("sts_before") or {}).get("avg")}
+
+
+def simcse_setting(scale: Mapping[str, Any], *, senteval: bool) -> str:
+    """Where the simcse claims are tested, from the study's scale (``Scale.run.to_dict()``)."""
+    pooling = scale.get("pooling")
+    corpus = scale.get("corpus", "NewsArticles")
+    return SIMCSE_SETTING.format(
+        metric="SentEval's 7-task STS avg." if senteval else "STS-B test",
+        pooling="[CLS] before the MLP" if pooling is None else f"{pooling} pooling (training and evaluation)",
+        model="all-MiniLM-L6-v2" if scale.get("encoder") == "minilm" else "the checkpoint "
+              f"{str(scale.get('encoder_sha256') or scale.get('encoder'))[:12]}",
+        steps=scale["steps"],
+        corpus=f"the corpus file {str(scale.get('corpus_sha256'))[:12]} (the paper's setting when it is wiki1m)"
+        if scale.get("corpus_sha256") else f"{corpus} news sentences")
 
 
 def _seeds(numbers: Mapping[str, Any], loss: str, key: str) -> np.ndarray:
@@ -244,11 +261,32 @@ def simcse_comparisons(numbers: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def simcse_usable(best_step: np.ndarray, last_step: np.ndarray) -> tuple[np.ndarray, str]:
+    """Which seeds of one arm a claim may use, and why the others may not.
+
+    A seed counts when its best dev comes after state 0 (the trained model improved on the one it
+    started from) and before its last evaluation (its dev curve turned). The reason names the
+    seeds of each kind that do not count ("" when all count).
+
+    Examples:
+      >>> use, why = simcse_usable(np.array([0., 10., 40., 20.]), np.array([40., 40., 40., 40.]))
+      >>> use.tolist(), why
+      ([False, True, False, True], 'best dev at state 0 (never improved) in 1, at the last evaluation (still improving) in 1')
+    """
+    at_start, at_end = best_step <= 0, best_step >= last_step
+    parts = [f"{what} in {int(k.sum())}" for what, k in
+             (("best dev at state 0 (never improved)", at_start), ("at the last evaluation (still improving)", at_end))
+             if k.any()]
+    return ~(at_start | at_end), ", ".join(parts)
+
+
 def simcse_claims(numbers: Mapping[str, Any], scale: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The simcse study's Table 3 claims from its exported per-seed numbers (``<loss>.test.seeds``,
-    ``.best_dev.seeds``, ``.best_step.seeds``, ``.last_step.seeds``): each modified loss against InfoNCE,
-    paired over the seeds, decided only on seeds whose best dev comes before their last evaluation in both
-    arms, and only with at least ``DEFAULT_SEEDS`` of them; else "not tested (still improving)".
+    ``.best_dev.seeds``, ``.best_step.seeds``, ``.last_step.seeds``): each modified loss is comparable
+    to InfoNCE (Li et al. 2024 Sec. 4: "comparable to that of effective contrastive losses"), by TOST
+    within ±``EQUIVALENCE_MARGIN`` STS point paired over the seeds, decided only on the seed pairs
+    that :func:`simcse_usable` accepts in both arms and only with at least ``DEFAULT_SEEDS`` of them;
+    else "not tested", with the reason.
 
     A numbers file without ``last_step`` (written before it was recorded) takes the scale's last
     evaluation step, ``steps`` when ``eval_every`` divides it.
@@ -258,37 +296,67 @@ def simcse_claims(numbers: Mapping[str, Any], scale: Mapping[str, Any]) -> list[
             return np.full(len(numbers[f"{loss}.best_step.seeds"]), float(scale["steps"]))
         return _seeds(numbers, loss, key)
 
-    def plateaued(loss: str) -> np.ndarray:
-        return seeds(loss, "best_step") < seeds(loss, "last_step")
-
     claims = []
     ref = TABLE3_REFERENCE
-    setting = SIMCSE_SETTING.format(steps=scale["steps"])
+    senteval = f"{ref}.sts_avg.seeds" in numbers and np.isfinite(_seeds(numbers, ref, "sts_avg")).any()
+    metric, split = ("sts_avg", "SentEval STS avg. (7 tasks)") if senteval else ("test", "STS-B test")
+    setting = simcse_setting(scale, senteval=senteval)
+    ref_use, ref_why = simcse_usable(seeds(ref, "best_step"), seeds(ref, "last_step"))
     for name in SIMCSE_LOSSES[1:]:
-        use = plateaued(ref) & plateaued(name)
-        a, b = seeds(ref, "test"), seeds(name, "test")
+        use, why = simcse_usable(seeds(name, "best_step"), seeds(name, "last_step"))
+        use = ref_use & use
+        a, b = seeds(ref, metric), seeds(name, metric)
         t = paired_t(a, b)
         claim = {"id": f"li2024-table3-simcse-{name}", "paper": "Li et al. 2024, Table 3", "study": "simcse",
-                 "claim": f"{label(name)} beats InfoNCE under SimCSE's recipe ({label(name)} "
-                          f"{TABLE3_PAPER_BERT[name]:.2f} vs InfoNCE {TABLE3_PAPER_BERT[ref]:.2f}, BERT-base STS avg.)",
+                 "claim": f"{label(name)} is comparable to InfoNCE under SimCSE's recipe (within "
+                          f"±{EQUIVALENCE_MARGIN:g} STS point; paper: {label(name)} {TABLE3_PAPER_BERT[name]:.2f}, "
+                          f"InfoNCE {TABLE3_PAPER_BERT[ref]:.2f}, BERT-base STS avg.)",
                  "setting": setting,
-                 "finding": f"STS-B test {t.estimate:+.2f} [{t.ci95[0]:+.2f}, {t.ci95[1]:+.2f}] over all "
-                            f"{t.n} seeds; best dev before the last evaluation in {int(use.sum())} of {use.size}"}
+                 "finding": f"{split}, {label(name)} − InfoNCE: {t.estimate:+.2f} [{t.ci95[0]:+.2f}, "
+                            f"{t.ci95[1]:+.2f}] over all {t.n} seeds; usable seed pairs {int(use.sum())} of {use.size}"}
         if use.sum() < DEFAULT_SEEDS:
-            claim.update(kind="not tested", reason=f"still improving: best dev at the last evaluation in "
-                                                   f"{int((~use).sum())} of {use.size} seed pairs")
+            reasons = "; ".join(f"{who}: {w}" for who, w in (("InfoNCE", ref_why), (label(name), why)) if w)
+            claim.update(kind="not tested", reason=f"{int(use.sum())} usable seed pairs of {use.size} (at least "
+                                                   f"{DEFAULT_SEEDS} needed); {reasons or 'too few seeds'}")
         else:
-            claim.update(compare(a[use], b[use], expect=+1, split="STS-B test",
-                                 other=(seeds(ref, "best_dev")[use], seeds(name, "best_dev")[use]),
-                                 other_split="STS-B dev (best)"))
+            claim.update(equivalence(a[use], b[use], split=split))
         claims.append(claim)
     return claims
+
+
+def dev_curves(runs: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, (seed, step) STS-B dev Spearman) of the runs' dev evaluations (NaN: not evaluated or failed)."""
+    evals = [{e["step"]: e["dev_spearman"] for e in (r.get("evals") or [])} if r.get("status") == "done" else {}
+             for r in runs]
+    steps = np.array(sorted(set().union(*evals)), float)
+    table = np.array([[ev.get(int(s), np.nan) for s in steps] for ev in evals], float).reshape(len(runs), steps.size)
+    return steps, table
+
+
+def _simcse_curves(ctx: Context) -> None:
+    """Every loss's STS-B dev curve (``<loss>.dev_curve``: steps and per-seed values) and their figure."""
+    from gradlab import plot
+
+    lines = {}
+    for name in SIMCSE_LOSSES:
+        steps, table = dev_curves(ctx.runs(name))
+        ctx.number(f"{name}.dev_curve", {"steps": steps.tolist(), "seeds": [
+            [None if not math.isfinite(v) else float(v) for v in row] for row in table]})
+        with np.errstate(all="ignore"):
+            mean = np.nanmean(table, axis=0) if table.size else table
+        lines[label(name)] = (steps, mean, ci_half(table, axis=0) if table.size else None)
+    title = "STS-B dev Spearman × 100 (cls_before_pooler)" if ctx.scale.run.pooling is None else \
+        f"STS-B dev Spearman × 100 ({ctx.scale.run.pooling})"
+    ctx.figure("simcse_dev", plot.step_series({title: lines}, suptitle=(
+        "Li et al. 2024 Table 3's losses under SimCSE's recipe: STS-B dev over training "
+        "(band: 95 % interval over seeds)")))
 
 
 def build_simcse(ctx: Context) -> None:
     """Table 3's InfoNCE vs modified losses under SimCSE's recipe, each modified loss tested against InfoNCE."""
     rows, labels, per_seed, status, ids = [], [], [], [], []
     cols: dict[str, list] = {"test_before": [], "best_dev": [], "paper_bert_sts_avg": []}
+    senteval = ctx.scale.run.senteval is not None
     for name in SIMCSE_LOSSES:
         runs = ctx.runs(name)
         after, before = values(runs, "test_after"), values(runs, "test_before")
@@ -297,6 +365,8 @@ def build_simcse(ctx: Context) -> None:
                      fmt(values(runs, last("mu_pos"))), fmt(values(runs, last("mu_neg"))),
                      fmt(values(runs, RUN_KEYS["gd_run"]), 3), f"{TABLE3_PAPER_BERT[name]:.2f}",
                      fmt(values(runs, "seconds"), 0), failures(runs) or "ok"])
+        if senteval:
+            rows[-1][1:1] = [fmt(values(runs, SIMCSE_KEYS["sts_avg_before"])), f"**{fmt(values(runs, SIMCSE_KEYS['sts_avg']))}**"]
         labels.append(label(name))
         per_seed.append(after)
         status.append(failures(runs) or "done")
@@ -304,8 +374,9 @@ def build_simcse(ctx: Context) -> None:
         cols["test_before"].append(mean_sd(before)[0])
         cols["best_dev"].append(mean_sd(values(runs, "best_dev"))[0])
         cols["paper_bert_sts_avg"].append(TABLE3_PAPER_BERT[name])
-        export(ctx, name, runs, RUN_KEYS)
+        export(ctx, name, runs, SIMCSE_KEYS if senteval else RUN_KEYS)
         ctx.number(f"{name}.paper", TABLE3_PAPER_BERT[name])
+    _simcse_curves(ctx)
     comparisons = simcse_comparisons(ctx.numbers)
     comp_rows = []
     for name in SIMCSE_LOSSES[1:]:
@@ -322,15 +393,21 @@ def build_simcse(ctx: Context) -> None:
     run = ctx.scale.run
     ctx.markdown(
         "Li et al. 2024 Table 3 under SimCSE's recipe: InfoNCE vs the modified losses",
-        "SimCSE's unsupervised recipe (Gao et al. 2021): an MLP over [CLS] in training, [CLS] before the MLP "
-        "in evaluation (from state 0 on), 32-token sentences, two dropout views (p = 0.1), N = "
+        "SimCSE's unsupervised recipe (Gao et al. 2021): "
+        + ("an MLP over [CLS] in training, [CLS] before the MLP in evaluation (from state 0 on)" if run.pooling is None
+           else f"{run.pooling} pooling in training and evaluation, no MLP (SimCSE's --pooler_type {run.pooling})")
+        + ", 32-token sentences, two dropout views (p = 0.1), N = "
         f"{run.batch_size}, lr {run.learning_rate:g}; each loss at its registry defaults (Li et al. 2024 Table 4). "
         "The best-dev checkpoint is scored on STS-B test (1,379 pairs). 'paper' is Li et al. 2024 Table 3's "
         "BERT-base STS avg. over seven tasks after an epoch of 10^6 Wikipedia sentences: a different model, "
         "length of training and score, given for the ordering only. μ_pos, μ_neg (radians) are the monitor's "
         "values at the last monitored state; 'GD mean' is the trained loss's mean GD over the run. A claim is "
-        "decided only from seeds whose best dev comes before their last evaluation.",
-        [*row_table(["loss", "test before", "test after (best dev)", "Δ", "best dev", "best step", "last evaluation",
+        "decided only from seed pairs whose best dev comes after state 0 and before their last evaluation, in "
+        "both arms. Every dev curve is in simcse.json (`<loss>.dev_curve`)."
+        + (" With SentEval, state 0 and the best-dev checkpoint are also scored on its seven STS tasks, and the "
+           "claims are decided on their average, the paper's metric." if senteval else ""),
+        [*row_table(["loss", *(["STS avg. before", "STS avg. after (best dev)"] if senteval else []), "test before",
+                     "test after (best dev)", "Δ", "best dev", "best step", "last evaluation",
                      "μ_pos →", "μ_neg →", "GD mean", "paper", "s/run", "status"], rows),
          "", "Each modified loss against InfoNCE (paired t over the seeds, two-sided):", "",
          *row_table(["comparison", "Δ test [95 % CI]", "p (test)", "Δ best dev", "p (dev)", "Δ paper"], comp_rows)])

@@ -46,7 +46,8 @@ __all__ = ["RunSpec", "SCHEMA_VERSION", "TRANSFORM_PREFIX", "canonical_loss", "l
 SCHEMA_VERSION = 2
 #: Fields added after their schema, with the value every earlier run had: they enter the id only
 #: when they differ from it, so runs named before keep their names.
-_OPTIONAL = {"recipe": None, "encoder_sha256": None, "precision": "float32"}
+_OPTIONAL = {"recipe": None, "encoder_sha256": None, "precision": "float32", "pooling": None, "corpus_sha256": None,
+             "senteval": None, "senteval_sha256": None}
 
 
 def _number(value: Any, what: str) -> float:
@@ -189,20 +190,31 @@ class RunSpec(RunConfig):
 
     Its id is the hash of everything here. The fields of ``RunConfig`` (encoder, recipe,
     steps, batch_size, lr, eval_every, monitor_every, seed, corpus, max_sentences,
-    dev_pairs, eval_test, precision) mean what they mean for ``gradlab train``, except that:
+    dev_pairs, eval_test, precision) mean what they mean for ``gradlab train``, with its
+    defaults (a study's sizes are its ``Scale``: ``gradlab.experiments.CPU_RUN`` and the
+    others), except that:
 
     - ``lr`` None becomes the encoder's rate (``gradlab.real.learning_rate``), written into the spec;
-    - ``corpus`` is ``"NewsArticles"`` or ``"News100"`` and ``max_sentences`` is drawn (seeded)
-      from its non-held-out part;
-    - an ``encoder`` path is named in the id by its content (``encoder_sha256``), not its path.
+    - ``corpus`` is ``"NewsArticles"`` or ``"News100"``, or the path of a one-sentence-per-line
+      file (SimCSE's ``wiki1m_for_simcse.txt``); ``max_sentences`` is drawn (seeded) from its
+      non-held-out part (None: all of it);
+    - an ``encoder`` path, a ``corpus`` file and a ``senteval`` directory are named in the id by
+      their content (``encoder_sha256``, ``corpus_sha256``, ``senteval_sha256``), not their path.
 
     Attributes:
       loss: a loss dict (see ``canonical_loss``); normalized on construction.
       dropout: token-embedding dropout of the light encoder's views (transformers: their own 0.1).
-      holdout: fraction of the corpus held out, never trained on (the same split for every run).
+      holdout: fraction of a named corpus held out, never trained on (the same split for every
+        run); a corpus file holds out ``heldout_max`` lines (the analysis reads no more).
       heldout_max: held-out sentences analyzed before / after training (fig5, fig7, fig8a).
-      encoder_sha256: the SHA-256 of a checkpoint ``encoder``'s files (filled in; None for
-        ``light`` / ``minilm``). A changed checkpoint is a new run.
+      pooling: a transformer encoder's pooling (``gradlab train --pooling``; with the recipe,
+        SimCSE's ``--pooler_type``); None: the model's own, or the recipe's MLP over [CLS].
+      senteval: SentEval's ``data/downstream`` directory: the best checkpoint and state 0 are
+        also scored on the seven STS tasks (``gradlab.real.evaluate_sts``), Li et al. 2024
+        Table 3's metric.
+      encoder_sha256, corpus_sha256, senteval_sha256: the SHA-256 of a checkpoint ``encoder``'s
+        files, of a corpus file, of the SentEval files read (filled in; None otherwise). Changed
+        content is a new run.
 
     Examples:
       >>> a = RunSpec(loss="baseline")
@@ -213,22 +225,30 @@ class RunSpec(RunConfig):
     """
 
     loss: Any = "baseline"
-    steps: int = 100
-    eval_every: int = 25
-    monitor_every: int = 5
-    max_sentences: int = 20000
     dropout: float = 0.1
     holdout: float = 0.1
     heldout_max: int = 1024
+    pooling: str | None = None
+    senteval: str | None = None
     encoder_sha256: str | None = None
+    corpus_sha256: str | None = None
+    senteval_sha256: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "loss", canonical_loss(self.loss))
         super().__post_init__()
-        if self.max_sentences is None:
-            raise ValueError("max_sentences must be an integer: a run samples its training sentences")
-        if self.corpus not in CORPORA:
-            raise ValueError(f"unknown corpus {self.corpus!r}; choose from {', '.join(CORPORA)}")
+        if self.corpus in CORPORA:
+            if self.corpus_sha256 is not None:
+                raise ValueError(f"corpus_sha256 names a corpus file's content; {self.corpus!r} is none")
+        elif Path(self.corpus).is_file():
+            self._name_by_content("corpus", "corpus_sha256", "the corpus file")
+        else:
+            raise ValueError(f"unknown corpus {self.corpus!r}: neither {', '.join(CORPORA)} nor a file "
+                             "(one sentence per line)")
+        if self.senteval is not None:
+            self._name_by_content("senteval", "senteval_sha256", "the SentEval files")
+        elif self.senteval_sha256 is not None:
+            raise ValueError("senteval_sha256 names SentEval's files; senteval is None")
         if isinstance(self.heldout_max, bool) or not isinstance(self.heldout_max, numbers.Integral) \
                 or self.heldout_max < self.batch_size:
             raise ValueError(f"heldout_max must be an integer >= batch_size={self.batch_size}; got {self.heldout_max!r}")
@@ -240,19 +260,27 @@ class RunSpec(RunConfig):
             raise ValueError(f"holdout must lie in (0, 1); got {self.holdout!r}")
         object.__setattr__(self, "dropout", float(self.dropout))
         object.__setattr__(self, "holdout", float(self.holdout))
+        if self.pooling is not None:
+            self.train_config(loss="baseline")  # TrainConfig checks the pooling against the encoder
         if self.encoder in ENCODERS:
             if self.encoder_sha256 is not None:
                 raise ValueError(f"encoder_sha256 names a checkpoint's files; {self.encoder!r} has none")
             return
-        path = str(Path(self.encoder).resolve())
-        from gradlab.real import checkpoint_sha256
+        self._name_by_content("encoder", "encoder_sha256", "the checkpoint")
 
-        digest = checkpoint_sha256(path)
-        if self.encoder_sha256 not in (None, digest):
-            raise ValueError(f"{path}: the checkpoint changed since this run was named (sha256 {digest[:12]}…, "
-                             f"expected {str(self.encoder_sha256)[:12]}…)")
-        object.__setattr__(self, "encoder", path)
-        object.__setattr__(self, "encoder_sha256", digest)
+    def _name_by_content(self, field: str, digest_field: str, what: str) -> None:
+        """Resolve the path in ``field`` and fill ``digest_field`` with its content's SHA-256 (checked
+        against the one recorded, if any)."""
+        from gradlab.real import checkpoint_sha256, senteval_sha256
+
+        path = str(Path(getattr(self, field)).resolve())
+        digest = (senteval_sha256 if field == "senteval" else checkpoint_sha256)(path)
+        recorded = getattr(self, digest_field)
+        if recorded not in (None, digest):
+            raise ValueError(f"{path}: {what} changed since this run was named (sha256 {digest[:12]}…, "
+                             f"expected {str(recorded)[:12]}…)")
+        object.__setattr__(self, field, path)
+        object.__setattr__(self, digest_field, digest)
 
     def train_config(self, loss: Any = None, **changes: Any) -> TrainConfig:
         """The ``gradlab.real.TrainConfig`` that trains this run.
@@ -264,6 +292,8 @@ class RunSpec(RunConfig):
         from gradlab.design import resolve_loss
 
         shared = {f.name: getattr(self, f.name) for f in dataclasses.fields(RunConfig)}
+        if self.pooling is not None:
+            shared["encoder_options"] = {"pooling": self.pooling}
         name = self.loss.get("loss", "")
         if loss is None and name.startswith(TRANSFORM_PREFIX):  # Rho et al. 2023: InfoNCE, gradient rescaled
             return TrainConfig(**{**shared, **changes}, loss="infonce", transform=name[len(TRANSFORM_PREFIX):],
@@ -295,8 +325,10 @@ class RunSpec(RunConfig):
         for name, before in _OPTIONAL.items():
             if d[name] == before:
                 del d[name]
-        if "encoder_sha256" in d:
-            d["encoder"] = "checkpoint"  # named by its content, not where it lies
+        for field, digest, name in (("encoder", "encoder_sha256", "checkpoint"), ("corpus", "corpus_sha256", "file"),
+                                    ("senteval", "senteval_sha256", "senteval")):
+            if digest in d:
+                d[field] = name  # named by its content, not where it lies
         return json.dumps({"schema": SCHEMA_VERSION, "gradlab": __version__, **d}, sort_keys=True,
                           separators=(",", ":"))
 

@@ -11,11 +11,14 @@ import dataclasses
 import math
 import numbers
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from gradlab import defaults
 from gradlab.experiments._spec import RunSpec
+from gradlab.real import CORPORA
 
-__all__ = ["Scale", "CPU_RUN", "QUICK_RUN", "SIMCSE_RUN", "SIMCSE_QUICK_RUN", "SIMCSE_LOSSES", "TABLE3_PAPER_BERT", "STUDIES", "study_runs", "baseline", "BASELINE", "SWEEPS", "QUICK_SWEEPS", "GD_ONE_M",
+__all__ = ["Scale", "CPU_RUN", "QUICK_RUN", "SIMCSE_RUN", "SIMCSE_QUICK_RUN", "SIMCSE_EVALS", "SIMCSE_LOSSES", "TABLE3_PAPER_BERT", "STUDIES", "study_runs", "baseline", "BASELINE", "SWEEPS", "QUICK_SWEEPS", "GD_ONE_M",
            "TABLE3_PAIRS", "TABLE3_CLAIMS", "NU_GRID", "NIE2023_LOSSES", "NIE2023_MPT_MARGINS", "RATIO_SWEEP",
            "TRAJECTORY_LOSSES", "table3_losses", "nu_losses", "RHO2023_TRANSFORMS", "rho2023_losses",
            "FARINA2023_LOSSES", "ZHANG2022_LOSSES", "DEFAULT_SEEDS"]
@@ -85,14 +88,20 @@ def baseline(**changes: float) -> dict[str, Any]:
 
 
 #: The CPU default of every run (the light encoder, 100 steps of N = 64) and the ``--quick`` smoke preset.
-CPU_RUN = RunSpec()
+CPU_RUN = RunSpec(steps=100, eval_every=25, monitor_every=5, max_sentences=20000)
 QUICK_RUN = RunSpec(steps=20, max_sentences=2000, eval_every=10, monitor_every=2, dev_pairs=500, heldout_max=256)
 #: The ``simcse`` study's runs: SimCSE's unsupervised recipe (Gao et al. 2021: MLP over [CLS] in training,
-#: ``cls_before_pooler`` in evaluation, 32-token sentences, N = 64, τ = 0.05, lr 3e-5) on all-MiniLM-L6-v2,
-#: cut to 36 steps so that its 15 runs fit 45 minutes of a 2-core CPU (ours; the recipe trains one epoch
-#: of 10^6 sentences, 15,625 steps); STS-B dev at states 0, 18 and 36. The held-out analysis uses 256 sentences.
-SIMCSE_RUN = RunSpec(encoder="minilm", recipe="simcse-unsup", steps=36, eval_every=18, monitor_every=4,
-                     heldout_max=256)
+#: ``cls_before_pooler`` in evaluation from state 0 on, 32-token sentences, N = 64, τ = 0.05, lr 3e-5) on
+#: all-MiniLM-L6-v2, cut to 40 steps so that its 25 runs fit a 2-core CPU (the recipe trains one epoch of
+#: 10^6 sentences, 15,625 steps); STS-B dev at states 0, 5, ..., 40 (nine evaluations). The model's own
+#: mean pooling (``RunSpec(pooling="avg")``, SimCSE's ``--pooler_type avg``) cannot test the modified
+#: losses on this model: their gate d_i (m = 0.3) is open for 0.6 % of the anchors at state 0 (99.5 %
+#: under the recipe's pooling; ``examples/experiments/results/simcse_state0.json``), so their gradient
+#: comes from a handful of sentences a batch. The held-out analysis uses 256 sentences.
+#: Dev evaluations after state 0 in a simcse run (``Scale.make(study="simcse", steps=S)``: every S // 8 steps).
+SIMCSE_EVALS = 8
+SIMCSE_RUN = RunSpec(encoder="minilm", recipe="simcse-unsup", steps=40, eval_every=5, monitor_every=4,
+                     max_sentences=20000, heldout_max=256)
 SIMCSE_QUICK_RUN = RunSpec(encoder="minilm", recipe="simcse-unsup", steps=4, batch_size=16, max_sentences=2000,
                            eval_every=2, monitor_every=2, dev_pairs=100, heldout_max=32, eval_test=False)
 
@@ -143,8 +152,11 @@ class Scale:
           quick: the smoke preset (1 seed, a few steps).
           seeds: seeds per configuration.
           values: Fig. 6 values per component.
-          **run: any :class:`RunSpec` field (``encoder``, ``steps``, ``batch_size``, ``lr``, ...;
-            None leaves it). With ``steps`` changed, dev is evaluated 4 times and the monitor
+          **run: any :class:`RunSpec` field (``encoder``, ``steps``, ``batch_size``, ``lr``,
+            ``corpus``, ``senteval``, ...; None leaves it). The simcse study on a corpus file is the
+            paper's setting (Gao et al. 2021): all of the file, one epoch of it in the recipe's batch
+            size for the encoder (``--quick``: its few steps), STS-B dev every 250 steps. With ``steps`` changed, dev is evaluated 4 times (the simcse study:
+            ``SIMCSE_EVALS`` times, so that its claims can see a dev curve turn) and the monitor
             records 20 times; with ``batch_size`` changed, the samples grow to fit it. A
             changed encoder drops the preset's learning rate (the encoder's own applies).
 
@@ -155,9 +167,11 @@ class Scale:
         simcse = study == "simcse"
         base = (SIMCSE_QUICK_RUN if quick else SIMCSE_RUN) if simcse else (QUICK_RUN if quick else CPU_RUN)
         changes = {k: v for k, v in run.items() if v is not None}
+        if simcse and changes.get("corpus", base.corpus) not in CORPORA:
+            changes = _paper_setting(base, changes, quick)
         if "steps" in changes:
             steps = RunSpec(steps=changes["steps"]).steps  # validated
-            changes.setdefault("eval_every", max(1, steps // 4))
+            changes.setdefault("eval_every", max(1, steps // (SIMCSE_EVALS if simcse else 4)))
             changes.setdefault("monitor_every", max(1, steps // 20))
         if "batch_size" in changes:
             b = changes["batch_size"]
@@ -187,10 +201,32 @@ class Scale:
         return {**(QUICK_SWEEPS if self.quick else SWEEPS), **dict(self.values)}
 
     def to_dict(self) -> dict[str, Any]:
-        """The run template's sizes, the seeds and the sweep values (what a study's numbers record)."""
+        """The run template's sizes, the seeds and the sweep values (what a study's numbers record); a path
+        named by its content (checkpoint, corpus file, SentEval) by its last component only."""
         run = self.run.to_dict()
         run.pop("loss"), run.pop("seed")
+        for field in ("encoder", "corpus", "senteval"):
+            if run.get(f"{field}_sha256"):
+                run[field] = Path(run[field]).name
         return {**run, "seeds": self.seeds, "quick": self.quick, "values": [list(v) for v in self.values]}
+
+
+def _paper_setting(base: RunSpec, changes: dict[str, Any], quick: bool) -> dict[str, Any]:
+    """A simcse study's changes on a corpus file (unless ``quick`` or given): all of it, one epoch in the
+    recipe's batch size for the encoder, STS-B dev every 250 steps (Gao et al. 2021, App. A)."""
+    from gradlab.real.recipe import simcse_unsup_settings
+
+    if quick:  # its 2,000 sentences sampled from the file
+        return changes
+    changes = {**changes, "max_sentences": changes.get("max_sentences")}
+    encoder = changes.get("encoder", base.encoder)
+    settings = simcse_unsup_settings(encoder, changes["corpus"], batch_size=changes.get("batch_size"))
+    batch = changes.setdefault("batch_size", settings["batch_size"])
+    heldout = changes.get("heldout_max", base.heldout_max)
+    steps = changes.setdefault("steps", max(1, defaults.SIMCSE_EPOCHS * (settings["lines"] - heldout) // batch))
+    changes.setdefault("eval_every", settings["eval_every"])
+    changes.setdefault("monitor_every", max(1, steps // 20))
+    return changes
 
 
 def nu_losses(name: str) -> list[dict[str, Any]]:

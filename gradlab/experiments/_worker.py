@@ -270,8 +270,20 @@ def _train_in(spec: RunSpec, build: Path) -> dict[str, Any]:
         "loss_first": float(res.losses[0]), "loss_last": float(res.losses[-1]),
         "n_sentences": len(sentences), "n_heldout": int(len(held_ids) // spec.batch_size * spec.batch_size),
         "monitor_status": res.monitor, "monitor": _monitor_summary(build / "paradigm_monitor.jsonl"),
-        "heldout": heldout,
+        "heldout": heldout, **_senteval_scores(spec, encoder, res.params),
     }
+
+
+def _senteval_scores(spec: RunSpec, encoder, params) -> dict[str, Any]:
+    """With ``spec.senteval``: ``sts_before`` / ``sts_after``, the seven STS tasks' Spearman × 100 and
+    their ``avg`` at state 0 and for the best checkpoint (the tasks read once per process)."""
+    if spec.senteval is None:
+        return {}
+    from gradlab.real import STS_TASKS, evaluate_sts, load_senteval
+
+    data = _cached(("senteval", spec.senteval_sha256), lambda: load_senteval(spec.senteval, STS_TASKS))
+    return {f"sts_{when}": evaluate_sts(lambda s, p=p: encoder.encode(s, params=p), data=data)["spearman"]
+            for when, p in (("before", encoder.params), ("after", params))}
 
 
 def _inputs(spec: RunSpec) -> tuple[Any, list[str], Any, Any]:
@@ -282,12 +294,11 @@ def _inputs(spec: RunSpec) -> tuple[Any, list[str], Any, Any]:
     pool, heldout = _corpus(spec)
     encoder = _encoder(spec)
     model = (spec.encoder, spec.encoder_sha256, spec.recipe)  # what the token ids depend on
-    sentences = sample_sentences(pool, spec.max_sentences, seed=spec.seed)
-    token_ids = _cached(("tok", model, spec.corpus, spec.holdout, spec.max_sentences, spec.seed),
-                        lambda: encoder.token_ids(sentences))
+    corpus = (spec.corpus, spec.corpus_sha256, spec.holdout, spec.heldout_max)  # what the split depends on
+    sentences = pool if spec.max_sentences is None else sample_sentences(pool, spec.max_sentences, seed=spec.seed)
+    token_ids = _cached(("tok", model, corpus, spec.max_sentences, spec.seed), lambda: encoder.token_ids(sentences))
     held = sample_sentences(heldout, spec.heldout_max, seed=0)
-    held_ids = _cached(("held", model, spec.corpus, spec.holdout, spec.heldout_max),
-                       lambda: encoder.token_ids(held))
+    held_ids = _cached(("held", model, corpus), lambda: encoder.token_ids(held))
     return encoder, sentences, token_ids, held_ids
 
 
@@ -319,19 +330,23 @@ def _heldout_analysis(spec: RunSpec, encoder, params, held_ids, build: Path) -> 
     return {phase: {k: float(v) for k, v in d.items() if np.ndim(v) == 0} for phase, d in stats.items()}
 
 
-def holdout_split(n: int, fraction: float) -> tuple[Any, Any]:
+def holdout_split(n: int, fraction: float | None = None, *, count: int | None = None) -> tuple[Any, Any]:
     """(train indices, held-out indices) of ``n`` sentences: a fixed-seed permutation, the first
-    ``ceil(fraction * n)`` held out. Independent of the run seed: no run ever trains on them.
+    ``ceil(fraction * n)`` (or ``count``) held out. Independent of the run seed: no run ever trains on them.
 
     Examples:
       >>> tr, ho = holdout_split(10, 0.1)
       >>> len(tr), len(ho), sorted(set(tr) | set(ho)) == list(range(10))
       (9, 1, True)
+      >>> [len(part) for part in holdout_split(10, count=3)]
+      [7, 3]
     """
     import numpy as np
 
+    if (fraction is None) == (count is None):
+        raise ValueError("give one of fraction and count")
     perm = np.random.default_rng(HOLDOUT_SEED).permutation(n)
-    k = max(1, math.ceil(fraction * n))
+    k = max(1, math.ceil(fraction * n)) if fraction is not None else min(int(count), n - 1)
     return np.sort(perm[k:]), np.sort(perm[:k])
 
 
@@ -342,51 +357,63 @@ def _cached(key, make):
 
 
 def _corpus(spec):
-    from gradlab.real.data import load_news_sentences
+    """(training pool, held-out sentences): a named corpus split by the fraction ``holdout``, a corpus
+    file (one sentence per line) by ``heldout_max`` lines."""
+    from gradlab.real.data import load_news_sentences, read_lines
 
     def make():
-        sentences = load_news_sentences(spec.corpus)
-        tr, ho = holdout_split(len(sentences), spec.holdout)
+        if spec.corpus_sha256 is None:
+            sentences = load_news_sentences(spec.corpus)
+            tr, ho = holdout_split(len(sentences), spec.holdout)
+        else:
+            sentences = read_lines(spec.corpus)
+            tr, ho = holdout_split(len(sentences), count=spec.heldout_max)
         return [sentences[i] for i in tr], [sentences[i] for i in ho]
 
-    return _cached(("corpus", spec.corpus, spec.holdout), make)
+    return _cached(("corpus", spec.corpus, spec.corpus_sha256, spec.holdout, spec.heldout_max), make)
 
 
 def _encoder(spec):
     """The encoder a run trains: the light head (seeded) over MiniLM's tokens, MiniLM or a checkpoint
-    (loaded once per process), or the recipe's two views of either (its MLP seeded)."""
-    from gradlab.real import load_encoder, simcse_unsup_encoder
+    with the run's pooling (loaded once per process), or the trainer's recipe encoder (its MLP seeded)."""
+    from gradlab.real import load_encoder
     from gradlab.real.hf import load_minilm
     from gradlab.real.light import light_from_minilm
+    from gradlab.real.run import encoder_for
 
-    if spec.recipe is not None:
-        return simcse_unsup_encoder(spec.encoder, seed=spec.seed)
     if spec.encoder == "light":
         return light_from_minilm(_cached("minilm", load_minilm), seed=spec.seed, dropout=spec.dropout)
-    if spec.encoder == "minilm":
-        return _cached("minilm", load_minilm)  # train() never modifies the encoder's params
-    return _cached(("checkpoint", spec.encoder_sha256), lambda: load_encoder(spec.encoder))
+    config = spec.train_config(loss="baseline")  # only its encoder fields are read
+    if spec.recipe is not None:
+        return encoder_for(config, None)
+    # train() never modifies the encoder's params
+    return _cached(("transformer", spec.encoder, spec.encoder_sha256, spec.pooling),
+                   lambda: load_encoder(spec.encoder, **config.encoder_options))
 
 
 def _views(encoder, params, token_ids, batch_size: int, seed: int):
-    """Two dropout views (h, h') of the held-out sentences, in batches of ``batch_size``."""
+    """Two dropout views (h, h') of the held-out sentences, in batches of ``batch_size``: the trainer's
+    ``views_fn``, batch b keyed by ``fold_in(key(seed + 1000003), b)``."""
     import jax
     import numpy as np
 
     from gradlab.real.packing import pad_ids
+    from gradlab.real.step import views_fn
 
-    # one compiled forward per encoder kind and dropout (its only dependence on the instance)
-    fwd = _cached(("views", type(encoder).__name__, getattr(encoder, "dropout", None)), lambda: jax.jit(encoder.forward))
+    # one compiled forward per architecture, pooling and dropout (all it reads of the instance)
+    view = getattr(encoder, "train_view", encoder)
+    views = _cached(("views", type(view).__name__, getattr(view, "config", None), getattr(view, "pooling", None),
+                     getattr(view, "dropout", None)), lambda: jax.jit(views_fn(encoder, packed=False)))
     key = jax.random.key(seed + 1_000_003)
     hs, hps = [], []
     n = (len(token_ids) // batch_size) * batch_size
     L = max(max(1, len(t)) for t in token_ids[:n])
     for b, start in enumerate(range(0, n, batch_size)):
-        ids, mask = pad_ids([t if t else [0] for t in token_ids[start:start + batch_size]], encoder.max_seq_length,
-                            pad_to=min(L, encoder.max_seq_length))
-        k1, k2 = jax.random.split(jax.random.fold_in(key, b))
-        hs.append(np.asarray(fwd(params, encoder.frozen, ids, mask, k1)))
-        hps.append(np.asarray(fwd(params, encoder.frozen, ids, mask, k2)))
+        batch = pad_ids([t if t else [0] for t in token_ids[start:start + batch_size]], encoder.max_seq_length,
+                        pad_to=min(L, encoder.max_seq_length))
+        h, hp = views(params, encoder.frozen, batch, jax.random.fold_in(key, b))
+        hs.append(np.asarray(h))
+        hps.append(np.asarray(hp))
     return np.concatenate(hs), np.concatenate(hps)
 
 

@@ -13,7 +13,7 @@ Public names:
   load_transformer, POOLINGS, MODEL_TYPES          (any BERT / RoBERTa checkpoint, SimCSE's poolings)
   load_light, LightEncoder                                          (the light encoder)
   stsb_spearman, stsb_scores, stsb_scorer, pair_cosines, spearman_x100   (STS-B evaluation)
-  evaluate_sts, load_senteval, sts_table, STS_TASKS, STSTask        (the SentEval STS suite)
+  evaluate_sts, load_senteval, senteval_sha256, sts_table, STS_TASKS, STSTask   (the SentEval STS suite)
   TrainConfig, train_config, train, PRECISIONS                      (training; float32 or bf16)
   resolve_run, Run                          (a run's objective, encoder, data and dev scorer, resolved once)
   save_transformer                          (the trained model as a Hugging Face checkpoint directory)
@@ -54,6 +54,7 @@ _LAZY = {
     "STSTask": "gradlab.real.sts",
     "check_tasks": "gradlab.real.sts",
     "load_senteval": "gradlab.real.sts",
+    "senteval_sha256": "gradlab.real.sts",
     "parse_sts_subset": "gradlab.real.sts",
     "parse_sick": "gradlab.real.sts",
     "task_spearman": "gradlab.real.sts",

@@ -163,7 +163,9 @@ class TrainConfig(RunConfig):
         Every batch then takes ``batch_size`` rows of the encoder's full length (no packing).
       shuffle_buffer: lines held by the stream's shuffle buffer (None: 10,000).
       encoder_options: options of :func:`gradlab.real.load_encoder` for ``encoder``: ``pooling``
-        (transformers; the recipe fixes its own), ``dim`` and ``dropout`` (light).
+        (transformers; with the recipe, SimCSE's ``--pooler_type``: ``cls``, its default, trains an
+        MLP over [CLS]; any other pooling trains and evaluates with that pooling, no MLP),
+        ``dim`` and ``dropout`` (light).
       init_params: a parameters file (``OUT/best_params.npz`` of an earlier run) the encoder
         starts from instead of its checkpoint's weights.
       remat: transformer encoders recompute each layer's activations in the backward pass
@@ -205,10 +207,6 @@ class TrainConfig(RunConfig):
                 raise ValueError("pooling applies to transformer encoders (minilm or a checkpoint path), not light")
             if self.encoder_options["pooling"] not in POOLINGS:
                 raise ValueError(f"unknown pooling {self.encoder_options['pooling']!r}; choose from {', '.join(POOLINGS)}")
-        if self.recipe is not None:
-            if "pooling" in self.encoder_options:
-                raise ValueError("the simcse-unsup recipe fixes the pooling (MLP over CLS in training, "
-                                 "cls_before_pooler in evaluation)")
         if self.init_params is not None:
             if not Path(self.init_params).is_file():
                 raise ValueError(f"init_params: no parameters file at {self.init_params!r}")

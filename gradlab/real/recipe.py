@@ -137,22 +137,30 @@ class SimCSEUnsup:
         return self.eval_view.embedder(sentences, batch_size=batch_size)
 
 
-def simcse_unsup_encoder(encoder: str | Path, *, seed: int = 0, dtype: Any = None) -> SimCSEUnsup:
+def simcse_unsup_encoder(encoder: str | Path, *, seed: int = 0, dtype: Any = None,
+                         pooling: str = "cls") -> SimCSEUnsup:
     """The recipe's two views of a BERT / RoBERTa checkpoint (or ``"minilm"``).
 
-    The MLP is the checkpoint's pooler when it has one, else drawn from BERT's
-    initialization with ``seed``.
+    ``pooling`` is SimCSE's ``--pooler_type`` (Gao et al. 2021). ``"cls"``, the unsupervised
+    recipe's own: an MLP over [CLS] in training and [CLS] before it in evaluation; the MLP is
+    the checkpoint's pooler when it has one, else drawn from BERT's initialization with
+    ``seed``. Any other of :data:`gradlab.real.POOLINGS` (``"avg"``, ...): no MLP, the same
+    pooling in training and evaluation.
     """
     import jax
     import jax.numpy as jnp
-    import tokenizers
 
-    from gradlab.real.bert_config import PoolingConfig
+    from gradlab.real.bert_config import POOLINGS, PoolingConfig
     from gradlab.real.hf import load_transformer, model_zip_path
 
+    if pooling not in POOLINGS:
+        raise ValueError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
     _source_config(encoder)  # a transformer checkpoint, or one line
     src = model_zip_path() if str(encoder) == "minilm" else Path(encoder)
     dtype = jnp.float32 if dtype is None else dtype
+    if pooling != "cls":  # SimCSE's other pooler types: no MLP, one pooling throughout
+        base = load_transformer(src, pooling=pooling, normalize=False, dtype=dtype)
+        return SimCSEUnsup(_training_view(base, PoolingConfig(pooling, False)), base)
     try:
         base = load_transformer(src, pooling="cls", normalize=False, dtype=dtype)
     except ValueError as exc:
@@ -163,15 +171,21 @@ def simcse_unsup_encoder(encoder: str | Path, *, seed: int = 0, dtype: Any = Non
         std = float(_source_config(encoder).get("initializer_range", 0.02))
         w = std * jax.random.normal(jax.random.key(seed), (H, H), dtype=jnp.float32)
         base.params = {**base.params, "pooler": {"w": w.astype(dtype), "b": jnp.zeros((H,), dtype)}}
+    eval_view = dataclasses.replace(base, pooling=PoolingConfig("cls_before_pooler", False))
+    return SimCSEUnsup(_training_view(base, PoolingConfig("cls", False)), eval_view)
+
+
+def _training_view(base, pooling):
+    """``base`` as the recipe trains it: ``pooling``, dropout 0.1 (hidden and attention), sentences
+    truncated to 32 tokens."""
+    import tokenizers
+
     p = defaults.SIMCSE_DROPOUT
     config = dataclasses.replace(base.config, hidden_dropout_prob=p, attention_probs_dropout_prob=p)
     max_len = min(defaults.SIMCSE_MAX_SEQ_LENGTH, base.max_seq_length)
     tok = tokenizers.Tokenizer.from_str(base.tokenizer.to_str())
     tok.enable_truncation(max_length=max_len)
-    train_view = dataclasses.replace(base, config=config, pooling=PoolingConfig("cls", False), tokenizer=tok,
-                                     max_seq_length=max_len)
-    eval_view = dataclasses.replace(base, pooling=PoolingConfig("cls_before_pooler", False))
-    return SimCSEUnsup(train_view, eval_view)
+    return dataclasses.replace(base, config=config, pooling=pooling, tokenizer=tok, max_seq_length=max_len)
 
 
 def simcse_unsup_lr(encoder: str | Path) -> float:

@@ -113,7 +113,8 @@ def _recipe_encoder(config: TrainConfig, encoder):
     if isinstance(encoder, SimCSEUnsup):
         return encoder
     source = getattr(encoder, "source", None) if encoder is not None else None
-    return simcse_unsup_encoder(source or config.encoder, seed=config.seed)
+    return simcse_unsup_encoder(source or config.encoder, seed=config.seed,
+                                pooling=config.encoder_options.get("pooling", "cls"))
 
 
 def dev_pairs(config: TrainConfig):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +36,7 @@ __all__ = [
     "STSTask",
     "check_tasks",
     "load_senteval",
+    "senteval_sha256",
     "parse_sts_subset",
     "parse_sick",
     "task_spearman",
@@ -196,6 +197,33 @@ def load_senteval(root: str | Path | None, tasks: str | Iterable[str] = STS_TASK
             raise ValueError(f"{others} cannot be read without SentEval's data/downstream directory (--senteval on "
                              f"the command line); without it only STSBenchmark (the shipped STS-B test) can be")
         return {"STSBenchmark": STSTask("STSBenchmark", {"test": _respaced(load_stsb("test"))}, {"test": 0}, ())}
+    root = _checked_root(root, names)
+    return {t: _load_task(root, t) for t in names}
+
+
+def senteval_sha256(root: str | Path, tasks: str | Iterable[str] = STS_TASKS) -> str:
+    """The SHA-256 of the files the tasks read (each one's relative name, size and bytes, in suite
+    order): it names a SentEval directory by its content wherever it lies. Missing files are
+    reported as :func:`load_senteval` reports them.
+
+    Examples:
+      >>> senteval_sha256("path/to/nothing")
+      Traceback (most recent call last):
+      ...
+      FileNotFoundError: SentEval directory 'path/to/nothing' not found (expected its data/downstream)
+    """
+    names = check_tasks(tasks)
+    root = _checked_root(root, names)
+    digest = hashlib.sha256()
+    for rel in (f for t in names for f in _task_files(t)):
+        data = (root / rel).read_bytes()
+        digest.update(f"{rel}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _checked_root(root: str | Path, names: Sequence[str]) -> Path:
+    """``root`` as a Path once every file of the tasks is there; else FileNotFoundError naming them."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"SentEval directory {str(root)!r} not found (expected its data/downstream)")
@@ -207,7 +235,7 @@ def load_senteval(root: str | Path | None, tasks: str | Iterable[str] = STS_TASK
             f"missing in {root}: {', '.join(missing[:3])}{more}; fetch them with SentEval's "
             f"data/downstream/get_transfer_data.bash, or leave out {', '.join(lacking)} "
             f"(tasks=..., --tasks on the command line)")
-    return {t: _load_task(root, t) for t in names}
+    return root
 
 
 def _load_task(root: Path, name: str) -> STSTask:
