@@ -1,7 +1,7 @@
 """gradlab.experiments: run identity, the atomic store and resume, failures, Ctrl-C, the studies'
 tables, the trajectory overlay, and the ``gradlab experiment`` CLI contract.
 
-The machinery is tested with a stand-in trainer (``_worker._train_in`` monkeypatched) whose
+The machinery is tested with a stand-in trainer (``_worker.train_run`` monkeypatched) whose
 numbers are a known function of the configuration; two slow tests train for real on a tiny
 configuration (News100, 3 steps, batch 8) and need the ``real`` extra.
 """
@@ -141,7 +141,7 @@ def fake_train(monkeypatch):
         return {"best_dev": dev, "best_step": spec.steps, "dev_before": 40.0, "test_before": 30.0,
                 "test_after": dev - 5, "monitor": {"last": {"mu_pos": 0.33, "mu_neg": 1.2}, "gd_mean_run": 0.5}}
 
-    monkeypatch.setattr(_worker, "_train_in", train_in)
+    monkeypatch.setattr(_worker, "train_run", train_in)
     monkeypatch.setattr(_worker, "use_compile_cache", lambda out: None)
     return calls
 
@@ -224,7 +224,7 @@ def test_ctrl_c_commits_nothing_and_cleans_up(tmp_path, monkeypatch):
         (build / "train_log.jsonl").write_text("{}\n")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_worker, "_train_in", interrupted)
+    monkeypatch.setattr(_worker, "train_run", interrupted)
     monkeypatch.setattr(_worker, "use_compile_cache", lambda out: None)
     spec = RunSpec(loss="baseline", **TINY)
     with pytest.raises(KeyboardInterrupt):
@@ -471,7 +471,7 @@ def _raising(monkeypatch, exc):
         (build / "train_log.jsonl").write_text("{}\n")  # half a run on disk when the fault comes
         raise exc
 
-    monkeypatch.setattr(_worker, "_train_in", train_in)
+    monkeypatch.setattr(_worker, "train_run", train_in)
     monkeypatch.setattr(_worker, "use_compile_cache", lambda directory=None: None)
     return calls
 
@@ -488,7 +488,7 @@ def test_environmental_fault_is_retried_never_recorded_and_redone_next_launch(tm
     assert run_status(tmp_path, spec.id) == "missing"
     assert list((tmp_path / "runs").iterdir()) == []  # no marker, no build directory, no lease
     # the next launch (the machine healthy again) redoes it without --retry-failed
-    monkeypatch.setattr(_worker, "_train_in", lambda s, build: {"best_dev": _fake_dev(s)})
+    monkeypatch.setattr(_worker, "train_run", lambda s, build: {"best_dev": _fake_dev(s)})
     assert execute([spec], tmp_path, jobs=1)[spec.id]["best_dev"] == _fake_dev(spec)
 
 
@@ -512,7 +512,7 @@ def test_cli_exit_1_with_one_line_per_run_not_done_and_status(tmp_path, monkeypa
     assert lines == [f"not done: {spec.id} {spec.label}: OSError: [Errno 28] No space left on device"]
     st = run("experiment", "fig9", "--quick", "--status", "--out", out)
     assert st.exit_code == 0 and st.stdout.split() [:2] == [spec.id, "missing"]
-    monkeypatch.setattr(_worker, "_train_in", lambda s, build: (_ for _ in ()).throw(ValueError("bad")))
+    monkeypatch.setattr(_worker, "train_run", lambda s, build: (_ for _ in ()).throw(ValueError("bad")))
     assert run("experiment", "fig9", "--quick", "--jobs", "1", "--out", out).exit_code == 1  # failed: not done
     st = run("experiment", "fig9", "--quick", "--status", "--out", out)
     assert st.stdout.split()[:3] == [spec.id, "failed", "(ValueError:"]
@@ -785,16 +785,16 @@ def test_worker_builds_a_runs_encoder_with_its_pooling_and_views_each_with_its_o
     pytest.importorskip("tokenizers")
     import jax
 
-    from gradlab.experiments import _worker
+    from gradlab.experiments import _compute
     from gradlab.real.packing import pad_ids
 
     specs = [RunSpec(loss="infonce", encoder=str(FIXTURE_BERT), pooling=p, max_sentences=64, heldout_max=64)
              for p in ("cls_before_pooler", "avg")]
-    encs = [_worker._encoder(s) for s in specs]
+    encs = [_compute._encoder(s) for s in specs]
     assert [e.pooling.mode for e in encs] == ["cls_before_pooler", "avg"]
     ids = encs[0].token_ids(["A man is playing a guitar.", "The market fell today.", "Rain again.", "Two dogs."])
     for enc in encs:  # the first call compiles a forward; the second must not reuse it
-        h, hp = _worker._views(enc, enc.params, ids, 4, seed=0)
+        h, hp = _compute._views(enc, enc.params, ids, 4, seed=0)
         # the definition: batch b's two views take the two halves of the split of fold_in(key(seed + 1000003), b)
         k1, k2 = jax.random.split(jax.random.fold_in(jax.random.key(0 + 1_000_003), 0))
         padded = pad_ids(ids, enc.max_seq_length, pad_to=max(len(t) for t in ids))

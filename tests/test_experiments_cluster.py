@@ -71,7 +71,7 @@ class PatchedRun(_worker.RemoteRun):
     """``RemoteRun`` with the stand-in trainer, installed in the worker process that runs it."""
 
     def __call__(self, *args, **kwargs):
-        _worker._train_in = stand_in_train
+        _worker.train_run = stand_in_train
         _worker.use_compile_cache = lambda directory=None: None
         return super().__call__(*args, **kwargs)
 
@@ -94,7 +94,7 @@ def child_env(monkeypatch):
 
 @pytest.fixture
 def local_reference(tmp_path, monkeypatch):
-    monkeypatch.setattr(_worker, "_train_in", stand_in_train)
+    monkeypatch.setattr(_worker, "train_run", stand_in_train)
     monkeypatch.setattr(_worker, "use_compile_cache", lambda directory=None: None)
     recs = execute(SPECS, tmp_path / "local", jobs=1)
     assert [recs[s.id]["best_dev"] for s in SPECS] == [_fake_dev(s) for s in SPECS]  # the stand-in's formula
@@ -195,7 +195,7 @@ def test_missing_extra_and_bad_options_are_one_line_errors(tmp_path):
 def _launcher(out: Path, jobs: int = 1) -> subprocess.Popen:
     code = ("import sys; from gradlab.experiments import _worker, execute; "
             "from tests.test_experiments_cluster import SPECS, stand_in_train; "
-            "_worker._train_in = stand_in_train; _worker.use_compile_cache = lambda d=None: None; "
+            "_worker.train_run = stand_in_train; _worker.use_compile_cache = lambda d=None: None; "
             f"recs = execute(SPECS, {str(out)!r}, jobs={jobs}, backoff_s=0); "
             "sys.exit(0 if all(r['status'] == 'done' for r in recs.values()) else 1)")
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -234,7 +234,7 @@ def test_killed_worker_leaves_nothing_and_the_relaunch_completes(tmp_path, child
     victim.wait(timeout=TIMEOUT)
     assert run_state(out, rid)["state"] == "missing" and list((out / "runs").glob(f".tmp-{rid}-*"))
     (out / "gate").unlink()
-    monkeypatch.setattr(_worker, "_train_in", stand_in_train)
+    monkeypatch.setattr(_worker, "train_run", stand_in_train)
     monkeypatch.setattr(_worker, "use_compile_cache", lambda directory=None: None)
     recs = execute(SPECS, out, jobs=1)  # the relaunch: the dead worker's lease and build are reclaimed
     assert numbers(recs) == {s.id: (_fake_dev(s), s.steps, 40.0, 30.0, _fake_dev(s) - 5) for s in SPECS}
@@ -252,7 +252,7 @@ def _foreign_lease(out: Path, run_id: str, age: float) -> None:
 
 def test_stale_foreign_lease_is_reclaimed_fresh_one_respected(tmp_path, monkeypatch):
     monkeypatch.setenv(_store.ENV_PERIOD, "1")
-    monkeypatch.setattr(_worker, "_train_in", stand_in_train)
+    monkeypatch.setattr(_worker, "train_run", stand_in_train)
     monkeypatch.setattr(_worker, "use_compile_cache", lambda directory=None: None)
     fresh, stale = SPECS[0], SPECS[1]
     _foreign_lease(tmp_path, fresh.id, age=0.0)  # another host, heartbeat now; the pid is a live one here:
@@ -384,7 +384,7 @@ def test_workers_get_the_launchers_compilation_cache(tmp_path, monkeypatch, sett
     # the cache this process switched on (gradlab.enable_cache, as the CLI does) wins over the variable
     monkeypatch.setitem(_cache._ACTIVE, "dir", tmp_path / "enabled" if setting == "enabled" else None)
     monkeypatch.setitem(_cache._ACTIVE, "off", False)
-    monkeypatch.setattr(_worker, "_train_in", stand_in_train)
+    monkeypatch.setattr(_worker, "train_run", stand_in_train)
     monkeypatch.setattr(_worker, "use_compile_cache", seen.append)
     monkeypatch.setenv("GRADLAB_CACHE_DIR", str(tmp_path / "shared-cache") if setting == "dir" else "off")
     execute(SPECS[:1], tmp_path / "exp", jobs=1)

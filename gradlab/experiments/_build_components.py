@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradlab.experiments._compute import HELDOUT_TAUS
 from gradlab.experiments._studies import GD_ONE_M, baseline
 from gradlab.experiments._tables import (
     RUN_KEYS,
@@ -24,7 +25,6 @@ from gradlab.experiments._tables import (
     table_result,
     values,
 )
-from gradlab.experiments._worker import HELDOUT_TAUS
 from gradlab.experiments.stats import claim_entry, compare, one_sample_t, paired_t
 
 __all__ = ["build_fig6", "build_fig5", "build_fig7", "LIGHT_SETTING"]

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from gradlab.experiments._build_components import LIGHT_SETTING
+from gradlab.experiments._compute import HELDOUT_LAMBDAS
 from gradlab.experiments._spec import loss_label
 from gradlab.experiments._studies import RATIO_SWEEP, TRAJECTORY_LOSSES, ZHANG2022_LOSSES, baseline
 from gradlab.experiments._tables import (
@@ -28,7 +29,6 @@ from gradlab.experiments._tables import (
     stacked,
     values,
 )
-from gradlab.experiments._worker import HELDOUT_LAMBDAS
 from gradlab.experiments.stats import binomial_ci, claim_entry, compare, one_sample_t, paired_t
 
 __all__ = ["build_fig8", "build_fig9", "build_trajectory", "build_zhang2022"]
