@@ -72,6 +72,18 @@ def measure(pooling: str, sentences: list[str], *, seed: int) -> dict:
     return out
 
 
+def flat_numbers(poolings: dict) -> dict:
+    """The write-up's keys: ``<pooling>.<statistic>`` and ``<pooling>.<loss>.gd_mean`` / ``.gd_off_fraction``."""
+    out = {}
+    for pooling, r in poolings.items():
+        for key, value in r.items():
+            if key == "losses":
+                out.update({f"{pooling}.{name}.{k}": v for name, d in value.items() for k, v in d.items()})
+            else:
+                out[f"{pooling}.{key}"] = value
+    return out
+
+
 def markdown(result: dict) -> str:
     rows = ["| pooling | STS-B dev | STS-B test | μ_pos | μ_neg | gate d_i open (m = 0.3) | "
             + " | ".join(f"{loss_label(n)} GD" for n in SIMCSE_LOSSES) + " |",
@@ -101,9 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.sentences < BATCH:
         ap.error(f"--sentences must be at least {BATCH}")
     sentences = sample_sentences(load_news_sentences("NewsArticles"), args.sentences, seed=args.seed)
-    result = {"command": portable_command(" ".join(["python", *sys.argv])), "gradlab": gradlab.__version__,
-              "machine": platform.machine(), "n_sentences": len(sentences), "batch_size": BATCH, "margin": MARGIN,
-              "poolings": {p: measure(p, sentences, seed=args.seed) for p in POOLINGS}}
+    poolings = {p: measure(p, sentences, seed=args.seed) for p in POOLINGS}
+    result = {"study": "simcse_state0", "command": portable_command(" ".join(["python", *sys.argv])),
+              "gradlab": gradlab.__version__, "machine": platform.machine(), "n_sentences": len(sentences),
+              "batch_size": BATCH, "margin": MARGIN, "poolings": poolings, "numbers": flat_numbers(poolings),
+              "claims": []}  # measurements, no claims: the write-up quotes them (results/<name>.json layout)
     save_json_atomic(args.out / "simcse_state0.json", result)
     atomic_write_text(args.out / "simcse_state0.md", markdown(result))
     print(markdown(result))

@@ -342,9 +342,14 @@ def _simcse_curves(ctx: Context) -> None:
         steps, table = dev_curves(ctx.runs(name))
         ctx.number(f"{name}.dev_curve", {"steps": steps.tolist(), "seeds": [
             [None if not math.isfinite(v) else float(v) for v in row] for row in table]})
+        # how fast dev still moved at the end: the last evaluation minus the one before it, per seed
+        gain = table[:, -1] - table[:, -2] if steps.size >= 2 else np.full(len(table), np.nan)
+        mean, sd = mean_sd(gain)
+        ctx.number(f"{name}.dev_last_gain.mean", mean)
+        ctx.number(f"{name}.dev_last_gain.sd", sd)
         with np.errstate(all="ignore"):
-            mean = np.nanmean(table, axis=0) if table.size else table
-        lines[label(name)] = (steps, mean, ci_half(table, axis=0) if table.size else None)
+            curve = np.nanmean(table, axis=0) if table.size else table
+        lines[label(name)] = (steps, curve, ci_half(table, axis=0) if table.size else None)
     title = "STS-B dev Spearman × 100 (cls_before_pooler)" if ctx.scale.run.pooling is None else \
         f"STS-B dev Spearman × 100 ({ctx.scale.run.pooling})"
     ctx.figure("simcse_dev", plot.step_series({title: lines}, suptitle=(

@@ -70,7 +70,8 @@ def _inputs(spec: RunSpec) -> tuple[Any, list[str], Any, Any]:
     model = (spec.encoder, spec.encoder_sha256, spec.recipe)  # what the token ids depend on
     corpus = (spec.corpus, spec.corpus_sha256, spec.holdout, spec.heldout_max)  # what the split depends on
     sentences = pool if spec.max_sentences is None else sample_sentences(pool, spec.max_sentences, seed=spec.seed)
-    token_ids = cached(("tok", model, corpus, spec.max_sentences, spec.seed), lambda: encoder.token_ids(sentences))
+    sample = None if spec.max_sentences is None else (spec.max_sentences, spec.seed)  # all of it: one for every seed
+    token_ids = cached(("tok", model, corpus, sample), lambda: encoder.token_ids(sentences))
     held = sample_sentences(heldout, spec.heldout_max, seed=0)
     held_ids = cached(("held", model, corpus), lambda: encoder.token_ids(held))
     return encoder, sentences, token_ids, held_ids
