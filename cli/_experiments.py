@@ -103,7 +103,7 @@ def experiment(
 
       gradlab experiment table3 --encoder minilm --steps 1000 --batch-size 64 --seeds 3
 
-      gradlab experiment simcse --out exp/   (SimCSE's recipe on MiniLM: about 95 min on 2 CPU cores)
+      gradlab experiment simcse --out exp/   (SimCSE's recipe on MiniLM: 25 runs of about 7 min, 2 at a time on 2 CPU cores)
 
       gradlab experiment simcse --encoder path/to/bert-base-uncased --corpus wiki1m_for_simcse.txt --senteval SentEval/data/downstream --precision bf16 --out exp-gpu/   (the paper's setting)
 

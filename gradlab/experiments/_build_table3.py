@@ -350,11 +350,9 @@ def _simcse_curves(ctx: Context) -> None:
         with np.errstate(all="ignore"):
             curve = np.nanmean(table, axis=0) if table.size else table
         lines[label(name)] = (steps, curve, ci_half(table, axis=0) if table.size else None)
-    title = "STS-B dev Spearman × 100 (cls_before_pooler)" if ctx.scale.run.pooling is None else \
-        f"STS-B dev Spearman × 100 ({ctx.scale.run.pooling})"
-    ctx.figure("simcse_dev", plot.step_series({title: lines}, suptitle=(
-        "Li et al. 2024 Table 3's losses under SimCSE's recipe: STS-B dev over training "
-        "(band: 95 % interval over seeds)")))
+    title = f"STS-B dev ({'[CLS] before the MLP' if ctx.scale.run.pooling is None else ctx.scale.run.pooling})"
+    ctx.figure("simcse_dev", plot.step_series({title: lines}, ylabels={title: "Spearman × 100"},
+                                              suptitle="SimCSE's recipe (band: 95 % over seeds)"))
 
 
 def build_simcse(ctx: Context) -> None:

@@ -119,13 +119,14 @@ class Context:
 
         self.claims = decide_claims(self.claims)
         assert all(c["verdict"] in VERDICTS for c in self.claims)
+        runs = [r for r in self.records.values() if r.get("spec") is not None]
+        train_s = sum(float(r.get("seconds") or 0.0) for r in runs)
         self.number("scale", self.scale.to_dict())
-        self.number("wall_min", round(self.wall_s / 60, 1))
+        self.number("wall_min", round(self.wall_s / 60, 1))  # this invocation's, reused runs included
+        self.number("train_min", round(train_s / 60, 1))  # the runs' own, wherever and whenever they ran
         self.files.append(save_json_atomic(self.out / "numbers.json", {
             "study": self.study, "command": self.command, "numbers": self.numbers, "claims": self.claims}))
 
-        runs = [r for r in self.records.values() if r.get("spec") is not None]
-        train_s = sum(float(r.get("seconds") or 0.0) for r in runs)
         sc, run = self.scale, self.scale.run
         encoder = "checkpoint " + Path(run.encoder).name if run.encoder_sha256 else run.encoder
         claims = ["", "Claims (Holm over this study's tests; the write-up adjusts over every claim on its page):",
