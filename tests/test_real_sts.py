@@ -343,3 +343,21 @@ def test_cli_line_count_mismatch(senteval, tmp_path):
 def test_help_lists_examples():
     r = run("sts", "-h")
     assert r.exit_code == 0 and "Examples" in r.stdout and "gradlab sts" in r.stdout
+
+
+def test_senteval_sha256_names_the_task_files_by_content(tmp_path):
+    import shutil
+
+    from gradlab.real import senteval_sha256
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_senteval(a)
+    shutil.copytree(a, b)
+    assert senteval_sha256(a) == senteval_sha256(b) == senteval_sha256(a)  # where it lies does not matter
+    (b / "MR").mkdir()
+    (b / "MR" / "rt-polarity.pos").write_text("another task's file\n")
+    assert senteval_sha256(b) == senteval_sha256(a)  # only the STS tasks' files count
+    gold = b / "SICK" / "SICK_test_annotated.txt"
+    gold.write_text(gold.read_text() + "99\ta b\tc d\t3.0\tNEUTRAL\n")
+    assert senteval_sha256(b) != senteval_sha256(a)
+    assert senteval_sha256(b, "STS12") == senteval_sha256(a, "STS12")

@@ -158,7 +158,7 @@ def _encoder(spec):
 
     if spec.encoder == "light":
         return light_from_minilm(cached("minilm", load_minilm), seed=spec.seed, dropout=spec.dropout)
-    config = spec.train_config(loss="baseline")  # only its encoder fields are read
+    config = spec.train_config()
     if spec.recipe is not None:
         return encoder_for(config, None)
     # train() never modifies the encoder's params

@@ -203,8 +203,9 @@ def load_senteval(root: str | Path | None, tasks: str | Iterable[str] = STS_TASK
 
 def senteval_sha256(root: str | Path, tasks: str | Iterable[str] = STS_TASKS) -> str:
     """The SHA-256 of the files the tasks read (each one's relative name, size and bytes, in suite
-    order): it names a SentEval directory by its content wherever it lies. Missing files are
-    reported as :func:`load_senteval` reports them.
+    order): it names a SentEval directory by its content wherever it lies, computed once per
+    process while the files keep their sizes and times. Missing files are reported as
+    :func:`load_senteval` reports them.
 
     Examples:
       >>> senteval_sha256("path/to/nothing")
@@ -214,12 +215,20 @@ def senteval_sha256(root: str | Path, tasks: str | Iterable[str] = STS_TASKS) ->
     """
     names = check_tasks(tasks)
     root = _checked_root(root, names)
-    digest = hashlib.sha256()
-    for rel in (f for t in names for f in _task_files(t)):
-        data = (root / rel).read_bytes()
-        digest.update(f"{rel}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()
+    files = [f for t in names for f in _task_files(t)]
+    stats = [(root / rel).stat() for rel in files]
+    state = (str(root.resolve()), tuple((rel, st.st_size, st.st_mtime_ns) for rel, st in zip(files, stats, strict=True)))
+    if state not in _DIGESTS:  # a study names every run's SentEval files many times: hashed once per process
+        digest = hashlib.sha256()
+        for rel in files:
+            data = (root / rel).read_bytes()
+            digest.update(f"{rel}\0{len(data)}\0".encode())
+            digest.update(data)
+        _DIGESTS[state] = digest.hexdigest()
+    return _DIGESTS[state]
+
+
+_DIGESTS: dict[tuple, str] = {}
 
 
 def _checked_root(root: str | Path, names: Sequence[str]) -> Path:
