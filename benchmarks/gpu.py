@@ -11,11 +11,14 @@ the order below, inside one time budget (``--budget``): a row that would start p
 reported as skipped, and the JSON is written after every row.
 
 * ``matmul``: an 8192³ bfloat16 product in JAX, median of 10: the bf16 rate the chip reaches.
-* ``gradlab_bf16`` / ``gradlab_float32``: ``gradlab.real.plan`` of ``simcse_unsup_config``
-  (MLP over [CLS], 32 tokens, batch 64, τ 0.05, lr 3e-5; Gao et al. 2021): the SimCSE step,
-  both dropout views in one forward, median of 20 steps after the compiling one; peak
-  memory from JAX's allocator. ``gradlab_bf16_unrolled`` unrolls the loop over the 12 layers
-  (``MiniLM.unroll``; the default keeps the ``lax.scan``); ``gradlab_bf16_batch512`` is not
+* ``gradlab_bf16`` / ``gradlab_float32``: the step of ``gradlab train``'s loop for
+  ``simcse_unsup_config`` (MLP over [CLS], 32 tokens, batch 64, τ 0.05, lr 3e-5; Gao et al.
+  2021): both dropout views in one forward, median of 20 steps after the compiling one, timed
+  as the torch rows are (from a batch on the device to the loss on the host: ``step_s``);
+  also from a NumPy batch (``sync_numpy_s``), and pipelined (``pipelined_s``: 20 steps
+  dispatched back to back, one wait at the end, as a training loop runs); peak memory from
+  JAX's allocator. ``gradlab_bf16_rolled`` keeps the loop over the 12 layers a ``lax.scan``
+  (``MiniLM.unroll=False``; on a GPU the default unrolls it); ``gradlab_bf16_batch512`` is not
   the recipe's batch: how much of the chip a larger one fills.
 * ``torch_compile`` / ``torch_compile_cudagraphs`` / ``torch_compile_tf32_cudagraphs``: the
   same step as a careful PyTorch user writes it: transformers' ``BertModel`` of the same
@@ -23,7 +26,8 @@ reported as skipped, and the JSON is written after every row.
   inside one ``torch.compile``d module (as SimCSE's model computes its loss in ``forward``),
   batches padded to 32 tokens (one shape), fused AdamW; bf16 autocast, in ``torch.compile``'s
   default mode and in ``mode="reduce-overhead"`` (CUDA graphs); float32 with TF32 matrix
-  products in ``reduce-overhead`` mode. Median of 20 steps after 8 warm-ups;
+  products in ``reduce-overhead`` mode. Median of 20 steps after 8 warm-ups, each read on the
+  host (``float(loss)``), then 20 pipelined steps (the losses summed on the device, one wait);
   ``torch.cuda.max_memory_allocated``. Needs torch and transformers (skipped without them).
 * ``engine``: ``gradlab.simulate.gd_map`` of the full paper map (100 × 100 cells, 1,000
   batches of 128) for InfoNCE, ArcCon, MPT and MET in common mode (median of 20 after two
@@ -45,6 +49,7 @@ those FLOPs per second over the datasheet dense bf16 peak.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -56,7 +61,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-BATCH, MAX_LEN, TAU, LR, TIMED, TORCH_WARM = 64, 32, 0.05, 3e-5, 20, 8
+BATCH, MAX_LEN, TAU, LR, TIMED, TORCH_WARM, PIPELINED = 64, 32, 0.05, 3e-5, 20, 8, 20
 LOOP_STEPS = 300
 DATASHEET_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense, FLOP/s
 ENGINE_LOSSES = ("infonce", "arccon", "mpt", "met")
@@ -123,26 +128,101 @@ def matmul() -> dict:
     return {"step_s": statistics.median(times), "flops": 2 * n**3, "device": jax.devices()[0].device_kind}
 
 
-def _gradlab(precision: str, batch: int = BATCH, unroll: bool | None = None) -> dict:
-    import dataclasses
+def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
+    """A jitted step of ``loop`` timed four ways after the compiling one (median of TIMED each):
+
+    ``step_s``: from a batch already on the device and a key made beforehand to the loss on
+    the host (what the torch rows time: their batches are on the GPU before the clock starts);
+    ``sync_numpy_s``: the same with the batch handed over as NumPy and the key made inside the
+    timer (``gradlab.real.plan``'s protocol); ``dispatch_s``: until the jitted call returns, the
+    device still working; ``pipelined_s``: PIPELINED steps dispatched back to back with one wait
+    at the end, per step (a training loop that reads its losses later). Returns the numbers
+    and the updated ``(params, opt_state)``.
+    """
+    import jax
+
+    steps = loop.batches.order.shape[0]
+
+    def batch_of(k):  # the run's batches in turn (a trial may plan fewer steps than are timed)
+        return loop.batch((k - 1) % steps + 1)
+
+    t0 = time.perf_counter()
+    params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch_of(1), loop.key(1))
+    jax.block_until_ready(aux["loss"])
+    out = {"first_s": time.perf_counter() - t0}
+    sync, sync_dev, dispatch = [], [], []
+    for k in range(2, TIMED + 2):
+        batch = jax.device_get(batch_of(k))
+        t0 = time.perf_counter()
+        params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, loop.key(k))
+        float(aux["loss"])
+        sync.append(time.perf_counter() - t0)
+    for k in range(TIMED + 2, 2 * TIMED + 2):
+        batch, key = batch_of(k), loop.key(k)
+        jax.block_until_ready((batch, key))
+        t0 = time.perf_counter()
+        params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, key)
+        dispatch.append(time.perf_counter() - t0)
+        float(aux["loss"])
+        sync_dev.append(time.perf_counter() - t0)
+    staged = [(batch_of(k), loop.key(k)) for k in range(2 * TIMED + 2, 2 * TIMED + 2 + PIPELINED)]
+    jax.block_until_ready(staged)
+    t0 = time.perf_counter()
+    losses = []
+    for batch, key in staged:
+        params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, key)
+        losses.append(aux["loss"])
+    jax.block_until_ready(losses)
+    out.update(step_s=statistics.median(sync_dev), sync_numpy_s=statistics.median(sync),
+               dispatch_s=statistics.median(dispatch), pipelined_s=(time.perf_counter() - t0) / PIPELINED,
+               times_ms=[round(1e3 * t, 2) for t in sync_dev])
+    return out, (params, opt_state)
+
+
+def gradlab_loop(precision: str = "bf16", batch: int = BATCH, encoder=None):
+    """The recipe's run on this folder's checkpoint and corpus (``simcse_unsup_config``, the
+    ``train_loop`` row's configuration, so that its command finds these programs compiled),
+    its step loop, and fresh parameters and optimizer state."""
+    import jax
+    import jax.numpy as jnp
 
     import gradlab
     from gradlab.real import simcse_unsup_config
-    from gradlab.real.plan import plan
+    from gradlab.real.loop import make_loop
     from gradlab.real.recipe import simcse_unsup_encoder
+    from gradlab.real.run import resolve_run
 
     gradlab.enable_cache()  # GRADLAB_CACHE_DIR: one cache for every row of this run, as for a user's runs
     ckpt, corpus = _paths()
-    # the train_loop row's configuration, so that its command finds these programs compiled
     cfg = simcse_unsup_config(ckpt, corpus, steps=_loop_steps(), precision=precision, eval_test=False,
                               batch_size=batch)
-    enc = simcse_unsup_encoder(ckpt, seed=0)
+    run = resolve_run(cfg, encoder=encoder or simcse_unsup_encoder(ckpt, seed=0))
+    loop = make_loop(cfg, run.encoder, run.loss, run.token_ids)
+    params = jax.tree_util.tree_map(jnp.copy, run.encoder.params)
+    return run, loop, params, loop.optimizer.init(params)
+
+
+def _gradlab(precision: str, batch: int = BATCH, unroll: bool | None = None) -> dict:
+    import dataclasses
+
+    import jax
+
+    from gradlab.real.plan import step_flops
+    from gradlab.real.recipe import simcse_unsup_encoder
+
+    enc = simcse_unsup_encoder(_paths()[0], seed=0)
     if unroll is not None:
         enc = dataclasses.replace(enc, train_view=dataclasses.replace(enc.train_view, unroll=unroll))
-    r = plan(cfg, encoder=enc, measure_steps=TIMED + 1)
-    return {"step_s": r["step_seconds"], "first_s": r["compile_seconds"], "flops": r["flops_per_step"],
-            "peak_bytes": r["peak_memory_bytes"], "device": r["device"], "sentences": 2 * batch,
-            "dev_eval_s": r["eval_seconds"]}
+    run, loop, params, opt_state = gradlab_loop(precision, batch, enc)
+    out, (params, opt_state) = step_timings(loop, params, opt_state)
+    run.dev(params)  # compiles the evaluation forward
+    t0 = time.perf_counter()
+    run.dev(params)
+    dev_eval = time.perf_counter() - t0
+    stats = jax.devices()[0].memory_stats() or {}
+    return {**out, "flops": step_flops(run.encoder, loop.batches), "peak_bytes": stats.get("peak_bytes_in_use"),
+            "device": f"{jax.device_count()} x {jax.devices()[0].device_kind}", "sentences": 2 * batch,
+            "dev_eval_s": dev_eval, "rows_x_width": [loop.batches.rows, loop.batches.width]}
 
 
 def _loop_steps() -> int:
@@ -157,9 +237,9 @@ def gradlab_float32() -> dict:
     return _gradlab("float32")
 
 
-def gradlab_bf16_unrolled() -> dict:
-    """The loop over the 12 layers unrolled (the default is a ``lax.scan``)."""
-    return _gradlab("bf16", unroll=True)
+def gradlab_bf16_rolled() -> dict:
+    """The loop over the 12 layers a ``lax.scan`` (on a GPU the default unrolls it)."""
+    return _gradlab("bf16", unroll=False)
 
 
 def gradlab_bf16_batch512() -> dict:
@@ -274,6 +354,7 @@ def _torch_rows(specs: list[tuple[str, str | None, bool]]) -> dict:
             opt = torch.optim.AdamW(model.parameters(), lr=LR, fused=dev.type == "cuda")
             compiled = torch.compile(model, mode=mode)
             graphs = mode == "reduce-overhead"
+            step = functools.partial(_torch_step, compiled, opt, bf16=bf16, graphs=graphs)
             if dev.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             times = []
@@ -282,19 +363,23 @@ def _torch_rows(specs: list[tuple[str, str | None, bool]]) -> dict:
                 if dev.type == "cuda":
                     torch.cuda.synchronize()
                 t0 = time.perf_counter()
-                if graphs:
-                    torch.compiler.cudagraph_mark_step_begin()
-                loss = compiled(ids, mask, bf16)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                float(loss)
+                float(step(ids, mask))
                 if i == 0:
                     first = time.perf_counter() - t_first
                 if i >= TORCH_WARM:
                     times.append(time.perf_counter() - t0)
+            # then PIPELINED steps with one wait at the end (a loop that reads its losses later)
+            total = torch.zeros((), device=dev)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for i in range(PIPELINED):
+                total += step(*batches[i % len(batches)]).detach()
+            float(total)
+            pipelined = (time.perf_counter() - t0) / PIPELINED
             cfg = model.bert.config
             out[name] = {"step_s": statistics.median(times), "times_ms": [round(1e3 * t, 2) for t in times],
+                         "pipelined_s": pipelined,
                          "first_s": first, "flops": transformer_step_flops(cfg, BATCH, MAX_LEN, BATCH, pooler=True),
                          "peak_bytes": torch.cuda.max_memory_allocated() if dev.type == "cuda" else None,
                          "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
@@ -304,6 +389,19 @@ def _torch_rows(specs: list[tuple[str, str | None, bool]]) -> dict:
         except Exception as exc:  # noqa: BLE001 - one failed variant keeps the others
             out[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
     return out
+
+
+def _torch_step(compiled, opt, ids, mask, *, bf16: bool, graphs: bool):
+    """One training step of the compiled SimCSE module: forward with the loss, backward, AdamW."""
+    import torch
+
+    if graphs:
+        torch.compiler.cudagraph_mark_step_begin()
+    loss = compiled(ids, mask, bf16)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss
 
 
 def torch_compile_bf16() -> dict:
@@ -350,7 +448,7 @@ ROWS = {
     "torch_compile_tf32": (torch_compile_tf32, True, 150),
     "gradlab_bf16_batch512": (gradlab_bf16_batch512, False, 120),
     "matmul": (matmul, False, 30),
-    "gradlab_bf16_unrolled": (gradlab_bf16_unrolled, False, 120),
+    "gradlab_bf16_rolled": (gradlab_bf16_rolled, False, 120),
 }
 
 
@@ -380,7 +478,7 @@ def _peak_of(device: str) -> float | None:
 
 def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> list[str]:
     rows = {k: v for k, v in results["rows"].items()}
-    lines = [f"{'row':<30}{'ms/step':>9}{'tokens/s':>11}{'TFLOP/s':>9}{'peak GiB':>10}{'of peak':>9}"]
+    lines = [f"{'row':<30}{'ms/step':>9}{'pipelined':>10}{'tokens/s':>11}{'TFLOP/s':>9}{'peak GiB':>10}{'of peak':>9}"]
     for name, r in rows.items():
         if "step_s" not in r:
             lines.append(f"{name:<30}{'':>9} {r.get('skipped') or r.get('error')}")
@@ -388,18 +486,22 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
         rate = r["flops"] / r["step_s"] if r.get("flops") else None
         tokens = f"{r['sentences'] * tokens_per_sentence / r['step_s']:,.0f}" if "sentences" in r else ""
         mem = f"{r['peak_bytes'] / 2**30:.2f}" if r.get("peak_bytes") else ""
-        lines.append(f"{name:<30}{1e3 * r['step_s']:>9.2f}{tokens:>11}{(rate or 0) / 1e12:>9.1f}{mem:>10}"
+        piped = f"{1e3 * r['pipelined_s']:.2f}" if r.get("pipelined_s") else ""
+        lines.append(f"{name:<30}{1e3 * r['step_s']:>9.2f}{piped:>10}{tokens:>11}{(rate or 0) / 1e12:>9.1f}{mem:>10}"
                      f"{(f'{rate / peak:.1%}' if rate and peak else ''):>9}")
     rows_ = results["rows"]
 
-    def ratio(a: str, b: str) -> str:
+    def ratio(a: str, b: str, key: str = "step_s") -> str:
         ra, rb = rows_.get(a, {}), rows_.get(b, {})
-        return f"{rb['step_s'] / ra['step_s']:.2f}x" if "step_s" in ra and "step_s" in rb else "n/a"
+        return f"{rb[key] / ra[key]:.2f}x" if ra.get(key) and rb.get(key) else "n/a"
 
     lines += ["", f"gradlab bf16 against torch.compile + CUDA graphs: {ratio('gradlab_bf16', 'torch_compile_cudagraphs')}; "
               f"against torch.compile's default mode: {ratio('gradlab_bf16', 'torch_compile')}; "
               f"gradlab float32 against torch.compile TF32 + CUDA graphs: "
-              f"{ratio('gradlab_float32', 'torch_compile_tf32_cudagraphs')}"]
+              f"{ratio('gradlab_float32', 'torch_compile_tf32_cudagraphs')}",
+              f"pipelined (one wait per {PIPELINED} steps): gradlab bf16 against torch.compile + CUDA graphs: "
+              f"{ratio('gradlab_bf16', 'torch_compile_cudagraphs', 'pipelined_s')}; float32 against TF32 + CUDA graphs: "
+              f"{ratio('gradlab_float32', 'torch_compile_tf32_cudagraphs', 'pipelined_s')}"]
     if results["engine_ms"]:
         lines.append("engine, full paper map (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in results["engine_ms"].items()))
     loop = results["train_loop"]

@@ -427,3 +427,80 @@ def test_dropout_keep_is_threefry_bits_against_a_threshold():
     odd, s = bert.dropout_keep(key, (4, 7), 0.25)
     np.testing.assert_array_equal(np.asarray(odd), np.asarray(jax.random.bernoulli(key, 0.75, (4, 7))))
     assert s == 1 / 0.75
+
+
+def _textbook_layer_norm(x, scale, bias, eps):
+    """LayerNorm as written in Ba et al. 2016 / HF's BertLayerNorm, differentiated by autodiff."""
+    mu = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mu), axis=-1, keepdims=True)
+    return (x - mu) * jax.lax.rsqrt(var + eps) * scale + bias
+
+
+def test_layer_norm_gradient_is_autodiffs_of_the_textbook_formula(monkeypatch):
+    """The forward's hand-written LayerNorm backward against ``jax.grad`` of the textbook
+    formula, through a whole training forward (both views, dropout on), in float64."""
+    x64 = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        cfg = bert_config.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                                    intermediate_size=32, max_position_embeddings=16)
+        rng = np.random.default_rng(3)
+        params = jax.tree_util.tree_map(
+            lambda a: jnp.asarray(rng.normal(0.2, 0.5, np.shape(a)), jnp.float64), _toy_params(cfg))
+        toks = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 11, 2]]
+        packed, _ = packing.pack(toks, np.asarray([[0, 0, 0], [1, 0, 4], [2, 1, 0]]), width=8, rows=2, slots=3)
+        w = jnp.asarray(rng.normal(size=(2, 3, 16)))
+        keys = jax.random.split(jax.random.key(5))
+
+        def loss(p):
+            h = bert.bert_forward_packed(p, packed, config=cfg, key=keys)
+            pooled = jax.vmap(lambda v: bert.pool_packed(v, packed, bert_config.PoolingConfig("mean", True)))(h)
+            return jnp.sum(w * pooled)
+
+        value, grads = jax.value_and_grad(loss)(params)
+        monkeypatch.setattr(bert, "_layer_norm", _textbook_layer_norm)
+        value_ref, grads_ref = jax.value_and_grad(loss)(params)
+        assert float(value) == pytest.approx(float(value_ref), rel=1e-13)
+        for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads_ref), strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    finally:
+        jax.config.update("jax_enable_x64", x64)
+
+
+def test_layer_norm_parameter_gradients_sum_bfloat16_tokens_in_float32():
+    """Under mixed precision the scale and bias gradients of a LayerNorm sum every token of the
+    batch: in float32 they keep bfloat16's own accuracy (the witness: float64 on the same
+    bfloat16 inputs); summed in bfloat16, as autodiff of the textbook formula does, they don't."""
+    n, h = 3072, 768  # a SimCSE batch of 64 pairs packed into rows of 32 tokens, BERT-base's width
+    rng = np.random.default_rng(0)
+    x, g = (jnp.asarray(rng.normal(1.0, 3.0, (n, h)), jnp.bfloat16) for _ in range(2))
+    scale, bias = (jnp.asarray(rng.normal(size=h), jnp.bfloat16) for _ in range(2))
+
+    def grads(ln):
+        return jax.grad(lambda s, b: jnp.sum(ln(x, s, b, 1e-12).astype(jnp.float32) * g.astype(jnp.float32)),
+                        argnums=(0, 1))(scale, bias)
+
+    x64, g64 = np.asarray(x, np.float64), np.asarray(g, np.float64)
+    xhat = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-12)
+    exact = ((g64 * xhat).sum(0), g64.sum(0))
+
+    def error(got):
+        return max(np.linalg.norm(np.asarray(a, np.float64) - e) / np.linalg.norm(e) for a, e in zip(got, exact, strict=True))
+
+    ours = error(grads(bert._layer_norm))
+    assert ours < 1e-2, ours
+    assert error(grads(_textbook_layer_norm)) > 2 * ours  # the witness can tell the two apart
+
+
+def test_mixed_precision_keeps_embedding_tables_float32():
+    """``compute_params``: the layers and the pooler in bfloat16, the embeddings (tables and their
+    LayerNorm) as they are; the forward then runs its layers in bfloat16."""
+    cfg = bert_config.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                                intermediate_size=32, max_position_embeddings=16)
+    params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), _toy_params(cfg))
+    cast = bert.compute_params({**params, "pooler": {"w": jnp.ones((16, 16)), "b": jnp.zeros(16)}}, jnp.bfloat16)
+    assert {a.dtype for a in jax.tree_util.tree_leaves(cast["embeddings"])} == {jnp.dtype(jnp.float32)}
+    others = jax.tree_util.tree_leaves((cast["layers"], cast["pooler"]))
+    assert {a.dtype for a in others} == {jnp.dtype(jnp.bfloat16)}
+    ids, mask = packing.pad_ids([[1, 5, 6, 2], [1, 7, 2]], 16, pad_to=4)
+    assert bert.bert_forward(cast, ids, mask, config=cfg).dtype == jnp.bfloat16

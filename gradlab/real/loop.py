@@ -74,9 +74,10 @@ class Loop:
     mesh: Any = None
 
     def batch(self, step: int) -> Any:
+        """The batch of ``step`` on its way to the device (the copy overlaps the step in flight)."""
         batch = self.batches(step)
         if self.mesh is None:
-            return batch
+            return jax.device_put(batch)
         return shard(batch, self.mesh, jax.sharding.PartitionSpec("batch"))
 
     def key(self, step: int) -> Any:

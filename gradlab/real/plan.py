@@ -13,9 +13,10 @@ packed batch of R rows of C tokens (T = R·C tokens, S sentences), L layers, hid
 H and feed-forward size I:
 
     F_view = L × [2T(4H² + 2HI) + 4RC²H] + 2SH² (the pooler / SimCSE MLP, when trained)
+             + 2STH (pooling: each sentence's tokens summed, or its first picked, as one product)
 
 (Q, K, V and output projections 8TH², feed-forward 4THI, attention scores and values
-4RC²H). For the light encoder (mean of token embeddings, then a (H, D) projection) on a
+4RC²H; a padded batch, as torch runs it, has no pooling product: S = R, C = L). For the light encoder (mean of token embeddings, then a (H, D) projection) on a
 batch of B sentences: F_view = 2BHD.
 """
 
@@ -35,10 +36,12 @@ import numpy as np
 __all__ = ["plan", "step_flops", "transformer_step_flops", "format_plan"]
 
 
-def transformer_step_flops(config, rows: int, width: int, sentences: int, *, pooler: bool) -> int:
+def transformer_step_flops(config, rows: int, width: int, sentences: int, *, pooler: bool,
+                           packed: bool = False) -> int:
     """F_step = 3 × 2 × F_view of the module docstring for a BERT / RoBERTa ``config``
     (``num_hidden_layers``, ``hidden_size``, ``intermediate_size``) on ``rows`` × ``width``
-    tokens holding ``sentences`` sentences; ``pooler``: a trained (H, H) pooler / MLP.
+    tokens holding ``sentences`` sentences; ``pooler``: a trained (H, H) pooler / MLP;
+    ``packed``: packed rows, pooled by a product over their tokens.
 
     Examples:
       >>> from types import SimpleNamespace
@@ -51,6 +54,8 @@ def transformer_step_flops(config, rows: int, width: int, sentences: int, *, poo
     f_view = L * (2 * T * (4 * H * H + 2 * H * I) + 4 * rows * width * width * H)
     if pooler:
         f_view += 2 * sentences * H * H
+    if packed:
+        f_view += 2 * sentences * T * H
     return 6 * f_view
 
 
@@ -63,7 +68,7 @@ def step_flops(encoder, batches) -> int:
         return 6 * 2 * batches.batch_size * H * D
     view = getattr(encoder, "train_view", encoder)
     return transformer_step_flops(view.config, batches.rows, batches.width, batches.batch_size,
-                                  pooler=view.pooling.mode == "cls")
+                                  pooler=view.pooling.mode == "cls", packed=view.pooling.mode != "max")
 
 
 def _peak_memory() -> tuple[int, str]:

@@ -119,6 +119,9 @@ class SimCSEUnsup:
     def tokenize(self, sentences: Sequence[str], pad_to: int | None = None):
         return self.train_view.tokenize(sentences, pad_to)
 
+    def compute_params(self, params, dtype):
+        return self.train_view.compute_params(params, dtype)
+
     def forward(self, params, frozen, input_ids, attention_mask, key=None):
         return self.train_view.forward(params, frozen, input_ids, attention_mask, key)
 

@@ -39,14 +39,17 @@ def views_fn(encoder, *, packed: bool, precision: str = "float32") -> Callable:
 
     With ``precision="bf16"`` the parameters (trained and frozen) are cast to bfloat16 on the
     way in, so the encoder computes in bfloat16, and the views are cast back to float32 on the
-    way out; the gradient reaches the float32 parameters through both casts, in float32.
+    way out; the gradient reaches the float32 parameters through both casts, in float32. An
+    encoder with a ``compute_params(params, dtype)`` method casts its trained parameters itself
+    (MiniLM keeps its embedding tables in float32: :func:`gradlab.real.bert.compute_params`).
     """
     dtype = compute_dtype(precision)
     mixed = dtype != jnp.float32
+    cast = getattr(encoder, "compute_params", None) or cast_floats
 
     def views(params, frozen, batch, key):
         if mixed:
-            params, frozen = cast_floats((params, frozen), dtype)
+            params, frozen = cast(params, dtype), cast_floats(frozen, dtype)
         keys = jax.random.split(key)
         if packed:  # both views in one forward, as SimCSE's trainer does (the masks of two forwards)
             h, h_prime = encoder.forward_packed(params, frozen, batch, keys)

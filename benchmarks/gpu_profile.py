@@ -1,0 +1,222 @@
+"""Where the time of gradlab's SimCSE step goes on a GPU: the host, the device, kernel by kernel.
+
+    python benchmarks/gpu_profile.py --tokenizer .dev/tokenizer.json --out results/
+    python benchmarks/gpu_profile.py --layers 2 --out /tmp/p      # a quick trial on a CPU
+
+The step is ``benchmarks/gpu.py``'s ``gradlab_bf16`` row (the SimCSE recipe on a BERT-base-shaped
+checkpoint of random weights, batch 64, 32 tokens, bf16), built as that row builds it
+(``gpu.gradlab_loop``). In one process, after the compiling step:
+
+* the step timed as ``gpu.step_timings`` does: synchronous from a device batch (``step_s``),
+  synchronous from NumPy (``sync_numpy_s``), the dispatch alone, and pipelined;
+* ``trace``: ``jax.profiler`` over 5 synchronous steps, summarized: device busy time per step
+  (the union of the kernels' intervals), kernels per step, the kernels and host events that
+  take the most time (``profile.json``; the raw trace is kept beside it, and with ``--dump``
+  the step's optimized HLO).
+
+Then the same timings for variants that change one thing (``--variants``): attention dropout
+off (not the recipe), the ``rbg`` PRNG for the dropout masks, recomputation in the backward
+pass (``remat``), the embedding tables cast to bfloat16 with the rest, the layer loop unrolled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import gzip
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import gpu  # noqa: E402 - the checkpoint, corpus and recipe of gpu.py's rows
+
+TRACED = 5
+
+
+def _build(encoder=None, *, key_impl: str | None = None):
+    """gpu.py's gradlab_bf16 run, its loop, parameters and optimizer state (``key_impl``: the root key's PRNG)."""
+    import jax
+
+    _, loop, params, opt_state = gpu.gradlab_loop("bf16", gpu.BATCH, encoder)
+    if key_impl is not None:
+        loop.root = jax.random.key(0, impl=key_impl)
+    return loop, params, opt_state
+
+
+def _trace(loop, params, opt_state, folder: Path) -> tuple[dict, Path | None]:
+    """``jax.profiler`` over TRACED synchronous steps (device batches); the summary and the raw trace."""
+    import jax
+
+    staged = [(loop.batch(k), loop.key(k)) for k in range(2, 2 + TRACED)]
+    jax.block_until_ready(staged)
+    t0 = time.perf_counter()
+    with jax.profiler.trace(str(folder), create_perfetto_trace=True):
+        for batch, key in staged:
+            params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, key)
+            float(aux["loss"])
+    wall = time.perf_counter() - t0
+    found = sorted(folder.rglob("perfetto_trace.json.gz"))
+    if not found:
+        return {"error": "no perfetto_trace.json.gz written", "wall_s": wall}, None
+    return summarize(json.loads(gzip.open(found[-1]).read()), TRACED) | {"traced_wall_s": wall}, found[-1]
+
+
+def summarize(trace: dict, steps: int, top: int = 40) -> dict:
+    """Per step: the device's busy time (union of its events' intervals), its events, and the
+    kernels and host events that take the most time (Chrome trace events of jax.profiler)."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    device_pids = {p for p, n in procs.items() if "GPU" in n or "/device:" in n}
+    dev_total, dev_count, host_total, host_count = (collections.Counter() for _ in range(4))
+    intervals, per_thread = [], collections.Counter()
+    for e in events:
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        name, dur = str(e.get("name", ""))[:160], float(e["dur"])
+        if e["pid"] in device_pids:
+            dev_total[name] += dur
+            dev_count[name] += 1
+            intervals.append((float(e["ts"]), float(e["ts"]) + dur))
+            per_thread[f"{procs.get(e['pid'])} / {threads.get((e['pid'], e['tid']), e['tid'])}"] += dur
+        else:
+            host_total[name] += dur
+            host_count[name] += 1
+    busy, end = 0.0, -1.0
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        busy += b - max(a, end)
+        end = b
+    span = (max(b for _, b in intervals) - min(a for a, _ in intervals)) if intervals else 0.0
+
+    def table(total, count):
+        return [{"name": n, "us_per_step": round(t / steps, 1), "calls_per_step": count[n] / steps}
+                for n, t in total.most_common(top)]
+
+    return {"steps": steps, "device_processes": sorted(procs[p] for p in device_pids),
+            "device_busy_ms_per_step": busy / steps / 1e3, "device_span_ms_per_step": span / steps / 1e3,
+            "device_events_per_step": sum(dev_count.values()) / steps,
+            "device_streams_ms_per_step": {k: round(v / steps / 1e3, 3) for k, v in per_thread.most_common(8)},
+            "kernels": table(dev_total, dev_count), "host": table(host_total, host_count)}
+
+
+def _variant(name: str):
+    """(encoder, key_impl) of a variant of the recipe's step: parts joined by '+', each changing one thing."""
+    from gradlab.real.recipe import simcse_unsup_encoder
+
+    parts = set(name.split("+"))
+    enc = simcse_unsup_encoder(gpu._paths()[0], seed=0)
+    view = enc.train_view
+    if "noattn" in parts:  # not the recipe: the cost of dropping attention probabilities
+        view = dataclasses.replace(view, config=dataclasses.replace(view.config, attention_probs_dropout_prob=0.0))
+    if "remat" in parts:
+        view = dataclasses.replace(view, remat=True)
+    if "unroll" in parts:
+        view = dataclasses.replace(view, unroll=True)
+    if "bf16tables" in parts:  # every parameter cast to bfloat16, the embedding tables too
+        from gradlab.real.step import cast_floats
+
+        class Whole(type(view)):
+            def compute_params(self, params, dtype):
+                return cast_floats(params, dtype)
+
+        view = Whole(**{f.name: getattr(view, f.name) for f in dataclasses.fields(view)})
+    return dataclasses.replace(enc, train_view=view), ("rbg" if "rbg" in parts else None)
+
+
+VARIANTS = ("noattn", "rbg", "remat", "bf16tables", "unroll")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokenizer", help="a WordPiece tokenizer.json (default: MiniLM's, from the real extra)")
+    ap.add_argument("--out", required=True, help="folder for profile.json and the raw trace")
+    ap.add_argument("--layers", type=int, help="a checkpoint of this many layers instead of 12 (a trial on a CPU)")
+    ap.add_argument("--variants", nargs="*", default=list(VARIANTS), help=f"variants ({', '.join(VARIANTS)}, ...)")
+    ap.add_argument("--trace-variant", help="also trace this variant (trace_variant.json.gz)")
+    ap.add_argument("--budget", type=float, default=300.0, help="seconds; a variant starting later is skipped")
+    ap.add_argument("--dump", action="store_true", help="keep the step's optimized HLO (xla_dump.tar.gz)")
+    ap.add_argument("--torch", action="store_true", help="also torch.compile with CUDA graphs, synchronous and pipelined")
+    args = ap.parse_args(argv)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dump = Path(tempfile.mkdtemp(prefix="gradlab-xla-dump-"))
+    if args.dump:  # the step's HLO before and after XLA's optimizations (read off the device)
+        os.environ["XLA_FLAGS"] = (f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump} "
+                                   "--xla_dump_hlo_as_text --xla_dump_hlo_module_re=jit_step").strip()
+    import jax
+
+    t_start = time.perf_counter()
+    result: dict = {"device": jax.devices()[0].device_kind, "jax": jax.__version__}
+
+    def write():
+        result["run_seconds"] = time.perf_counter() - t_start
+        (out_dir / "profile.json").write_text(json.dumps(result, indent=1))
+
+    with tempfile.TemporaryDirectory(prefix="gradlab-profile-") as folder:
+        os.environ[gpu.ENV_DIR] = folder
+        gpu._setup(folder, args.tokenizer, args.layers)
+        if args.torch and not gpu._torch_missing():  # first, in its own process: JAX holds most of the GPU after
+            result["torch"] = _torch_cudagraphs()
+            print("torch", json.dumps(result["torch"])[:400], flush=True)
+        loop, params, opt_state = _build()
+        result["shape"] = {"rows": loop.batches.rows, "width": loop.batches.width, "sentences": gpu.BATCH}
+        result["default"], (params, opt_state) = gpu.step_timings(loop, params, opt_state)
+        print("default", json.dumps(result["default"]), flush=True)
+        write()
+        summary, raw = _trace(loop, params, opt_state, Path(folder, "trace"))
+        result["trace"] = summary
+        if raw is not None:
+            shutil.copy(raw, out_dir / "trace.json.gz")
+        print("trace", json.dumps({k: v for k, v in summary.items() if k not in ("kernels", "host")}), flush=True)
+        write()
+        del loop, params, opt_state
+        for name in args.variants:
+            if time.perf_counter() - t_start > args.budget:
+                result[name] = {"skipped": f"the {args.budget:.0f} s budget was spent"}
+                continue
+            try:
+                enc, key_impl = _variant(name)
+                loop, params, opt_state = _build(enc, key_impl=key_impl)
+                result[name], (params, opt_state) = gpu.step_timings(loop, params, opt_state)
+                if name == args.trace_variant:
+                    summary, raw = _trace(loop, params, opt_state, Path(folder, "trace-" + name))
+                    result[name]["trace"] = {k: v for k, v in summary.items()}
+                    if raw is not None:
+                        shutil.copy(raw, out_dir / "trace_variant.json.gz")
+                del loop, params, opt_state
+            except Exception as exc:  # noqa: BLE001 - one failed variant keeps the others
+                result[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            print(name, json.dumps({k: v for k, v in result[name].items() if k != "trace"}), flush=True)
+            write()
+        if args.dump and any(dump.iterdir()):
+            shutil.make_archive(str(out_dir / "xla_dump"), "gztar", dump)
+    write()
+    print(f"whole run: {time.perf_counter() - t_start:.0f} s")
+
+
+def _torch_cudagraphs() -> dict:
+    """gpu.py's torch.compile + CUDA graphs row in a child process (synchronous and pipelined)."""
+    import subprocess
+
+    code = (f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import gpu; "
+            "print(json.dumps(gpu._torch_rows([('torch_compile_cudagraphs', 'reduce-overhead', True)])))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=gpu._cli_env(), timeout=240)
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()
+        return {"error": tail[-1] if tail else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    main()
