@@ -53,6 +53,33 @@ def test_views_in_one_forward_are_the_views_of_two_forwards(view):
                                rtol=1e-5, atol=1e-6)
 
 
+def _scans(jaxpr) -> list[tuple[int, int]]:
+    """(length, unroll) of every scan in ``jaxpr`` and the jaxprs nested in it."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            found.append((eqn.params["length"], eqn.params["unroll"]))
+        for p in eqn.params.values():
+            for sub in p if isinstance(p, (list, tuple)) else [p]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    found += _scans(inner)
+    return found
+
+
+@pytest.mark.parametrize("unroll, rolled", [(None, jax.default_backend() != "gpu"), (False, True), (True, False)])
+def test_the_layer_loop_is_unrolled_on_gpus_by_default(view, unroll, rolled):
+    """``MiniLM.unroll=None`` keeps the ``lax.scan`` over the layers (its ``unroll`` parameter 1)
+    except on a GPU; True unrolls it (the scan's ``unroll`` equals its length)."""
+    tv, packed = view
+    enc = dataclasses.replace(tv, unroll=unroll)
+    jaxpr = jax.make_jaxpr(lambda p: enc.forward_packed(p, None, packed, jax.random.split(jax.random.key(0))))(tv.params)
+
+    (length, unrolled_by), = _scans(jaxpr.jaxpr)
+    assert length == tv.config.num_hidden_layers
+    assert (unrolled_by == 1) is rolled
+
+
 @pytest.mark.parametrize("remat, unroll", [(True, False), (False, True), (True, True)])
 def test_recomputed_or_unrolled_layers_give_the_same_gradient(view, remat, unroll):
     """In float64, where the two orders of the same arithmetic agree to 1e-12."""
