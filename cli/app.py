@@ -301,23 +301,33 @@ def heatmap(
         raise fail("--exact applies to --component gd only (quadrature of MPT, MET, MAT)")
     if exact and mode is Mode.independent:
         raise fail("--exact computes by quadrature: --mode does not apply")
-    from gradlab.simulate import Protocol
+    from gradlab_cli._figure_process import FigureProcess
 
-    protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
-                        sigma_neg=sigma_neg, mu_pos_range=mu_pos_range, mu_neg_range=mu_neg_range, seed=seed,
-                        mode=mode.value)
-    the_loss = _loss(loss, params, compose)
-    writer = make_writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
-                         params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
-                         gd_threshold=gd_threshold, part=part.value)
-    from gradlab.figures import component_figure
+    with FigureProcess(enabled=not no_plot) as figures:  # matplotlib's import overlaps JAX's and the map
+        from gradlab.simulate import Protocol
 
-    comp = component.value
-    with progress_bar(f"{comp} map of {the_loss.name}") as cb:
-        fig, result = component_figure(the_loss, protocol, component=comp, exact=exact, gd_threshold=gd_threshold,
-                                       part=part.value, progress=cb, plot=writer.plot)
-    variant = ("_neg" if comp == "norm" and part is Part.neg else "") + ("_exact" if exact else "")
-    writer.result(f"heatmap_{_safe(the_loss.name)}{_param_tag(params)}_{comp}{variant}", result, fig)
+        protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
+                            sigma_neg=sigma_neg, mu_pos_range=mu_pos_range, mu_neg_range=mu_neg_range, seed=seed,
+                            mode=mode.value)
+        the_loss = _loss(loss, params, compose)
+        writer = make_writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
+                             params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
+                             gd_threshold=gd_threshold, part=part.value)
+        from gradlab.figures import component_figure, draw_component
+        from gradlab.plot import loss_title
+
+        comp = component.value
+        with progress_bar(f"{comp} map of {the_loss.name}") as cb:
+            _, result = component_figure(the_loss, protocol, component=comp, exact=exact, gd_threshold=gd_threshold,
+                                         part=part.value, progress=cb, plot=False)
+        variant = ("_neg" if comp == "norm" and part is Part.neg else "") + ("_exact" if exact else "")
+        stem = f"heatmap_{_safe(the_loss.name)}{_param_tag(params)}_{comp}{variant}"
+        if writer.plot and writer.primary:
+            writer.written.extend(figures.save(draw_component, (result, the_loss.name),
+                                               {"component": comp, "gd_threshold": gd_threshold, "part": part.value,
+                                                "label": loss_title(the_loss.name)},
+                                               [(writer.out / f"{stem}.{f}", f) for f in writer.formats]))
+        writer.result(stem, result)
     writer.report()
 
 

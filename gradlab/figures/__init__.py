@@ -9,7 +9,8 @@ gets what the ``gradlab`` command writes:
   ``paper_figure(id) -> (Figure, Result)``, the figure and data ``gradlab figures --only ID``
   writes; ``figure_ids``;
 * ``component_figure(loss, protocol, component=...)``: a (μ_pos, μ_neg) map of one paradigm
-  component of any loss, what ``gradlab heatmap`` writes (``COMPONENTS``);
+  component of any loss, what ``gradlab heatmap`` writes (``COMPONENTS``), and
+  ``draw_component(result, loss_name, component=...)``, its figure from the computed map;
 * ``report(log, out_dir)``: a monitor log's curves, figures + data + metadata, what
   ``gradlab report LOG`` writes.
 
@@ -21,8 +22,10 @@ from gradlab.figures._paper import COMPONENTS as COMPONENTS
 from gradlab.figures._paper import FIGURES as FIGURES
 from gradlab.figures._paper import PaperFigure as PaperFigure
 from gradlab.figures._paper import component_figure as component_figure
+from gradlab.figures._paper import draw_component as draw_component
 from gradlab.figures._paper import figure_ids as figure_ids
 from gradlab.figures._paper import paper_figure as paper_figure
 from gradlab.figures._report import report as report
 
-__all__ = ["COMPONENTS", "FIGURES", "PaperFigure", "component_figure", "figure_ids", "paper_figure", "report"]
+__all__ = ["COMPONENTS", "FIGURES", "PaperFigure", "component_figure", "draw_component", "figure_ids", "paper_figure",
+           "report"]

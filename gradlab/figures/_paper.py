@@ -289,7 +289,6 @@ def component_figure(loss, protocol=None, *, component: str = "gd", exact: bool 
       ValueError: an unknown component, or ``exact`` for another component than ``"gd"``.
     """
     from gradlab import norms, simulate
-    from gradlab.plot import gd_maps, heatmap, loss_title, ratio_maps
 
     if component not in COMPONENTS:
         raise ValueError(f"unknown component {component!r}; choose from {', '.join(COMPONENTS)}")
@@ -306,12 +305,23 @@ def component_figure(loss, protocol=None, *, component: str = "gd", exact: bool 
         result = norms.norm_on_mu_grid(loss, protocol, part=part)
     if not plot:
         return None, result
+    return draw_component(result, getattr(loss, "name", loss), component=component, gd_threshold=gd_threshold,
+                          part=part), result
+
+
+def draw_component(result, loss_name: str, *, component: str = "gd", gd_threshold: float = defaults.GD_THRESHOLD,
+                   part: str = "pos", label: str | None = None):
+    """The figure of :func:`component_figure` drawn from its computed ``Result``. ``label``: the
+    loss's display name (default ``gradlab.plot.loss_title(loss_name)``, which reads the loss
+    registry and so imports JAX; ``gradlab heatmap`` passes it to the process that draws)."""
+    from gradlab.plot import gd_maps, heatmap, loss_title, panel_title, ratio_maps
+
+    name = label or loss_title(loss_name)
     if component == "gd":
-        return gd_maps([result]), result
+        return gd_maps([result], titles=[panel_title(result.meta, name)])
     if component == "ratio":
-        return ratio_maps([result]), result
-    name = loss_title(getattr(loss, "name", loss))
+        return ratio_maps([result], titles=[panel_title(result.meta, name)])
     if component == "weight":
         return heatmap(result, quantity="weight", vmin=0, vmax=1,
-                       title=f"{name}: hardest negative's share (GD ≥ {gd_threshold:g})"), result
-    return heatmap(result, quantity="norm", vmin=0, title=f"{name}: ‖∇^{part}‖ at the mean angles"), result
+                       title=f"{name}: hardest negative's share (GD ≥ {gd_threshold:g})")
+    return heatmap(result, quantity="norm", vmin=0, title=f"{name}: ‖∇^{part}‖ at the mean angles")

@@ -42,6 +42,7 @@ from gradlab.plot._figures import lemma1_maps as lemma1_maps
 from gradlab.plot._figures import loss_title as loss_title
 from gradlab.plot._figures import min_ratio_distribution as min_ratio_distribution
 from gradlab.plot._figures import norm_maps as norm_maps
+from gradlab.plot._figures import panel_title as panel_title
 from gradlab.plot._figures import ratio_maps as ratio_maps
 from gradlab.plot._figures import weight_share_curves as weight_share_curves
 from gradlab.plot._margins import margin_gradients as margin_gradients
@@ -60,7 +61,7 @@ from gradlab.plot._style import LABELS as LABELS
 from gradlab.plot._style import pi_label as pi_label
 
 __all__ = [
-    "curves", "heatmap", "shade_mask", "gd_maps", "lemma1_maps", "loss_title", "margin_gradients",
+    "curves", "heatmap", "shade_mask", "gd_maps", "lemma1_maps", "loss_title", "panel_title", "margin_gradients",
     "margin_multipliers", "margin_ratio_grid", "min_ratio_distribution", "norm_maps", "ratio_maps",
     "weight_share_curves", "monitor_curves", "lemma1_before_after", "cosine_before_after", "track_summary",
     "monitor_figures", "stsb_scatter", "sts_scores", "train_curves", "CMAPS", "LABELS", "pi_label", "save_figure",

@@ -27,6 +27,12 @@ def loss_title(name: str) -> str:
         return str(name)
 
 
+def panel_title(meta: Mapping, label: str | None = None) -> str:
+    """A loss panel's title: the loss's display name (``label``, else :func:`loss_title` of
+    ``meta["loss"]``) and its parameters, e.g. ``"InfoNCE (τ=0.1)"``."""
+    return f"{label or loss_title(meta.get('loss', ''))} ({_params_str(meta)})"
+
+
 def _grid_shape(n: int, ncols: int | None):
     ncols = n if ncols is None else max(1, min(ncols, n))
     return math.ceil(n / ncols), ncols
@@ -52,7 +58,7 @@ def _loss_panels(results, titles, suptitle, ncols, **heatmap_kw):
     nrows, ncols = _grid_shape(len(results), ncols)
     fig, axes = new_figure(nrows, ncols, panel=(4.6, 3.6))
     for i, (ax, r) in enumerate(zip(axes.ravel(), results, strict=False)):
-        title = titles[i] if titles else f"{loss_title(r.meta.get('loss', ''))} ({_params_str(r.meta)})"
+        title = titles[i] if titles else panel_title(r.meta)
         heatmap(r, ax=ax, title=title, **heatmap_kw)
     _hide_unused(axes, len(results))
     if suptitle:
@@ -257,6 +263,7 @@ def norm_maps(results: Sequence, *, titles: Sequence[str] | None = None, suptitl
 
 __all__ = [
     "loss_title",
+    "panel_title",
     "gd_maps",
     "weight_share_curves",
     "ratio_maps",

@@ -1,0 +1,85 @@
+"""``gradlab heatmap``'s figure drawn in a forked process (``gradlab_cli._figure_process``):
+who draws (the child, or the command's own process when the child fails or cannot be forked),
+and that the figure is the one drawn in the command's own process, pixel for pixel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+SCRIPT = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    from gradlab_cli._figure_process import FigureProcess
+
+    PARENT = os.getpid()
+
+    def draw(folder, fail_in_child):
+        if fail_in_child and os.getpid() != PARENT:
+            raise RuntimeError("a child that cannot draw")
+        Path(folder, "drawn_by").write_text("child" if os.getpid() != PARENT else "parent")
+        from matplotlib.figure import Figure
+        fig = Figure(figsize=(2, 2))
+        fig.add_subplot().plot([0, 1], [1, 0])
+        return fig
+
+    folder, fail, enabled = sys.argv[1], sys.argv[2] == "fail", sys.argv[3] == "fork"
+    with FigureProcess(enabled=enabled) as figures:
+        paths = figures.save(draw, (folder, fail), {}, [(Path(folder, "f.png"), "png"), (Path(folder, "f.pdf"), "pdf")])
+    print(" ".join(p.name for p in paths))
+    print("jax" in sys.modules)
+""")
+
+
+def _run(tmp_path, fail: bool, fork: bool) -> tuple[str, str]:
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), "fail" if fail else "ok",
+                           "fork" if fork else "no"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    names, jax_loaded = proc.stdout.split("\n")[:2]
+    assert jax_loaded == "False"  # the forked process's condition: no JAX imported before the fork
+    assert (tmp_path / "f.png").stat().st_size > 0 and (tmp_path / "f.pdf").stat().st_size > 0
+    return names, (tmp_path / "drawn_by").read_text()
+
+
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+def test_the_child_draws_and_saves_every_format(tmp_path):
+    assert _run(tmp_path, fail=False, fork=True) == ("f.png f.pdf", "child")
+
+
+@pytest.mark.parametrize("fail, fork", [(True, True), (False, False)])
+def test_the_command_draws_itself_when_the_child_fails_or_is_not_forked(tmp_path, fail, fork):
+    assert _run(tmp_path, fail=fail, fork=fork) == ("f.png f.pdf", "parent")
+
+
+def test_no_fork_once_jax_is_imported():
+    import jax  # noqa: F401 - a fork would copy JAX's threads and runtime
+    from gradlab_cli._figure_process import FigureProcess
+
+    with FigureProcess(enabled=True) as figures:
+        assert not figures.forked
+
+
+def test_heatmap_figure_is_the_one_drawn_in_process(tmp_path):
+    """``gradlab heatmap`` for real (a small grid, its own process, so the figure is drawn in the
+    forked child) against ``draw_component`` of the map it wrote, drawn here."""
+    import matplotlib.image
+
+    from gradlab.figures import draw_component
+    from gradlab.io import Result
+    from gradlab.outputs import save_figure
+
+    code = "import sys; from gradlab_cli.app import main; sys.argv[0] = 'gradlab'; main()"
+    proc = subprocess.run([sys.executable, "-c", code, "heatmap", "--loss", "infonce", "--grid", "6", "--batches", "8",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "GRADLAB_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    written = sorted(p.name for p in tmp_path.iterdir() if p.is_file())
+    assert written == ["heatmap_infonce_gd.json", "heatmap_infonce_gd.npz", "heatmap_infonce_gd.png"]
+    save_figure(draw_component(Result.load(tmp_path / "heatmap_infonce_gd"), "infonce"), tmp_path / "here.png")
+    a, b = (matplotlib.image.imread(tmp_path / n) for n in ("heatmap_infonce_gd.png", "here.png"))
+    assert a.shape == b.shape and np.array_equal(a, b)
