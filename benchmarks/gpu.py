@@ -1,6 +1,6 @@
 """The SimCSE recipe, the engine and the training loop on a GPU, beside the strongest PyTorch.
 
-    python benchmarks/gpu.py --json benchmarks/results/gpu.json       # every row, about 7 minutes
+    python benchmarks/gpu.py --json benchmarks/results/gpu.json       # every row, about 4 minutes on an H200
     python benchmarks/gpu.py --rows gradlab_bf16 torch_compile_cudagraphs
 
 Everything large is made here, on the GPU machine: a BERT-base-shaped HF checkpoint with
