@@ -70,7 +70,7 @@ GRID_ENV = "GRADLAB_GPU_BENCH_GRID"  # the engine rows' grid side (100: the pape
 LOOP_ENV = "GRADLAB_GPU_BENCH_LOOP_STEPS"  # the train_loop row's steps (300); fewer for a trial
 
 
-def _setup(folder: str, tokenizer: str | None, layers: int | None = None) -> None:
+def setup(folder: str, tokenizer: str | None, layers: int | None = None) -> None:
     """The checkpoint and a 20,000-line corpus in ``folder``."""
     sys.path.insert(0, str(HERE))
     import real
@@ -94,7 +94,7 @@ def _setup(folder: str, tokenizer: str | None, layers: int | None = None) -> Non
     Path(folder, "corpus.txt").write_text("\n".join(sentences[i % len(sentences)] for i in range(20_000)) + "\n")
 
 
-def _paths() -> tuple[str, str]:
+def bench_paths() -> tuple[str, str]:
     folder = os.environ[ENV_DIR]
     return os.path.join(folder, "bert-base"), os.path.join(folder, "corpus.txt")
 
@@ -193,7 +193,7 @@ def gradlab_loop(precision: str = "bf16", batch: int = BATCH, encoder=None):
     from gradlab.real.run import resolve_run
 
     gradlab.enable_cache()  # GRADLAB_CACHE_DIR: one cache for every row of this run, as for a user's runs
-    ckpt, corpus = _paths()
+    ckpt, corpus = bench_paths()
     cfg = simcse_unsup_config(ckpt, corpus, steps=_loop_steps(), precision=precision, eval_test=False,
                               batch_size=batch)
     run = resolve_run(cfg, encoder=encoder or simcse_unsup_encoder(ckpt, seed=0))
@@ -210,7 +210,7 @@ def _gradlab(precision: str, batch: int = BATCH, unroll: bool | None = None) -> 
     from gradlab.real.plan import step_flops
     from gradlab.real.recipe import simcse_unsup_encoder
 
-    enc = simcse_unsup_encoder(_paths()[0], seed=0)
+    enc = simcse_unsup_encoder(bench_paths()[0], seed=0)
     if unroll is not None:
         enc = dataclasses.replace(enc, train_view=dataclasses.replace(enc.train_view, unroll=unroll))
     run, loop, params, opt_state = gradlab_loop(precision, batch, enc)
@@ -279,7 +279,7 @@ def _log_records(path: Path) -> list[dict]:
 
 def train_loop() -> dict:
     """``gradlab train`` end to end, as a user runs it, then a warm start of the same command."""
-    ckpt, corpus = _paths()
+    ckpt, corpus = bench_paths()
     base = ["train", "--encoder", ckpt, "--recipe", "simcse-unsup", "--corpus", corpus, "--precision", "bf16",
             "--no-plot", "--no-test"]
     folder = os.environ[ENV_DIR]
@@ -309,7 +309,7 @@ def train_loop() -> dict:
 # --------------------------------------------------------------------------- torch.compile rows
 
 
-def _torch_rows(specs: list[tuple[str, str | None, bool]]) -> dict:
+def torch_rows(specs: list[tuple[str, str | None, bool]]) -> dict:
     """One process, several compiled variants (name, torch.compile mode, bf16): each row's numbers."""
     import torch
     import torch.nn.functional as F
@@ -317,7 +317,7 @@ def _torch_rows(specs: list[tuple[str, str | None, bool]]) -> dict:
 
     from gradlab.real.plan import transformer_step_flops
 
-    ckpt, corpus = _paths()
+    ckpt, corpus = bench_paths()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(ckpt, "tokenizer.json"), pad_token="[PAD]")
     lines = Path(corpus).read_text().splitlines()
@@ -406,12 +406,12 @@ def _torch_step(compiled, opt, ids, mask, *, bf16: bool, graphs: bool):
 
 def torch_compile_bf16() -> dict:
     """torch.compile's default mode, then with CUDA graphs (``reduce-overhead``), bf16 autocast."""
-    return _torch_rows([("torch_compile", None, True), ("torch_compile_cudagraphs", "reduce-overhead", True)])
+    return torch_rows([("torch_compile", None, True), ("torch_compile_cudagraphs", "reduce-overhead", True)])
 
 
 def torch_compile_tf32() -> dict:
     """float32 with TF32 matrix products (what XLA's default precision does for gradlab's float32)."""
-    return _torch_rows([("torch_compile_tf32_cudagraphs", "reduce-overhead", False)])
+    return torch_rows([("torch_compile_tf32_cudagraphs", "reduce-overhead", False)])
 
 
 # --------------------------------------------------------------------------- the driver
@@ -420,13 +420,13 @@ def torch_compile_tf32() -> dict:
 def _gradlab_cli(*args: str) -> subprocess.CompletedProcess:
     """``gradlab ARGS`` in a child process (this checkout's CLI, installed or not); its last error line raised."""
     code = "import sys; from gradlab_cli.app import main; sys.argv[0] = 'gradlab'; main()"
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=_cli_env())
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=cli_env())
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
     return proc
 
 
-def _cli_env() -> dict:
+def cli_env() -> dict:
     """The environment a child needs to import ``gradlab_cli`` from this checkout, installed or not."""
     env = dict(os.environ)
     try:
@@ -455,7 +455,7 @@ ROWS = {
 def _run_worker(name: str, timeout: float) -> dict:
     code = f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import gpu; print(json.dumps(gpu.{name}()))"
     try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_cli_env(),
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(),
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
@@ -465,7 +465,7 @@ def _run_worker(name: str, timeout: float) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _torch_missing() -> str | None:
+def torch_missing() -> str | None:
     import importlib.util
 
     missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
@@ -553,11 +553,11 @@ def main(argv: list[str] | None = None) -> None:
         os.environ[GRID_ENV] = str(args.engine_grid)
         os.environ[LOOP_ENV] = str(args.loop_steps)
         os.environ["GRADLAB_CACHE_DIR"] = os.path.join(folder, "jax-cache")
-        _setup(folder, args.tokenizer, args.layers)
+        setup(folder, args.tokenizer, args.layers)
         print(f"checkpoint and corpus written in {time.perf_counter() - t_start:.1f} s", flush=True)
-        ckpt, corpus = _paths()
+        ckpt, corpus = bench_paths()
         tokens_per_sentence = _mean_tokens(corpus, ckpt)
-        skip_torch = _torch_missing()
+        skip_torch = torch_missing()
         for name in args.rows:
             worker, needs_torch, cap = ROWS[name]
             left = args.budget - (time.perf_counter() - t_start)

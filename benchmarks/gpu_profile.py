@@ -115,7 +115,7 @@ def _variant(name: str):
     from gradlab.real.recipe import simcse_unsup_encoder
 
     parts = set(name.split("+"))
-    enc = simcse_unsup_encoder(gpu._paths()[0], seed=0)
+    enc = simcse_unsup_encoder(gpu.bench_paths()[0], seed=0)
     view = enc.train_view
     if "noattn" in parts:  # not the recipe: the cost of dropping attention probabilities
         view = dataclasses.replace(view, config=dataclasses.replace(view.config, attention_probs_dropout_prob=0.0))
@@ -165,8 +165,8 @@ def main(argv: list[str] | None = None) -> None:
 
     with tempfile.TemporaryDirectory(prefix="gradlab-profile-") as folder:
         os.environ[gpu.ENV_DIR] = folder
-        gpu._setup(folder, args.tokenizer, args.layers)
-        if args.torch and not gpu._torch_missing():  # first, in its own process: JAX holds most of the GPU after
+        gpu.setup(folder, args.tokenizer, args.layers)
+        if args.torch and not gpu.torch_missing():  # first, in its own process: JAX holds most of the GPU after
             result["torch"] = _torch_cudagraphs()
             print("torch", json.dumps(result["torch"])[:400], flush=True)
         loop, params, opt_state = _build()
@@ -210,8 +210,8 @@ def _torch_cudagraphs() -> dict:
     import subprocess
 
     code = (f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import gpu; "
-            "print(json.dumps(gpu._torch_rows([('torch_compile_cudagraphs', 'reduce-overhead', True)])))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=gpu._cli_env(), timeout=240)
+            "print(json.dumps(gpu.torch_rows([('torch_compile_cudagraphs', 'reduce-overhead', True)])))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=gpu.cli_env(), timeout=240)
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()
         return {"error": tail[-1] if tail else f"exit {proc.returncode}"}
