@@ -436,9 +436,15 @@ def _textbook_layer_norm(x, scale, bias, eps):
     return (x - mu) * jax.lax.rsqrt(var + eps) * scale + bias
 
 
-def test_layer_norm_gradient_is_autodiffs_of_the_textbook_formula(monkeypatch):
-    """The forward's hand-written LayerNorm backward against ``jax.grad`` of the textbook
-    formula, through a whole training forward (both views, dropout on), in float64."""
+def _plain_dense(x, w, b):
+    return x @ w + b
+
+
+@pytest.mark.parametrize("name, textbook", [("_layer_norm", _textbook_layer_norm), ("_dense", _plain_dense)])
+def test_hand_written_backwards_are_autodiffs_of_the_textbook_formulas(monkeypatch, name, textbook):
+    """The forward's hand-written backward passes (LayerNorm's; the dense layers' on a CPU, whose
+    bias gradient is a matrix-vector product) against ``jax.grad`` of the plain formulas, through
+    a whole training forward (both views, dropout on), in float64."""
     x64 = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
     try:
@@ -458,7 +464,7 @@ def test_layer_norm_gradient_is_autodiffs_of_the_textbook_formula(monkeypatch):
             return jnp.sum(w * pooled)
 
         value, grads = jax.value_and_grad(loss)(params)
-        monkeypatch.setattr(bert, "_layer_norm", _textbook_layer_norm)
+        monkeypatch.setattr(bert, name, textbook)
         value_ref, grads_ref = jax.value_and_grad(loss)(params)
         assert float(value) == pytest.approx(float(value_ref), rel=1e-13)
         for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads_ref), strict=True):
