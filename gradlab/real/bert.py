@@ -40,6 +40,23 @@ __all__ = ["bert_forward", "bert_forward_packed", "pool", "pool_packed", "dropou
            "eval_forward_packed", "compute_params"]
 
 
+def _column_sum(a: Array, dtype) -> Array:
+    """The sum of ``a`` over every axis but the last, accumulated in float32 (at least), as ``dtype``.
+
+    On XLA's CPU backend the sum is a product with a vector of ones: XLA lowers a column sum there
+    to ``reduce-window`` loops, which took 86 ms of a 1.72 s SimCSE step of a 2-layer BERT-base
+    (the bias and LayerNorm gradients' sums); as products the step took 1.61 s. On a GPU the
+    reduction is kept (LayerNorm's sums as products measured the same there: 9.8 ms a step on an
+    H200).
+    """
+    acc = jnp.promote_types(a.dtype, jnp.float32)
+    flat = a.reshape(-1, a.shape[-1])
+    if jax.default_backend() == "cpu":
+        ones = jnp.ones((1, flat.shape[0]), a.dtype)
+        return jnp.matmul(ones, flat, precision=jax.lax.Precision.HIGHEST, preferred_element_type=acc)[0].astype(dtype)
+    return jnp.sum(flat, axis=0, dtype=acc).astype(dtype)
+
+
 def _ln_parts(x: Array, eps: float) -> tuple[Array, Array]:
     mu = jnp.mean(x, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x - mu), axis=-1, keepdims=True)
@@ -58,8 +75,7 @@ def _layer_norm(x: Array, scale: Array, bias: Array, eps: float) -> Array:
     of width 768, against 0.4 % here) inside one fused kernel that an H200 ran at about 60 µs
     per LayerNorm (a SimCSE step of BERT-base: 9.8 ms instead of 10.4 ms a step).
     """
-    xhat, _ = _ln_parts(x, eps)
-    return xhat * scale + bias
+    return _ln_fwd(x, scale, bias, eps)[0]
 
 
 def _ln_fwd(x, scale, bias, eps):
@@ -67,21 +83,15 @@ def _ln_fwd(x, scale, bias, eps):
     return xhat * scale + bias, (xhat, rstd, scale)
 
 
-def _column_sum(a: Array, dtype) -> Array:
-    """The sum of ``a`` over every axis but the last, accumulated in float32 (at least), as ``dtype``.
+def _ln_bwd(eps, res, g):
+    xhat, rstd, scale = res
+    acc = jnp.promote_types(g.dtype, jnp.float32)
+    dxhat, xh = (g * scale).astype(acc), xhat.astype(acc)
+    dx = dxhat - jnp.mean(dxhat, axis=-1, keepdims=True) - xh * jnp.mean(dxhat * xh, axis=-1, keepdims=True)
+    return (dx * rstd.astype(acc)).astype(xhat.dtype), _column_sum(g * xhat, scale.dtype), _column_sum(g, scale.dtype)
 
-    On XLA's CPU backend the sum is a product with a vector of ones: XLA lowers a column sum there
-    to ``reduce-window`` loops, which took 86 ms of a 1.72 s SimCSE step of a 2-layer BERT-base
-    (the bias and LayerNorm gradients' sums); as products the step took 1.61 s. On a GPU the
-    reduction is kept (LayerNorm's sums as products measured the same there: 9.8 ms a step on an
-    H200).
-    """
-    acc = jnp.promote_types(a.dtype, jnp.float32)
-    flat = a.reshape(-1, a.shape[-1])
-    if jax.default_backend() == "cpu":
-        ones = jnp.ones((1, flat.shape[0]), a.dtype)
-        return jnp.matmul(ones, flat, precision=jax.lax.Precision.HIGHEST, preferred_element_type=acc)[0].astype(dtype)
-    return jnp.sum(flat, axis=0, dtype=acc).astype(dtype)
+
+_layer_norm.defvjp(_ln_fwd, _ln_bwd)
 
 
 def _dense(x: Array, w: Array, b: Array) -> Array:
@@ -92,7 +102,7 @@ def _dense(x: Array, w: Array, b: Array) -> Array:
 
 @jax.custom_vjp
 def _dense_cpu(x: Array, w: Array, b: Array) -> Array:
-    return x @ w + b
+    return _dense_fwd(x, w, b)[0]
 
 
 def _dense_fwd(x, w, b):
@@ -106,17 +116,6 @@ def _dense_bwd(res, g):
 
 
 _dense_cpu.defvjp(_dense_fwd, _dense_bwd)
-
-
-def _ln_bwd(eps, res, g):
-    xhat, rstd, scale = res
-    acc = jnp.promote_types(g.dtype, jnp.float32)
-    dxhat, xh = (g * scale).astype(acc), xhat.astype(acc)
-    dx = dxhat - jnp.mean(dxhat, axis=-1, keepdims=True) - xh * jnp.mean(dxhat * xh, axis=-1, keepdims=True)
-    return (dx * rstd.astype(acc)).astype(xhat.dtype), _column_sum(g * xhat, scale.dtype), _column_sum(g, scale.dtype)
-
-
-_layer_norm.defvjp(_ln_fwd, _ln_bwd)
 
 
 def dropout_keep(key: Array, shape: tuple[int, ...], rate: float) -> tuple[Array, float]:
