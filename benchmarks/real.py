@@ -463,6 +463,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="interpreter for the torch workers (default: this one)")
     ap.add_argument("--skip-cli", action="store_true", help="skip the peak-RSS row of 'gradlab train --encoder minilm'")
     ap.add_argument("--no-torch", action="store_true", help="gradlab rows only")
+    ap.add_argument("--json", help="also write the table and every worker's raw numbers here")
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -495,7 +496,9 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"round {rnd + 1}: {torch_worker} done", file=sys.stderr)
     cli = None if args.skip_cli else _run_worker("cli_rss")
 
-    print(f"\nload average at the end: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} CPUs\n")
+    load = os.getloadavg()[0]
+    print(f"\nload average at the end: {load:.2f} (1 min), {os.cpu_count()} CPUs\n")
+    table = {}
     print("| work | unit | gradlab (JAX) | sentence-transformers or transformers / torch | ratio "
           "| gradlab first call (s) | peak RSS gradlab / torch (MB) |")
     print("|---|---|---|---|---|---|---|")
@@ -513,10 +516,37 @@ def main(argv: list[str] | None = None) -> None:
         else:
             tcol = rcol = trss = "—"
         print(f"| {work} | {unit} | {_fmt(jv)} | {tcol} | {rcol} | {first:.1f} | {jrss:.0f} / {trss} |")
+        table[work] = {"unit": unit, "gradlab": statistics.median(jv), "torch": statistics.median(tv) if tw in results
+                       else None, "ratio": ratio if tw in results else None, "gradlab_first_s": first}
     if cli is not None:
         print(f"| gradlab train --encoder minilm --batch-size 64 (3 steps) | s | {cli['times'][0]:.0f} | — | — | "
               f"— | {cli['rss_mb']:.0f} / — |")
     print("\nratio > 1: gradlab faster (sentences/s and steps/s: gradlab / torch; s/step: torch / gradlab)")
+    if args.json:
+        _write_json(args.json, {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
+                                "load_average_end": load, "rounds": args.rounds,
+                                "versions": _versions(sys.executable) | _versions(args.torch_python, TORCH_SIDE),
+                                "rows": table, "workers": results, "cli": cli})
+
+
+TORCH_SIDE = ("torch", "transformers", "sentence_transformers")
+
+
+def _versions(python: str, names: tuple[str, ...] = ("jax", "jaxlib", "gradlab")) -> dict:
+    """The installed versions of ``names`` in the interpreter ``python`` (None where absent)."""
+    code = ("import importlib.metadata as m, json, sys\n"
+            "def v(n):\n    try: return m.version(n)\n    except m.PackageNotFoundError: return None\n"
+            "print(json.dumps({n: v(n) for n in sys.argv[1:]}))")
+    done = subprocess.run([python, "-c", code, *names], capture_output=True, text=True)
+    return json.loads(done.stdout) if done.returncode == 0 else dict.fromkeys(names)
+
+
+def _write_json(path: str, data: dict) -> None:
+    """``data`` as JSON at ``path``, whole or not at all (written beside it, then renamed)."""
+    tmp = f"{path}.partial"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

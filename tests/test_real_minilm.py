@@ -209,6 +209,13 @@ def test_pool_modes():
     np.testing.assert_allclose(cls, np.tanh([[0.1, -0.8], [3.1, -6.8]]), rtol=1e-6)
     with pytest.raises(ValueError, match="pooler"):
         bert.pool(h, mask, bert_config.PoolingConfig("cls", False))
+    # the first-token poolings from the [CLS] states alone (what ``first_only`` forwards return)
+    assert [bert_config.PoolingConfig(m).first_token for m in ("cls", "cls_before_pooler", "avg", "max")] == [
+        True, True, False, False]
+    np.testing.assert_allclose(bert.pool_first(h[:, 0], bert_config.PoolingConfig("cls", False), pooler),
+                               np.tanh([[0.1, -0.8], [3.1, -6.8]]), rtol=1e-6)
+    with pytest.raises(ValueError, match="reads every token"):
+        bert.pool_first(h[:, 0], bert_config.PoolingConfig("avg", False))
 
 
 def test_light_encoder_matches_numpy(model):
@@ -357,40 +364,31 @@ def test_packed_training_forward_gradient_equals_padded():
     padded eval path, in float64; with dropout the views differ and repeat with their key."""
     import dataclasses
 
-    x64 = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
-        cfg = bert_config.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
-                                    intermediate_size=32, max_position_embeddings=16)
-        no_drop = dataclasses.replace(cfg, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        rng = np.random.default_rng(1)
-        params = jax.tree_util.tree_map(
-            lambda a: jnp.asarray(rng.normal(0, 0.3, np.shape(a)), jnp.float64), _toy_params(cfg))
-        toks = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 11, 2]]
-        pooling = bert_config.PoolingConfig("mean", True)
-        ids, mask = packing.pad_ids(toks, 16, pad_to=6)
-        placement = np.asarray([[0, 0, 0], [1, 0, 4], [2, 1, 0]])  # sentence, row, offset
-        packed, _ = packing.pack(toks, placement, width=8, rows=2, slots=3)
-        w = jnp.asarray(rng.normal(size=(3, 16)))
+    cfg, params, rng = _toy_model(layers=2, seed=1, mean=0.0, std=0.3)
+    no_drop = dataclasses.replace(cfg, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    toks = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 11, 2]]
+    pooling = bert_config.PoolingConfig("mean", True)
+    ids, mask = packing.pad_ids(toks, 16, pad_to=6)
+    placement = np.asarray([[0, 0, 0], [1, 0, 4], [2, 1, 0]])  # sentence, row, offset
+    packed, _ = packing.pack(toks, placement, width=8, rows=2, slots=3)
+    w = jnp.asarray(rng.normal(size=(3, 16)))
 
-        def padded(p):
-            return jnp.sum(w * bert.pool(bert.bert_forward(p, ids, mask, config=no_drop), mask, pooling))
+    def padded(p):
+        return jnp.sum(w * bert.pool(bert.bert_forward(p, ids, mask, config=no_drop), mask, pooling))
 
-        def packed_train(p, config, key):
-            h = bert.bert_forward_packed(p, packed, config=config, key=key)
-            return jnp.sum(w * bert.pool_packed(h, packed, pooling))
+    def packed_train(p, config, key):
+        h = bert.bert_forward_packed(p, packed, config=config, key=key)
+        return jnp.sum(w * bert.pool_packed(h, packed, pooling))
 
-        key = jax.random.key(0)
-        assert float(packed_train(params, no_drop, key)) == pytest.approx(float(padded(params)), rel=1e-12)
-        g_ref = jax.grad(padded)(params)
-        g = jax.grad(packed_train)(params, no_drop, key)
-        for a, b in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(g_ref), strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
-        v1, v1b = packed_train(params, cfg, key), packed_train(params, cfg, key)
-        v2 = packed_train(params, cfg, jax.random.key(1))
-        assert float(v1) == float(v1b) and float(v1) != float(v2)
-    finally:
-        jax.config.update("jax_enable_x64", x64)
+    key = jax.random.key(0)
+    assert float(packed_train(params, no_drop, key)) == pytest.approx(float(padded(params)), rel=1e-12)
+    g_ref = jax.grad(padded)(params)
+    g = jax.grad(packed_train)(params, no_drop, key)
+    for a, b in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(g_ref), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    v1, v1b = packed_train(params, cfg, key), packed_train(params, cfg, key)
+    v2 = packed_train(params, cfg, jax.random.key(1))
+    assert float(v1) == float(v1b) and float(v1) != float(v2)
 
 
 def _toy_params(cfg):
@@ -403,6 +401,16 @@ def _toy_params(cfg):
                            token_type=np.zeros((2, H)), ln_scale=np.zeros(H), ln_bias=np.zeros(H)),
         "layers": {k: np.zeros((n, *s)) for k, s in layer.items()},
     }
+
+
+def _toy_model(*, layers: int, seed: int, mean: float, std: float = 0.5):
+    """A tiny BERT (hidden 16, 4 heads), its float64 parameters drawn from N(mean, std), and the generator."""
+    cfg = bert_config.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=layers, num_attention_heads=4,
+                                 intermediate_size=32, max_position_embeddings=16)
+    rng = np.random.default_rng(seed)
+    params = jax.tree_util.tree_map(lambda a: jnp.asarray(rng.normal(mean, std, np.shape(a)), jnp.float64),
+                                    _toy_params(cfg))
+    return cfg, params, rng
 
 
 def test_dropout_keep_is_threefry_bits_against_a_threshold():
@@ -427,6 +435,49 @@ def test_dropout_keep_is_threefry_bits_against_a_threshold():
     odd, s = bert.dropout_keep(key, (4, 7), 0.25)
     np.testing.assert_array_equal(np.asarray(odd), np.asarray(jax.random.bernoulli(key, 0.75, (4, 7))))
     assert s == 1 / 0.75
+    # ``at``: a few rows of a mask drawn alone are those rows of the whole mask, in both paths
+    rows, cols = np.asarray([4, 0, 4, 2]), np.asarray([5, 0, 1, 3])
+    some, _ = bert.dropout_keep(key, shape, 0.1, at=(jnp.asarray(rows), jnp.asarray(cols)))
+    np.testing.assert_array_equal(np.asarray(some), (u >= 6554)[rows, cols])
+    some, _ = bert.dropout_keep(key, (4, 7), 0.25, at=(jnp.asarray([3, 1]),))
+    np.testing.assert_array_equal(np.asarray(some), np.asarray(odd)[[3, 1]])
+    with pytest.raises(ValueError, match="one index array per leading axis"):
+        bert.dropout_keep(key, shape, 0.1, at=(jnp.asarray(rows),))
+
+
+@pytest.mark.parametrize("width", [8, 6])  # 6: the attention masks' fallback to jax.random.bernoulli
+@pytest.mark.parametrize("layers", ["last", "top2"])
+def test_first_token_forward_is_the_full_forwards_first_rows(width, layers):
+    """``first_only`` (the last layer run for the [CLS] tokens alone) gives the full forward's
+    first-token states and their gradient, in float64, with both dropout views on, packed (an
+    unused slot included) and padded."""
+    cfg, params, rng = _toy_model(layers=3, seed=4, mean=0.1)
+    toks = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 11, 2]]
+    # (sentence, row, offset); with width 8 sentence 1 starts inside row 0
+    placement = [[0, 0, 0], [1, 0, 4], [2, 1, 0]] if width == 8 else [[0, 1, 0], [1, 2, 0], [2, 0, 0]]
+    packed, _ = packing.pack(toks, np.asarray(placement), width=width, rows=3, slots=4)  # slot 3 unused
+    keys = jax.random.split(jax.random.key(7))
+    w = jnp.asarray(rng.normal(size=(2, 4, 16)))
+    cls = bert_config.PoolingConfig("cls_before_pooler", False)
+
+    def full(p):
+        h = bert.bert_forward_packed(p, packed, config=cfg, key=keys, layers=layers)
+        return jax.vmap(lambda v: bert.pool_packed(v, packed, cls))(h)
+
+    def first(p):
+        return bert.bert_forward_packed(p, packed, config=cfg, key=keys, layers=layers, first_only=True)
+
+    want, got = np.asarray(full(params)), np.asarray(first(params))
+    assert got.shape == (2, 4, 16) and not np.any(got[:, 3]) and np.all(np.abs(want[:, :3]) > 0)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+    g_want = jax.grad(lambda p: jnp.sum(w * full(p)))(params)
+    g_got = jax.grad(lambda p: jnp.sum(w * first(p)))(params)
+    for a, b in zip(jax.tree_util.tree_leaves(g_got), jax.tree_util.tree_leaves(g_want), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    ids, mask = packing.pad_ids(toks, 16, pad_to=width)
+    padded = bert.bert_forward(params, ids, mask, config=cfg, key=keys, layers=layers)
+    np.testing.assert_allclose(bert.bert_forward(params, ids, mask, config=cfg, key=keys, layers=layers,
+                                                 first_only=True), padded[:, :, 0], rtol=1e-12, atol=1e-13)
 
 
 def _textbook_layer_norm(x, scale, bias, eps):
@@ -445,32 +496,23 @@ def test_hand_written_backwards_are_autodiffs_of_the_textbook_formulas(monkeypat
     """The forward's hand-written backward passes (LayerNorm's; the dense layers' on a CPU, whose
     bias gradient is a matrix-vector product) against ``jax.grad`` of the plain formulas, through
     a whole training forward (both views, dropout on), in float64."""
-    x64 = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
-        cfg = bert_config.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
-                                    intermediate_size=32, max_position_embeddings=16)
-        rng = np.random.default_rng(3)
-        params = jax.tree_util.tree_map(
-            lambda a: jnp.asarray(rng.normal(0.2, 0.5, np.shape(a)), jnp.float64), _toy_params(cfg))
-        toks = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 11, 2]]
-        packed, _ = packing.pack(toks, np.asarray([[0, 0, 0], [1, 0, 4], [2, 1, 0]]), width=8, rows=2, slots=3)
-        w = jnp.asarray(rng.normal(size=(2, 3, 16)))
-        keys = jax.random.split(jax.random.key(5))
+    cfg, params, rng = _toy_model(layers=2, seed=3, mean=0.2)
+    toks = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 11, 2]]
+    packed, _ = packing.pack(toks, np.asarray([[0, 0, 0], [1, 0, 4], [2, 1, 0]]), width=8, rows=2, slots=3)
+    w = jnp.asarray(rng.normal(size=(2, 3, 16)))
+    keys = jax.random.split(jax.random.key(5))
 
-        def loss(p):
-            h = bert.bert_forward_packed(p, packed, config=cfg, key=keys)
-            pooled = jax.vmap(lambda v: bert.pool_packed(v, packed, bert_config.PoolingConfig("mean", True)))(h)
-            return jnp.sum(w * pooled)
+    def loss(p):
+        h = bert.bert_forward_packed(p, packed, config=cfg, key=keys)
+        pooled = jax.vmap(lambda v: bert.pool_packed(v, packed, bert_config.PoolingConfig("mean", True)))(h)
+        return jnp.sum(w * pooled)
 
-        value, grads = jax.value_and_grad(loss)(params)
-        monkeypatch.setattr(bert, name, textbook)
-        value_ref, grads_ref = jax.value_and_grad(loss)(params)
-        assert float(value) == pytest.approx(float(value_ref), rel=1e-13)
-        for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads_ref), strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
-    finally:
-        jax.config.update("jax_enable_x64", x64)
+    value, grads = jax.value_and_grad(loss)(params)
+    monkeypatch.setattr(bert, name, textbook)
+    value_ref, grads_ref = jax.value_and_grad(loss)(params)
+    assert float(value) == pytest.approx(float(value_ref), rel=1e-13)
+    for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads_ref), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
 
 
 def test_layer_norm_parameter_gradients_sum_bfloat16_tokens_in_float32():

@@ -36,8 +36,8 @@ from jax.ad_checkpoint import checkpoint_name
 from gradlab.real.bert_config import BertConfig, PoolingConfig
 from gradlab.real.packing import Packed
 
-__all__ = ["bert_forward", "bert_forward_packed", "pool", "pool_packed", "dropout_keep", "eval_forward",
-           "eval_forward_packed", "compute_params"]
+__all__ = ["bert_forward", "bert_forward_packed", "embed", "embed_packed", "pool", "pool_first", "pool_packed",
+           "dropout_keep", "eval_forward", "eval_forward_packed", "compute_params"]
 
 
 def _column_sum(a: Array, dtype) -> Array:
@@ -118,7 +118,8 @@ def _dense_bwd(res, g):
 _dense_cpu.defvjp(_dense_fwd, _dense_bwd)
 
 
-def dropout_keep(key: Array, shape: tuple[int, ...], rate: float) -> tuple[Array, float]:
+def dropout_keep(key: Array, shape: tuple[int, ...], rate: float,
+                 at: tuple[Array, ...] | None = None) -> tuple[Array, float]:
     """A dropout keep mask and its rescaling factor, four 16-bit draws per Threefry block.
 
     Each element takes 16 random bits u and is kept iff ``u >= t``, ``t = round(rate * 2^16)``:
@@ -134,30 +135,40 @@ def dropout_keep(key: Array, shape: tuple[int, ...], rate: float) -> tuple[Array
       key: a threefry PRNG key.
       shape: mask shape; the last axis a multiple of 4 (else ``jax.random.bernoulli`` is used).
       rate: drop probability in [0, 1).
+      at: integer index arrays, one per leading axis of ``shape`` (all but the last), broadcast
+        together to a shape P: only the entries ``keep[at]`` of the mask are drawn, the very
+        bits the whole mask has there (a layer computed for a few tokens only).
 
     Returns:
-      (keep, scale): a bool array of ``shape`` and the Python float ``1 / P(keep)``.
+      (keep, scale): a bool array of ``shape`` (of ``(*P, shape[-1])`` with ``at``) and the
+      Python float ``1 / P(keep)``.
 
     Examples:
       >>> keep, scale = dropout_keep(jax.random.key(0), (256, 384), 0.1)
       >>> keep.shape, round(scale, 6), abs(float(keep.mean()) - 0.9) < 0.005
       ((256, 384), 1.111119, True)
     """
+    if at is not None and len(at) != len(shape) - 1:
+        raise ValueError(f"at needs one index array per leading axis of {shape}; got {len(at)}")
     threshold = _keep_threshold(key, shape, rate)
     if threshold is None:
-        return jax.random.bernoulli(key, 1.0 - rate, shape), 1.0 / (1.0 - rate)
+        keep = jax.random.bernoulli(key, 1.0 - rate, shape)
+        return (keep if at is None else keep[tuple(at)]), 1.0 / (1.0 - rate)
     from jax.extend.random import threefry2x32_p
 
     blocks = (*shape[:-1], shape[-1] // 4)
-    counter = jnp.zeros(blocks, jnp.uint32)
-    stride = 1
-    for axis in reversed(range(len(blocks))):
-        counter = counter + jax.lax.broadcasted_iota(jnp.uint32, blocks, axis) * jnp.uint32(stride)
-        stride *= blocks[axis]
+    strides = [int(np.prod(blocks[a + 1:], dtype=np.int64)) for a in range(len(blocks))]
+    if at is None:
+        counter = sum(jax.lax.broadcasted_iota(jnp.uint32, blocks, a) * jnp.uint32(strides[a])
+                      for a in range(len(blocks)))
+    else:  # the counters of the selected rows' blocks only
+        lead = sum(jnp.asarray(i).astype(jnp.uint32) * jnp.uint32(st) for i, st in zip(at, strides[:-1], strict=True))
+        counter = jnp.asarray(lead, jnp.uint32)[..., None] + jnp.arange(blocks[-1], dtype=jnp.uint32)
+    out_shape = (*counter.shape[:-1], shape[-1])
     k = jax.random.key_data(key)
-    w0, w1 = threefry2x32_p.bind(k[0], k[1], jnp.zeros(blocks, jnp.uint32), counter)
+    w0, w1 = threefry2x32_p.bind(k[0], k[1], jnp.zeros(counter.shape, jnp.uint32), counter)
     mask16 = jnp.uint32(0xFFFF)
-    u = jnp.stack([w0 & mask16, w0 >> 16, w1 & mask16, w1 >> 16], axis=-1).reshape(shape)
+    u = jnp.stack([w0 & mask16, w0 >> 16, w1 & mask16, w1 >> 16], axis=-1).reshape(out_shape)
     return u >= jnp.uint32(threshold), 65536.0 / (65536 - threshold)
 
 
@@ -173,13 +184,20 @@ def _split(keys: Array, n: int) -> Array:
     return jax.vmap(lambda k: jax.random.split(k, n))(keys)
 
 
-def _dropout(x: Array, rate: float, keys: Array | None) -> Array:
+def _dropout(x: Array, rate: float, keys: Array | None, shape: tuple[int, ...] | None = None,
+             at: tuple[Array, ...] | None = None, mask_shape: tuple[int, ...] | None = None) -> Array:
     """Dropout of ``x`` (V, ...) with one key per view (``keys`` (V,)): view v gets the mask
-    ``dropout_keep(keys[v], x.shape[1:], rate)``, the one a forward of that view alone draws."""
+    ``dropout_keep(keys[v], x.shape[1:], rate)``, the one a forward of that view alone draws.
+
+    With ``shape`` and ``at``: ``x`` holds the entries ``at`` of a tensor of ``shape`` (one per
+    view), and gets the entries ``at`` of that tensor's mask, reshaped to ``mask_shape``
+    (default ``x.shape[1:]``) and broadcast against ``x``."""
     if keys is None or rate <= 0.0:
         return x
-    keep = jax.vmap(lambda k: dropout_keep(k, x.shape[1:], rate)[0])(keys)
-    threshold = _keep_threshold(keys[0], x.shape[1:], rate)
+    shape = x.shape[1:] if shape is None else shape
+    mask_shape = x.shape[1:] if mask_shape is None else mask_shape
+    keep = jax.vmap(lambda k: dropout_keep(k, shape, rate, at)[0].reshape(mask_shape))(keys)
+    threshold = _keep_threshold(keys[0], shape, rate)
     scale = 1.0 / (1.0 - rate) if threshold is None else 65536.0 / (65536 - threshold)
     # a layer's recomputation in the backward pass (remat) reuses the mask instead of redrawing it
     keep = checkpoint_name(keep, "dropout_keep")
@@ -206,7 +224,8 @@ def _activation(name: str):
 
 def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *, config: BertConfig,
              key: Array | None, token_type_ids: Array | None = None, layers: str = "last",
-             remat: bool = False, unroll: bool | None = None) -> Array:
+             remat: bool = False, unroll: bool | None = None,
+             first: tuple[Array, Array, Array] | None = None) -> Array:
     """The BERT stack on (B, L) tokens; ``bias`` (B, 1, L, L) or broadcastable is added to the scores.
 
     ``key`` is one PRNG key, or (V,) keys: V dropout views of the same tokens in one forward
@@ -215,6 +234,13 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
 
     Returns the last layer's states h^n (``layers="last"``), (h^1 + h^n) / 2 (``"first_last"``)
     or (h^{n-1} + h^n) / 2 (``"top2"``); see :class:`PoolingConfig`.
+
+    ``first``: (rows, positions, bias), the rows and positions (S,) of S tokens and their scores'
+    bias (S, 1, B·L) against every token; or (None, None, bias (B, 1, L)): each row's token 0.
+    The states (S, H) of those tokens alone are returned: the last layer runs its queries,
+    output projection and feed-forward on them only (its keys and values on every token), with
+    the entries the whole layer's dropout masks have there, the same numbers as the full
+    states' rows. For the [CLS] pooling of SimCSE's BERT-base step, 6.5-6.7 % of its FLOPs.
 
     ``remat``: keep only each layer's input and its dropout masks for the backward pass and
     recompute the rest (less memory, a third more forward compute). ``unroll``: unroll the
@@ -242,38 +268,91 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
     if kept is not None and not 0 <= kept < n_layers - 1:
         raise ValueError(f"pooling over {layers} needs at least 2 layers; the model has {n_layers}")
 
-    def layer(x, inputs):
-        p, k = inputs
-        k_att = k_h1 = k_h2 = None
-        if k is not None:
-            k_att, k_h1, k_h2 = jnp.moveaxis(_split(k, 3), 1, 0)
-        qkv = _dense(x, p["qkv_w"], p["qkv_b"]).reshape(*x.shape[:-1], 3, nh, dh)  # one product for Q, K, V
-        q, kk, v = qkv[..., 0, :, :], qkv[..., 1, :, :], qkv[..., 2, :, :]
-        scores = jnp.einsum("...lhd,...mhd->...hlm", q, kk) * scale + bias
-        probs = jax.nn.softmax(scores, axis=-1)
-        probs = _dropout(probs, config.attention_probs_dropout_prob, k_att)
-        ctx = jnp.einsum("...hlm,...mhd->...lhd", probs, v).reshape(x.shape)
-        a = _dropout(_dense(ctx, p["o_w"], p["o_b"]), config.hidden_dropout_prob, k_h1)
+    def heads(a: Array, n: int) -> list[Array]:
+        a = a.reshape(*a.shape[:-1], n, nh, dh)
+        return [a[..., i, :, :] for i in range(n)]
+
+    def keys_of(k):
+        return (None, None, None) if k is None else tuple(jnp.moveaxis(_split(k, 3), 1, 0))
+
+    def feed(x, ctx, p, k_h1, k_h2, at=None):
+        """A layer after attention: output projection, residual and LayerNorm, feed-forward, the
+        same again. ``at``: (rows, positions) of ``x``'s tokens among the layer's (B, L) (dropout)."""
+        hidden = None if at is None else (*input_ids.shape, x.shape[-1])
+        a = _dropout(_dense(ctx, p["o_w"], p["o_b"]), config.hidden_dropout_prob, k_h1, hidden, at)
         a = _layer_norm(x + a, p["ln1_scale"], p["ln1_bias"], eps)
         f = _dense(act(_dense(a, p["i_w"], p["i_b"])), p["f_w"], p["f_b"])
-        f = _dropout(f, config.hidden_dropout_prob, k_h2)
-        return _layer_norm(a + f, p["ln2_scale"], p["ln2_bias"], eps), None
+        f = _dropout(f, config.hidden_dropout_prob, k_h2, hidden, at)
+        return _layer_norm(a + f, p["ln2_scale"], p["ln2_bias"], eps)
 
-    def layer_keeping(carry, inputs):
-        x, acc = carry
-        i, rest = inputs[0], inputs[1:]
-        x, _ = layer(x, rest)
-        return (x, jnp.where(i == kept, x, acc)), None
+    def layer(x, p, k):
+        k_att, k_h1, k_h2 = keys_of(k)
+        q, kk, v = heads(_dense(x, p["qkv_w"], p["qkv_b"]), 3)  # one product for Q, K, V
+        scores = jnp.einsum("...lhd,...mhd->...hlm", q, kk) * scale + bias
+        probs = _dropout(jax.nn.softmax(scores, axis=-1), config.attention_probs_dropout_prob, k_att)
+        ctx = jnp.einsum("...hlm,...mhd->...lhd", probs, v).reshape(x.shape)
+        return feed(x, ctx, p, k_h1, k_h2)
+
+    def pick(x):
+        """The ``first`` tokens' rows of token states (..., B, L, H)."""
+        rows, positions, _ = first
+        return x[..., :, 0, :] if rows is None else x[..., rows, positions, :]
+
+    def first_layer(x, p, k):
+        """The last layer for the ``first`` tokens alone: (..., S, H). Packed, each query scores
+        the keys of every row, its bias masking all but its own sentence's (exact zeros after the
+        softmax): matrix products, where gathering each token's row of keys and values would make
+        their gradient a scatter-add. Padded (``rows`` None), query b scores row b's keys."""
+        rows, positions, first_bias = first
+        k_att, k_h1, k_h2 = keys_of(k)
+        B, L = input_ids.shape
+        x_first = pick(x)  # (..., S, H)
+        S = x_first.shape[-2]
+        at = (jnp.arange(B), jnp.zeros(B, jnp.int32)) if rows is None else (rows, positions)
+        q = _dense(x_first, p["q_w"], p["q_b"]).reshape(*x_first.shape[:-1], nh, dh)  # (..., S, nh, dh)
+        kv_w, kv_b = (jnp.concatenate([p[f"k_{n}"], p[f"v_{n}"]], axis=-1) for n in "wb")
+        kk, v = heads(_dense(x, kv_w, kv_b), 2)  # (..., B, L, nh, dh)
+        if rows is None:
+            scores = jnp.einsum("...shd,...smhd->...shm", q, kk)
+        else:
+            kk, v = (a.reshape(*a.shape[:-4], B * L, nh, dh) for a in (kk, v))
+            scores = jnp.einsum("...shd,...mhd->...shm", q, kk)
+        probs = jax.nn.softmax(scores * scale + first_bias, axis=-1)  # (..., S, nh, M)
+        # the whole layer's mask at (row, head, position), the same over the rows (zeros off its own)
+        probs_at = (at[0][:, None], jnp.arange(nh)[None, :], at[1][:, None])
+        grid = (*probs.shape[:-1], 1 if rows is None else B, L)  # (..., S, nh, rows, L)
+        probs = _dropout(probs.reshape(grid), config.attention_probs_dropout_prob, k_att, (B, nh, L, L), probs_at,
+                         (S, nh, 1, L)).reshape(probs.shape)
+        if rows is None:
+            ctx = jnp.einsum("...shm,...smhd->...shd", probs, v)
+        else:
+            ctx = jnp.einsum("...shm,...mhd->...shd", probs, v)
+        return feed(x_first, ctx.reshape(x_first.shape), p, k_h1, k_h2, at)
 
     if remat and keys is not None:
         layer = jax.checkpoint(layer, policy=jax.checkpoint_policies.save_only_these_names("dropout_keep"))
-    unroll = n_layers if (jax.default_backend() == "gpu" if unroll is None else unroll) else 1
     stacked = _fuse_qkv(params["layers"])
-    if kept is None:
-        x, _ = jax.lax.scan(layer, x, (stacked, layer_keys), unroll=unroll)
-    else:
-        (x, acc), _ = jax.lax.scan(layer_keeping, (x, jnp.zeros_like(x)),
-                                   (jnp.arange(n_layers), stacked, layer_keys), unroll=unroll)
+
+    def body(carry, inputs):
+        i, k = inputs
+        # layer i's weights indexed inside the loop: scanning over a slice of the stack (the layers
+        # but the last) would copy the stack, and pad its gradient back, at every step
+        p = jax.tree_util.tree_map(lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False), stacked)
+        if kept is None:
+            return layer(carry, p, k), None
+        x, acc = carry
+        x = layer(x, p, k)
+        return (x, jnp.where(i == kept, x, acc)), None
+
+    n_scanned = n_layers if first is None else n_layers - 1  # a [CLS] pooling's last layer apart
+    unroll = max(n_scanned, 1) if (jax.default_backend() == "gpu" if unroll is None else unroll) else 1
+    xs = (jnp.arange(n_scanned), None if layer_keys is None else layer_keys[:n_scanned])
+    carry, _ = jax.lax.scan(body, x if kept is None else (x, jnp.zeros_like(x)), xs, unroll=unroll)
+    x, acc = (carry, None) if kept is None else carry
+    if first is not None:
+        last = jax.tree_util.tree_map(lambda a: a[-1], params["layers"])
+        x, acc = first_layer(x, last, None if layer_keys is None else layer_keys[-1]), acc if acc is None else pick(acc)
+    if acc is not None:
         x = (acc + x) / 2
     return x[0] if one_key else x
 
@@ -289,6 +368,7 @@ def bert_forward(
     layers: str = "last",
     remat: bool = False,
     unroll: bool | None = None,
+    first_only: bool = False,
 ) -> Array:
     """Token states of a BERT or RoBERTa encoder (right-padded batch).
 
@@ -308,10 +388,13 @@ def bert_forward(
       remat, unroll: how the backward pass and the loop over layers run (the numbers are the
         same): recompute each layer in the backward pass instead of storing its activations;
         unroll the loop over layers (None: on a GPU only).
+      first_only: return the states of each sequence's first token ([CLS]) only, (B, H), the
+        last layer computing its queries, output projection and feed-forward for those tokens
+        alone (the same numbers; what a [CLS] pooling reads).
 
     Returns:
       (B, L, H) hidden states (V, B, L, H with V keys): the last layer's, or the layer average
-      ``layers`` names.
+      ``layers`` names; (B, H) (V, B, H) with ``first_only``.
     """
     B, L = input_ids.shape
     dtype = params["layers"]["q_w"].dtype
@@ -322,18 +405,23 @@ def bert_forward(
         positions = jnp.cumsum(m, axis=1) * m + config.pad_token_id
     else:
         positions = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
+    first = (None, None, bias[:, 0]) if first_only else None  # each row's token 0; bias (B, 1, L)
     return _encoder(params, input_ids, positions, bias, config=config, key=key, token_type_ids=token_type_ids,
-                    layers=layers, remat=remat, unroll=unroll)
+                    layers=layers, remat=remat, unroll=unroll, first=first)
 
 
 def bert_forward_packed(params: dict, packed: Packed, *, config: BertConfig, key: Array | None = None,
-                        layers: str = "last", remat: bool = False, unroll: bool | None = None) -> Array:
+                        layers: str = "last", remat: bool = False, unroll: bool | None = None,
+                        first_only: bool = False) -> Array:
     """Token states (R, C, H) of packed sentences: attention only inside each sentence
     ((V, R, C, H) for (V,) keys; ``key``, ``remat``, ``unroll`` as in :func:`bert_forward`).
 
     Each sentence gets exactly what :func:`bert_forward` gives it alone (token type 0): the
     in-sentence positions of ``packed`` are shifted by ``config.position_offset`` (RoBERTa's
     ``pad + 1``), padding gets position ``pad``.
+
+    ``first_only``: the states (S, H) of each slot's first token ([CLS]; zeros for an unused
+    slot), the last layer run for those tokens alone (:func:`bert_forward`).
     """
     seg = packed.segment_ids
     dtype = params["layers"]["q_w"].dtype
@@ -343,8 +431,22 @@ def bert_forward_packed(params: dict, packed: Packed, *, config: BertConfig, key
     positions = packed.position_ids
     if config.position_offset:
         positions = jnp.where(seg > 0, positions + config.position_offset, config.pad_token_id)
-    return _encoder(params, packed.input_ids, positions, bias, config=config, key=key, layers=layers,
-                    remat=remat, unroll=unroll)
+    first = _first_tokens(packed, neg) if first_only else None
+    out = _encoder(params, packed.input_ids, positions, bias, config=config, key=key, layers=layers,
+                   remat=remat, unroll=unroll, first=first)
+    return jnp.where(packed.lengths[:, None] > 0, out, jnp.zeros((), out.dtype)) if first_only else out
+
+
+def _first_tokens(packed: Packed, neg: Array) -> tuple[Array, Array, Array]:
+    """Each slot's first token in ``packed``: its row and position (S,), and the bias (S, 1, R·C)
+    of its scores against every token (0 on its own sentence's, ``neg`` elsewhere). An unused
+    slot: row 0, position 0."""
+    seg = jnp.asarray(packed.segment_ids).reshape(-1)
+    C = packed.segment_ids.shape[1]
+    slots = jnp.arange(1, packed.lengths.shape[0] + 1, dtype=seg.dtype)[:, None]
+    own = seg[None, :] == slots  # (S, R·C)
+    flat = jnp.argmax(own & (jnp.asarray(packed.position_ids).reshape(1, -1) == 0), axis=1)
+    return flat // C, flat % C, jnp.where(own, jnp.zeros((), neg.dtype), neg)[:, None, :]
 
 
 def compute_params(params: dict, dtype) -> dict:
@@ -372,16 +474,23 @@ def pool(hidden: Array, attention_mask: Array, pooling: PoolingConfig, pooler: d
     ``pooler`` (``params["pooler"]``: ``w`` (H, H), ``b`` (H,)) is needed by ``cls`` only.
     """
     m = attention_mask.astype(hidden.dtype)[..., None]  # (B, L, 1)
-    if pooling.mode == "cls":
-        out = _pooler(hidden[:, 0], pooler)
-    elif pooling.mode == "cls_before_pooler":
-        out = hidden[:, 0]
-    elif pooling.mode == "max":
+    if pooling.first_token:
+        return pool_first(hidden[:, 0], pooling, pooler)
+    if pooling.mode == "max":
         out = jnp.max(jnp.where(m > 0, hidden, jnp.finfo(hidden.dtype).min), axis=1)
     else:
         total = jnp.sum(hidden * m, axis=1)
         count = jnp.maximum(jnp.sum(m, axis=1), 1e-9)  # sentence-transformers' clamp
         out = total / (jnp.sqrt(count) if pooling.mode == "mean_sqrt_len" else count)
+    return _normalize(out) if pooling.normalize else out
+
+
+def pool_first(first: Array, pooling: PoolingConfig, pooler: dict | None = None) -> Array:
+    """A first-token pooling (``pooling.first_token``) of the first tokens' states (S, H)
+    (:func:`bert_forward`'s ``first_only``): (S, H) sentence embeddings."""
+    if not pooling.first_token:
+        raise ValueError(f"pooling {pooling.mode!r} reads every token, not the first token's state alone")
+    out = _pooler(first, pooler) if pooling.mode == "cls" else first
     return _normalize(out) if pooling.normalize else out
 
 
@@ -401,19 +510,16 @@ def pool_packed(hidden: Array, packed: Packed, pooling: PoolingConfig, pooler: d
         out = jax.ops.segment_max(flat, seg, num_segments=S + 1)[1:]
         out = jnp.where(packed.lengths[:, None] > 0, out, 0.0)
         return _normalize(out) if pooling.normalize else out
-    first = pooling.mode in ("cls", "cls_before_pooler")
+    first = pooling.first_token
     member = seg[None, :] == jnp.arange(1, S + 1, dtype=seg.dtype)[:, None]  # (S, R·C)
     if first:
         member = member & (packed.position_ids.reshape(1, -1) == 0)
     # a matrix product accumulates in float32 (at least) and rounds once to the states' dtype
     out = jnp.matmul(member.astype(hidden.dtype), flat, precision=jax.lax.Precision.HIGHEST)
+    if first:
+        return pool_first(out, pooling, pooler)
     count = jnp.maximum(packed.lengths.astype(hidden.dtype)[:, None], 1e-9)
-    if pooling.mode == "mean_sqrt_len":
-        out = out / jnp.sqrt(count)
-    elif not first:
-        out = out / count
-    if pooling.mode == "cls":
-        out = _pooler(out, pooler)
+    out = out / (jnp.sqrt(count) if pooling.mode == "mean_sqrt_len" else count)
     return _normalize(out) if pooling.normalize else out
 
 
@@ -423,16 +529,47 @@ def _normalize(x: Array) -> Array:
     return x / jnp.maximum(norm, 1e-12)
 
 
+def embed(params: dict, input_ids: Array, attention_mask: Array, *, config: BertConfig, pooling: PoolingConfig,
+          key: Array | None = None, remat: bool = False, unroll: bool | None = None) -> Array:
+    """Sentence embeddings (B, H) of a right-padded batch: :func:`bert_forward` pooled by ``pooling``
+    (:func:`pool`); dropout iff ``key`` is given, (V, B, H) for (V,) keys (``remat``, ``unroll``
+    as there). A first-token pooling runs the last layer for the [CLS] tokens alone (``first_only``)."""
+    first = pooling.first_token
+    hidden = bert_forward(params, input_ids, attention_mask, config=config, key=key, layers=pooling.layers,
+                          remat=remat, unroll=unroll, first_only=first)
+    pooler = params.get("pooler")
+    if first:
+        return _per_view(lambda h: pool_first(h, pooling, pooler), hidden, key)
+    return _per_view(lambda h: pool(h, attention_mask, pooling, pooler), hidden, key)
+
+
+def embed_packed(params: dict, packed: Packed, *, config: BertConfig, pooling: PoolingConfig,
+                 key: Array | None = None, remat: bool = False, unroll: bool | None = None) -> Array:
+    """:func:`embed` for a :class:`Packed` batch: (S, H), one row per slot ((V, S, H) for (V,) keys)."""
+    first = pooling.first_token
+    hidden = bert_forward_packed(params, packed, config=config, key=key, layers=pooling.layers, remat=remat,
+                                 unroll=unroll, first_only=first)
+    pooler = params.get("pooler")
+    if first:
+        return _per_view(lambda h: pool_first(h, pooling, pooler), hidden, key)
+    return _per_view(lambda h: pool_packed(h, packed, pooling, pooler), hidden, key)
+
+
+def _per_view(pool_one, hidden: Array, key: Array | None) -> Array:
+    """``pool_one`` of the states of one forward, or of each view's where ``key`` holds (V,) keys."""
+    if key is None or key.ndim == 0:
+        return pool_one(hidden)
+    return jax.vmap(pool_one)(hidden)
+
+
 @functools.partial(jax.jit, static_argnames=("config", "pooling"))
 def eval_forward(params: dict, input_ids: Array, attention_mask: Array, *, config: BertConfig,
                   pooling: PoolingConfig) -> Array:
     """Eval-mode sentence embeddings, shared by every instance (compiled once per shape and config)."""
-    hidden = bert_forward(params, input_ids, attention_mask, config=config, layers=pooling.layers)
-    return pool(hidden, attention_mask, pooling, params.get("pooler"))
+    return embed(params, input_ids, attention_mask, config=config, pooling=pooling)
 
 
 @functools.partial(jax.jit, static_argnames=("config", "pooling"))
 def eval_forward_packed(params: dict, packed: Packed, *, config: BertConfig, pooling: PoolingConfig) -> Array:
     """Eval-mode embeddings (S, H) of packed sentences (compiled once per (R, C, S))."""
-    hidden = bert_forward_packed(params, packed, config=config, layers=pooling.layers)
-    return pool_packed(hidden, packed, pooling, params.get("pooler"))
+    return embed_packed(params, packed, config=config, pooling=pooling)

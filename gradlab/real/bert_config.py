@@ -105,6 +105,11 @@ class PoolingConfig:
         """Which token states the pooling reads: ``"last"``, ``"first_last"`` or ``"top2"``."""
         return {"avg_first_last": "first_last", "avg_top2": "top2"}.get(self.mode, "last")
 
+    @property
+    def first_token(self) -> bool:
+        """Whether the pooling reads the first token's state alone (``cls``, ``cls_before_pooler``)."""
+        return self.mode in ("cls", "cls_before_pooler")
+
     @classmethod
     def from_files(cls, pooling: dict[str, Any], modules: list[dict[str, Any]] | None) -> PoolingConfig:
         """From sentence-transformers' ``1_Pooling/config.json`` and ``modules.json``."""

@@ -11,19 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 from jax import Array
 
-from gradlab.real.bert import (
-    bert_forward,
-    bert_forward_packed,
-    compute_params,
-    eval_forward,
-    eval_forward_packed,
-    pool,
-    pool_packed,
-)
+from gradlab.real.bert import compute_params, embed, embed_packed, eval_forward, eval_forward_packed
 from gradlab.real.bert_config import BertConfig, PoolingConfig
 from gradlab.real.packing import Packed, first_fit, pack, packed_calls, pad_ids, run_packed_calls
 
@@ -101,10 +92,9 @@ class MiniLM:
     def apply(self, params: dict, input_ids: Array, attention_mask: Array, key: Array | None = None) -> Array:
         """Sentence embeddings (B, H) from token ids; dropout iff ``key`` is given. Pure, jittable.
 
-        With (V,) keys: (V, B, H), V dropout views in one forward (:func:`bert_forward`)."""
-        hidden = bert_forward(params, input_ids, attention_mask, config=self.config, key=key,
-                              layers=self.pooling.layers, remat=self.remat, unroll=self.unroll)
-        return _per_view(lambda h: pool(h, attention_mask, self.pooling, params.get("pooler")), hidden, key)
+        With (V,) keys: (V, B, H), V dropout views in one forward (:func:`gradlab.real.bert.embed`)."""
+        return embed(params, input_ids, attention_mask, config=self.config, pooling=self.pooling, key=key,
+                     remat=self.remat, unroll=self.unroll)
 
     @property
     def _apply_jit(self):
@@ -150,15 +140,7 @@ class MiniLM:
     def forward_packed(self, params: dict, frozen: None, packed: Packed, key: Array | None = None) -> Array:
         """Sentence embeddings (S, H) of a :class:`Packed` batch; dropout iff ``key`` is given. Pure.
 
-        With (V,) keys: (V, S, H), V dropout views in one forward (:func:`bert_forward_packed`)."""
+        With (V,) keys: (V, S, H), V dropout views in one forward (:func:`gradlab.real.bert.embed_packed`)."""
         del frozen
-        hidden = bert_forward_packed(params, packed, config=self.config, key=key, layers=self.pooling.layers,
-                                     remat=self.remat, unroll=self.unroll)
-        return _per_view(lambda h: pool_packed(h, packed, self.pooling, params.get("pooler")), hidden, key)
-
-
-def _per_view(pool_one, hidden: Array, key: Array | None) -> Array:
-    """``pool_one`` of the states of one forward, or of each view's where ``key`` holds (V,) keys."""
-    if key is None or key.ndim == 0:
-        return pool_one(hidden)
-    return jax.vmap(pool_one)(hidden)
+        return embed_packed(params, packed, config=self.config, pooling=self.pooling, key=key, remat=self.remat,
+                            unroll=self.unroll)

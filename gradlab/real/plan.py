@@ -13,11 +13,15 @@ packed batch of R rows of C tokens (T = R·C tokens, S sentences), L layers, hid
 H and feed-forward size I:
 
     F_view = L × [2T(4H² + 2HI) + 4RC²H] + 2SH² (the pooler / SimCSE MLP, when trained)
-             + 2STH (pooling: each sentence's tokens summed, or its first picked, as one product)
+             + 2STH (pooling: each sentence's tokens summed as one product)
 
 (Q, K, V and output projections 8TH², feed-forward 4THI, attention scores and values
-4RC²H; a padded batch, as torch runs it, has no pooling product: S = R, C = L). For the light encoder (mean of token embeddings, then a (H, D) projection) on a
-batch of B sentences: F_view = 2BHD.
+4RC²H; a padded batch, as torch runs it, has no pooling product: S = R, C = L). A [CLS]
+pooling runs the last layer's queries, output projection and feed-forward for the S first
+tokens alone, and needs no pooling product: its last layer costs 4TH² (keys and values)
++ 2S(2H² + 2HI) + 4STH instead (each query scores every token of the batch, all but its own
+sentence's masked: 4SCH padded). For the light encoder (mean of token embeddings, then a
+(H, D) projection) on a batch of B sentences: F_view = 2BHD.
 """
 
 from __future__ import annotations
@@ -37,25 +41,32 @@ __all__ = ["plan", "step_flops", "transformer_step_flops", "format_plan"]
 
 
 def transformer_step_flops(config, rows: int, width: int, sentences: int, *, pooler: bool,
-                           packed: bool = False) -> int:
+                           packed: bool = False, first_only: bool = False) -> int:
     """F_step = 3 × 2 × F_view of the module docstring for a BERT / RoBERTa ``config``
     (``num_hidden_layers``, ``hidden_size``, ``intermediate_size``) on ``rows`` × ``width``
     tokens holding ``sentences`` sentences; ``pooler``: a trained (H, H) pooler / MLP;
-    ``packed``: packed rows, pooled by a product over their tokens.
+    ``packed``: packed rows, pooled by a product over their tokens; ``first_only``: the last
+    layer run for the sentences' first tokens alone (a [CLS] pooling; no pooling product).
 
     Examples:
       >>> from types import SimpleNamespace
       >>> bert_base = SimpleNamespace(num_hidden_layers=12, hidden_size=768, intermediate_size=3072)
       >>> transformer_step_flops(bert_base, 64, 32, 64, pooler=True) / 1e12  # SimCSE's batch, 32 tokens each
       2.102302605312
+      >>> transformer_step_flops(bert_base, 64, 32, 64, pooler=True, packed=True, first_only=True) / 1e12
+      1.963085266944
     """
     H, I, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     T = rows * width
-    f_view = L * (2 * T * (4 * H * H + 2 * H * I) + 4 * rows * width * width * H)
+    layer = 2 * T * (4 * H * H + 2 * H * I) + 4 * rows * width * width * H
+    if first_only:
+        last = (2 * T * 2 * H * H + 2 * sentences * (2 * H * H + 2 * H * I)
+                + 4 * sentences * (T if packed else width) * H)
+        f_view = (L - 1) * layer + last
+    else:
+        f_view = L * layer + (2 * sentences * T * H if packed else 0)
     if pooler:
         f_view += 2 * sentences * H * H
-    if packed:
-        f_view += 2 * sentences * T * H
     return 6 * f_view
 
 
@@ -67,8 +78,10 @@ def step_flops(encoder, batches) -> int:
         H, D = encoder.params["w"].shape
         return 6 * 2 * batches.batch_size * H * D
     view = getattr(encoder, "train_view", encoder)
+    first = view.pooling.first_token
     return transformer_step_flops(view.config, batches.rows, batches.width, batches.batch_size,
-                                  pooler=view.pooling.mode == "cls", packed=view.pooling.mode != "max")
+                                  pooler=view.pooling.mode == "cls", packed=view.pooling.mode != "max",
+                                  first_only=first)
 
 
 def _peak_memory() -> tuple[int, str]:
