@@ -175,7 +175,7 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
     jax.block_until_ready(losses)
     out.update(step_s=statistics.median(sync_dev), sync_numpy_s=statistics.median(sync),
                dispatch_s=statistics.median(dispatch), pipelined_s=(time.perf_counter() - t0) / PIPELINED,
-               times_ms=[round(1e3 * t, 2) for t in sync_dev])
+               times_ms=[round(1e3 * t, 2) for t in sync_dev], dispatch_ms=[round(1e3 * t, 2) for t in dispatch])
     return out, (params, opt_state)
 
 

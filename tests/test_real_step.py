@@ -81,6 +81,24 @@ def test_the_layer_loop_is_unrolled_on_gpus_by_default(view, unroll, rolled):
     assert (unrolled_by == 1) is rolled
 
 
+def test_the_cls_only_last_layer_is_kept_for_batches_whose_scores_fit(view):
+    """17 slots of the tiny BERT (4 heads, feed-forward 64) would score 68 > 64 columns per token:
+    the whole last layer runs, and the embeddings are the same."""
+    from gradlab.real import bert, packing
+
+    tv, packed = view
+    assert bert.first_only_fits(tv.config, 16) and not bert.first_only_fits(tv.config, 17)
+    ids = tv.token_ids(TINY_SENTENCES[:8])
+    placement = packing.first_fit([len(t) for t in ids], width=16, rows=8, slots=17)[0]
+    wide, index = packing.pack(ids, placement, width=16, rows=8, slots=17)
+    jaxpr = jax.make_jaxpr(lambda p: tv.forward_packed(p, None, wide, None))(tv.params)
+    (length, _), = _scans(jaxpr.jaxpr)
+    assert length == tv.config.num_hidden_layers
+    got = np.zeros((8, tv.dim), np.float32)
+    got[index] = np.asarray(tv.forward_packed(tv.params, None, wide, None))[: len(index)]
+    np.testing.assert_allclose(got, np.asarray(tv.forward_packed(tv.params, None, packed, None)), atol=1e-5)
+
+
 @pytest.mark.parametrize("remat, unroll", [(True, False), (False, True), (True, True)])
 def test_recomputed_or_unrolled_layers_give_the_same_gradient(view, remat, unroll):
     """In float64, where the two orders of the same arithmetic agree to 1e-12."""

@@ -36,8 +36,8 @@ from jax.ad_checkpoint import checkpoint_name
 from gradlab.real.bert_config import BertConfig, PoolingConfig
 from gradlab.real.packing import Packed
 
-__all__ = ["bert_forward", "bert_forward_packed", "embed", "embed_packed", "pool", "pool_first", "pool_packed",
-           "dropout_keep", "eval_forward", "eval_forward_packed", "compute_params"]
+__all__ = ["bert_forward", "bert_forward_packed", "embed", "embed_packed", "first_only_fits", "pool", "pool_first",
+           "pool_packed", "dropout_keep", "eval_forward", "eval_forward_packed", "compute_params"]
 
 
 def _column_sum(a: Array, dtype) -> Array:
@@ -529,6 +529,20 @@ def _normalize(x: Array) -> Array:
     return x / jnp.maximum(norm, 1e-12)
 
 
+def first_only_fits(config: BertConfig, slots: int) -> bool:
+    """Whether a packed batch of ``slots`` sentences runs its last layer for the [CLS] tokens
+    alone (:func:`bert_forward_packed`'s ``first_only``) within the full layer's memory: each
+    [CLS] query scores every token of the batch, so the scores (slots, heads, tokens) must be no
+    larger than the (tokens, intermediate) feed-forward activations the full layer stores.
+
+    Examples:
+      >>> bert_base = BertConfig(hidden_size=768, num_attention_heads=12, intermediate_size=3072)
+      >>> first_only_fits(bert_base, 64), first_only_fits(bert_base, 1024)  # SimCSE's batch; an evaluation call
+      (True, False)
+    """
+    return slots * config.num_attention_heads <= config.intermediate_size
+
+
 def embed(params: dict, input_ids: Array, attention_mask: Array, *, config: BertConfig, pooling: PoolingConfig,
           key: Array | None = None, remat: bool = False, unroll: bool | None = None) -> Array:
     """Sentence embeddings (B, H) of a right-padded batch: :func:`bert_forward` pooled by ``pooling``
@@ -545,8 +559,11 @@ def embed(params: dict, input_ids: Array, attention_mask: Array, *, config: Bert
 
 def embed_packed(params: dict, packed: Packed, *, config: BertConfig, pooling: PoolingConfig,
                  key: Array | None = None, remat: bool = False, unroll: bool | None = None) -> Array:
-    """:func:`embed` for a :class:`Packed` batch: (S, H), one row per slot ((V, S, H) for (V,) keys)."""
-    first = pooling.first_token
+    """:func:`embed` for a :class:`Packed` batch: (S, H), one row per slot ((V, S, H) for (V,) keys).
+
+    The [CLS]-only last layer is used where :func:`first_only_fits` (every training batch of
+    SimCSE's recipe; not an evaluation call of a thousand slots)."""
+    first = pooling.first_token and first_only_fits(config, packed.lengths.shape[0])
     hidden = bert_forward_packed(params, packed, config=config, key=key, layers=pooling.layers, remat=remat,
                                  unroll=unroll, first_only=first)
     pooler = params.get("pooler")

@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gradlab.real.bert import first_only_fits
+
 __all__ = ["plan", "step_flops", "transformer_step_flops", "format_plan"]
 
 
@@ -78,7 +80,7 @@ def step_flops(encoder, batches) -> int:
         H, D = encoder.params["w"].shape
         return 6 * 2 * batches.batch_size * H * D
     view = getattr(encoder, "train_view", encoder)
-    first = view.pooling.first_token
+    first = view.pooling.first_token and first_only_fits(view.config, batches.batch_size)
     return transformer_step_flops(view.config, batches.rows, batches.width, batches.batch_size,
                                   pooler=view.pooling.mode == "cls", packed=view.pooling.mode != "max",
                                   first_only=first)
