@@ -543,11 +543,18 @@ def first_only_fits(config: BertConfig, slots: int) -> bool:
     return slots * config.num_attention_heads <= config.intermediate_size
 
 
+_STATIC = ("config", "pooling", "remat", "unroll")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
 def embed(params: dict, input_ids: Array, attention_mask: Array, *, config: BertConfig, pooling: PoolingConfig,
           key: Array | None = None, remat: bool = False, unroll: bool | None = None) -> Array:
     """Sentence embeddings (B, H) of a right-padded batch: :func:`bert_forward` pooled by ``pooling``
     (:func:`pool`); dropout iff ``key`` is given, (V, B, H) for (V,) keys (``remat``, ``unroll``
-    as there). A first-token pooling runs the last layer for the [CLS] tokens alone (``first_only``)."""
+    as there). A first-token pooling runs the last layer for the [CLS] tokens alone (``first_only``).
+
+    Jitted (compiled once per shape, and inlined into a jitted caller's program), so that a call
+    outside ``jax.jit`` does not run the forward pass operation by operation."""
     first = pooling.first_token
     hidden = bert_forward(params, input_ids, attention_mask, config=config, key=key, layers=pooling.layers,
                           remat=remat, unroll=unroll, first_only=first)
@@ -557,9 +564,11 @@ def embed(params: dict, input_ids: Array, attention_mask: Array, *, config: Bert
     return _per_view(lambda h: pool(h, attention_mask, pooling, pooler), hidden, key)
 
 
+@functools.partial(jax.jit, static_argnames=_STATIC)
 def embed_packed(params: dict, packed: Packed, *, config: BertConfig, pooling: PoolingConfig,
                  key: Array | None = None, remat: bool = False, unroll: bool | None = None) -> Array:
-    """:func:`embed` for a :class:`Packed` batch: (S, H), one row per slot ((V, S, H) for (V,) keys).
+    """:func:`embed` for a :class:`Packed` batch: (S, H), one row per slot ((V, S, H) for (V,) keys);
+    jitted as it is.
 
     The [CLS]-only last layer is used where :func:`first_only_fits` (every training batch of
     SimCSE's recipe; not an evaluation call of a thousand slots)."""
@@ -579,14 +588,12 @@ def _per_view(pool_one, hidden: Array, key: Array | None) -> Array:
     return jax.vmap(pool_one)(hidden)
 
 
-@functools.partial(jax.jit, static_argnames=("config", "pooling"))
 def eval_forward(params: dict, input_ids: Array, attention_mask: Array, *, config: BertConfig,
                   pooling: PoolingConfig) -> Array:
     """Eval-mode sentence embeddings, shared by every instance (compiled once per shape and config)."""
     return embed(params, input_ids, attention_mask, config=config, pooling=pooling)
 
 
-@functools.partial(jax.jit, static_argnames=("config", "pooling"))
 def eval_forward_packed(params: dict, packed: Packed, *, config: BertConfig, pooling: PoolingConfig) -> Array:
     """Eval-mode embeddings (S, H) of packed sentences (compiled once per (R, C, S))."""
     return embed_packed(params, packed, config=config, pooling=pooling)
