@@ -13,11 +13,11 @@ packed batch of R rows of C tokens (T = R·C tokens, S sentences), L layers, hid
 H and feed-forward size I:
 
     F_view = L × [2T(4H² + 2HI) + 4RC²H] + 2SH² (the pooler / SimCSE MLP, when trained)
-             + 2STH (pooling: each sentence's tokens summed as one product)
+             + 2STH (pooling: each sentence's tokens summed, or its first picked, as one product)
 
 (Q, K, V and output projections 8TH², feed-forward 4THI, attention scores and values
 4RC²H; a padded batch, as torch runs it, has no pooling product: S = R, C = L). A [CLS]
-pooling runs the last layer's queries, output projection and feed-forward for the S first
+pooling, where its scores fit (``gradlab.real.bert.first_only_fits``), runs the last layer's queries, output projection and feed-forward for the S first
 tokens alone, and needs no pooling product: its last layer costs 4TH² (keys and values)
 + 2S(2H² + 2HI) + 4STH instead (each query scores every token of the batch, all but its own
 sentence's masked: 4SCH padded). For the light encoder (mean of token embeddings, then a
