@@ -37,7 +37,7 @@ from gradlab.real.bert_config import BertConfig, PoolingConfig
 from gradlab.real.packing import Packed
 
 __all__ = ["bert_forward", "bert_forward_packed", "embed", "embed_packed", "first_only_fits", "pool", "pool_first",
-           "pool_packed", "dropout_keep", "eval_forward", "eval_forward_packed", "compute_params"]
+           "pool_packed", "dropout_keep", "compute_params"]
 
 
 def _column_sum(a: Array, dtype) -> Array:
@@ -309,24 +309,20 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
         x_first = pick(x)  # (..., S, H)
         S = x_first.shape[-2]
         at = (jnp.arange(B), jnp.zeros(B, jnp.int32)) if rows is None else (rows, positions)
-        q = _dense(x_first, p["q_w"], p["q_b"]).reshape(*x_first.shape[:-1], nh, dh)  # (..., S, nh, dh)
-        kv_w, kv_b = (jnp.concatenate([p[f"k_{n}"], p[f"v_{n}"]], axis=-1) for n in "wb")
-        kk, v = heads(_dense(x, kv_w, kv_b), 2)  # (..., B, L, nh, dh)
-        if rows is None:
-            scores = jnp.einsum("...shd,...smhd->...shm", q, kk)
-        else:
+        H = nh * dh  # the fused Q, K, V columns: Q for the first tokens, K and V for every token
+        q = _dense(x_first, p["qkv_w"][:, :H], p["qkv_b"][:H]).reshape(*x_first.shape[:-1], nh, dh)
+        kk, v = heads(_dense(x, p["qkv_w"][:, H:], p["qkv_b"][H:]), 2)  # (..., B, L, nh, dh)
+        if rows is not None:
             kk, v = (a.reshape(*a.shape[:-4], B * L, nh, dh) for a in (kk, v))
-            scores = jnp.einsum("...shd,...mhd->...shm", q, kk)
+        spec = "...smhd" if rows is None else "...mhd"  # row s's keys, or every row's
+        scores = jnp.einsum(f"...shd,{spec}->...shm", q, kk)
         probs = jax.nn.softmax(scores * scale + first_bias, axis=-1)  # (..., S, nh, M)
         # the whole layer's mask at (row, head, position), the same over the rows (zeros off its own)
         probs_at = (at[0][:, None], jnp.arange(nh)[None, :], at[1][:, None])
         grid = (*probs.shape[:-1], 1 if rows is None else B, L)  # (..., S, nh, rows, L)
         probs = _dropout(probs.reshape(grid), config.attention_probs_dropout_prob, k_att, (B, nh, L, L), probs_at,
                          (S, nh, 1, L)).reshape(probs.shape)
-        if rows is None:
-            ctx = jnp.einsum("...shm,...smhd->...shd", probs, v)
-        else:
-            ctx = jnp.einsum("...shm,...mhd->...shd", probs, v)
+        ctx = jnp.einsum(f"...shm,{spec}->...shd", probs, v)
         return feed(x_first, ctx.reshape(x_first.shape), p, k_h1, k_h2, at)
 
     if remat and keys is not None:
@@ -350,7 +346,7 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
     carry, _ = jax.lax.scan(body, x if kept is None else (x, jnp.zeros_like(x)), xs, unroll=unroll)
     x, acc = (carry, None) if kept is None else carry
     if first is not None:
-        last = jax.tree_util.tree_map(lambda a: a[-1], params["layers"])
+        last = jax.tree_util.tree_map(lambda a: a[-1], stacked)
         x, acc = first_layer(x, last, None if layer_keys is None else layer_keys[-1]), acc if acc is None else pick(acc)
     if acc is not None:
         x = (acc + x) / 2
@@ -587,13 +583,3 @@ def _per_view(pool_one, hidden: Array, key: Array | None) -> Array:
         return pool_one(hidden)
     return jax.vmap(pool_one)(hidden)
 
-
-def eval_forward(params: dict, input_ids: Array, attention_mask: Array, *, config: BertConfig,
-                  pooling: PoolingConfig) -> Array:
-    """Eval-mode sentence embeddings, shared by every instance (compiled once per shape and config)."""
-    return embed(params, input_ids, attention_mask, config=config, pooling=pooling)
-
-
-def eval_forward_packed(params: dict, packed: Packed, *, config: BertConfig, pooling: PoolingConfig) -> Array:
-    """Eval-mode embeddings (S, H) of packed sentences (compiled once per (R, C, S))."""
-    return embed_packed(params, packed, config=config, pooling=pooling)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from jax import Array
 
-from gradlab.real.bert import compute_params, embed, embed_packed, eval_forward, eval_forward_packed
+from gradlab.real.bert import compute_params, embed, embed_packed
 from gradlab.real.bert_config import BertConfig, PoolingConfig
 from gradlab.real.packing import Packed, first_fit, pack, packed_calls, pad_ids, run_packed_calls
 
@@ -98,7 +98,7 @@ class MiniLM:
 
     @property
     def _apply_jit(self):
-        return functools.partial(eval_forward, config=self.config, pooling=self.pooling)
+        return functools.partial(embed, config=self.config, pooling=self.pooling)  # eval mode: no key
 
     def encode(self, sentences: Sequence[str], *, batch_size: int = 64, params: dict | None = None) -> np.ndarray:
         """Embeddings (N, H) float32 of ``sentences`` (eval mode, no dropout).
@@ -121,7 +121,7 @@ class MiniLM:
 
     @property
     def _apply_packed_jit(self):
-        return functools.partial(eval_forward_packed, config=self.config, pooling=self.pooling)
+        return functools.partial(embed_packed, config=self.config, pooling=self.pooling)
 
     def pack(self, token_ids: Sequence[Sequence[int]], *, rows: int, width: int) -> Packed:
         """All of ``token_ids`` as one :class:`Packed` batch of (rows, width), slots in input order.
