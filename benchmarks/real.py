@@ -95,16 +95,20 @@ def _st_model():
     return SentenceTransformer(d, device="cpu")
 
 
-def _timed(fn, n: int) -> tuple[float, list[float]]:
+def _timed(fn, n: int) -> dict:
+    """``fn(0)`` (the first call: JAX compiles), then ``fn(1..n)``: the first call's seconds, each
+    timed call's seconds, and its page faults (minor) and CPU seconds (user + system)."""
     t0 = time.perf_counter()
     fn(0)
-    first = time.perf_counter() - t0
-    times = []
+    out = {"first": time.perf_counter() - t0, "times": [], "faults": [], "cpu_s": []}
     for i in range(1, n + 1):
-        t0 = time.perf_counter()
+        r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         fn(i)
-        times.append(time.perf_counter() - t0)
-    return first, times
+        out["times"].append(time.perf_counter() - t0)
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        out["faults"].append(r1.ru_minflt - r0.ru_minflt)
+        out["cpu_s"].append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+    return out
 
 
 # --------------------------------------------------------------------------- workers (one per subprocess)
@@ -115,15 +119,13 @@ def encode_jax() -> dict:
 
     sents = _stsb_sentences()
     model = load_minilm()
-    first, times = _timed(lambda i: model.encode(sents, batch_size=BATCH), ENCODES_TIMED)
-    return {"first": first, "times": times}
+    return _timed(lambda i: model.encode(sents, batch_size=BATCH), ENCODES_TIMED)
 
 
 def encode_torch() -> dict:
     sents = _stsb_sentences()
     model = _st_model()
-    first, times = _timed(lambda i: model.encode(sents, batch_size=BATCH), ENCODES_TIMED)
-    return {"first": first, "times": times}
+    return _timed(lambda i: model.encode(sents, batch_size=BATCH), ENCODES_TIMED)
 
 
 def _jax_step(encoder, optimizer, steps: int, *, fixed: bool, data=None) -> dict:
@@ -147,8 +149,7 @@ def _jax_step(encoder, optimizer, steps: int, *, fixed: bool, data=None) -> dict
         state["params"], state["opt"] = p, o
         float(aux["loss"])
 
-    first, times = _timed(run, steps - 1)
-    return {"first": first, "times": times}
+    return _timed(run, steps - 1)
 
 
 def minilm_step_jax() -> dict:
@@ -195,8 +196,7 @@ def minilm_step_torch() -> dict:
         opt.step()
         float(loss)
 
-    first, times = _timed(run, STEPS_TIMED)
-    return {"first": first, "times": times}
+    return _timed(run, STEPS_TIMED)
 
 
 def light_step_torch() -> dict:
@@ -238,8 +238,7 @@ def light_step_torch() -> dict:
         opt.step()
         float(loss)
 
-    first, times = _timed(run, 4 * STEPS_TIMED)
-    return {"first": first, "times": times}
+    return _timed(run, 4 * STEPS_TIMED)
 
 
 def make_bert_base(folder: str) -> None:
@@ -303,8 +302,7 @@ def bertbase_encode_jax() -> dict:
 
     folder, data = _base_data()
     enc = load_encoder(folder, pooling="avg")
-    first, times = _timed(lambda i: enc.encode(data["encode"], batch_size=BASE_ENCODE_BATCH), ENCODES_TIMED)
-    return {"first": first, "times": times}
+    return _timed(lambda i: enc.encode(data["encode"], batch_size=BASE_ENCODE_BATCH), ENCODES_TIMED)
 
 
 def _hf_bert(folder: str):
@@ -336,8 +334,7 @@ def bertbase_encode_torch() -> dict:
                             return_tensors="pt")
                 _hf_avg(model, feats).numpy()
 
-    first, times = _timed(run, ENCODES_TIMED)
-    return {"first": first, "times": times}
+    return _timed(run, ENCODES_TIMED)
 
 
 def bertbase_step_jax() -> dict:
@@ -381,8 +378,7 @@ def bertbase_step_torch() -> dict:
         opt.step()
         float(loss)
 
-    first, times = _timed(run, len(feats) - 1)
-    return {"first": first, "times": times}
+    return _timed(run, len(feats) - 1)
 
 
 def cli_rss() -> dict:
@@ -408,8 +404,9 @@ WORKERS = {f.__name__: f for f in (encode_jax, encode_torch, minilm_step_jax, mi
 # --------------------------------------------------------------------------- driver
 
 
-def _run_worker(name: str, python: str = sys.executable) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+def _run_worker(name: str, python: str = sys.executable, extra_env: dict | None = None) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])),
+           **(extra_env or {})}
     proc = subprocess.run([python, __file__, "--worker", name], capture_output=True, text=True, env=env,
                           check=False)
     if proc.returncode:

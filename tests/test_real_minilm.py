@@ -403,6 +403,24 @@ def _toy_params(cfg):
     }
 
 
+@pytest.mark.parametrize("remat", [False, True])
+def test_the_layer_loop_keeps_no_copy_of_the_weights_for_the_backward_pass(remat):
+    """The backward pass indexes the stacked weights again: what the forward keeps for it (the
+    linearization's residuals) holds no per-layer copy of them. With the [CLS]-only last layer the
+    loop runs the 2 layers before it: a copy would be a (2, ...) stack of a weight's shape."""
+    cfg, params, _ = _toy_model(layers=3, seed=2, mean=0.0)
+    ids, mask = packing.pad_ids([[1, 5, 6, 2], [1, 7, 2]], 16, pad_to=6)
+
+    def loss(p):
+        return bert.bert_forward(p, ids, mask, config=cfg, key=jax.random.key(0), remat=remat, first_only=True).sum()
+
+    _, lin = jax.linearize(loss, params)
+    kept = {tuple(np.shape(r)) for r in jax.make_jaxpr(lin)(params).consts}
+    weights = {tuple(np.shape(a))[1:] for a in jax.tree_util.tree_leaves(params["layers"])}
+    weights.add((cfg.hidden_size, 3 * cfg.hidden_size))  # Q, K and V side by side
+    assert kept and not {(2, *w) for w in weights} & kept, sorted(kept)
+
+
 def _toy_model(*, layers: int, seed: int, mean: float, std: float = 0.5):
     """A tiny BERT (hidden 16, 4 heads), its float64 parameters drawn from N(mean, std), and the generator."""
     cfg = bert_config.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=layers, num_attention_heads=4,

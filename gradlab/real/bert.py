@@ -214,6 +214,19 @@ def _fuse_qkv(layers: dict) -> dict:
     return fused
 
 
+def _layer_of(stacked: Array, i: Array) -> Array:
+    """Layer ``i``'s entry of a stacked parameter (the primitives :func:`_not_layer_weights` names)."""
+    return jax.lax.squeeze(jax.lax.dynamic_slice_in_dim(stacked, i, 1), (0,))
+
+
+def _not_layer_weights(prim, *_, **__) -> bool:
+    """A ``jax.checkpoint`` policy for the layer loop's body: save what autodiff saves but the
+    outputs of dynamic slices and squeezes, recomputed in the backward pass. So the layer's
+    weights (:func:`_layer_of`) are sliced from the stack again, not kept; a squeeze elsewhere
+    keeps its operand, the same size."""
+    return prim not in (jax.lax.dynamic_slice_p, jax.lax.squeeze_p)
+
+
 def _activation(name: str):
     if name == "gelu":
         return functools.partial(jax.nn.gelu, approximate=False)
@@ -333,12 +346,16 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
         i, k = inputs
         # layer i's weights indexed inside the loop: scanning over a slice of the stack (the layers
         # but the last) would copy the stack, and pad its gradient back, at every step
-        p = jax.tree_util.tree_map(lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False), stacked)
+        p = jax.tree_util.tree_map(lambda a: _layer_of(a, i), stacked)
         if kept is None:
             return layer(carry, p, k), None
         x, acc = carry
         x = layer(x, p, k)
         return (x, jnp.where(i == kept, x, acc)), None
+
+    # the backward pass indexes the stack again where the forward would save each layer's weights
+    # (a copy of the stack every step, into a zero-filled buffer); the rest is saved as before
+    body = jax.checkpoint(body, prevent_cse=False, policy=_not_layer_weights)
 
     n_scanned = n_layers if first is None else n_layers - 1  # a [CLS] pooling's last layer apart
     unroll = max(n_scanned, 1) if (jax.default_backend() == "gpu" if unroll is None else unroll) else 1
