@@ -510,11 +510,17 @@ def _plain_dense(x, w, b):
     return x @ w + b
 
 
-@pytest.mark.parametrize("name, textbook", [("_layer_norm", _textbook_layer_norm), ("_dense", _plain_dense)])
+def _plain_act_dense(act, h, w, b):
+    return bert._activation(act)(h) @ w + b
+
+
+@pytest.mark.parametrize("name, textbook", [("_layer_norm", _textbook_layer_norm), ("_dense", _plain_dense),
+                                            ("_act_dense", _plain_act_dense)])
 def test_hand_written_backwards_are_autodiffs_of_the_textbook_formulas(monkeypatch, name, textbook):
     """The forward's hand-written backward passes (LayerNorm's; the dense layers' on a CPU, whose
-    bias gradient is a matrix-vector product) against ``jax.grad`` of the plain formulas, through
-    a whole training forward (both views, dropout on), in float64."""
+    bias gradient is a matrix-vector product; the feed-forward's activation and second product,
+    which recompute the activation) against ``jax.grad`` of the plain formulas, through a whole
+    training forward (both views, dropout on), in float64."""
     cfg, params, rng = _toy_model(layers=2, seed=3, mean=0.2)
     toks = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 11, 2]]
     packed, _ = packing.pack(toks, np.asarray([[0, 0, 0], [1, 0, 4], [2, 1, 0]]), width=8, rows=2, slots=3)
@@ -532,6 +538,34 @@ def test_hand_written_backwards_are_autodiffs_of_the_textbook_formulas(monkeypat
     assert float(value) == pytest.approx(float(value_ref), rel=1e-13)
     for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads_ref), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu"])
+def test_the_feed_forward_keeps_only_its_hidden_layer_for_the_backward_pass(act):
+    """``activation(h) @ w + b`` keeps ``h`` alone of ``h``'s size for the backward pass (the
+    linearization's residuals), where autodiff of the plain formula keeps three to six arrays of that
+    size (four for the exact GELU); values and gradients are autodiff's."""
+    rng = np.random.default_rng(7)
+    h, w, b, g = (jnp.asarray(rng.normal(size=s)) for s in ((6, 32), (32, 8), (8,), (6, 8)))
+
+    def ours(h, w, b):
+        return jnp.sum(bert._act_dense(act, h, w, b) * g)
+
+    def plain(h, w, b):
+        return jnp.sum(_plain_act_dense(act, h, w, b) * g)
+
+    value, grads = jax.value_and_grad(ours, argnums=(0, 1, 2))(h, w, b)
+    value_ref, grads_ref = jax.value_and_grad(plain, argnums=(0, 1, 2))(h, w, b)
+    assert float(value) == pytest.approx(float(value_ref), rel=1e-13)
+    for a, r in zip(grads, grads_ref, strict=True):
+        np.testing.assert_allclose(a, r, rtol=1e-12, atol=1e-13)
+
+    def kept(f):  # the residuals of h's shape
+        _, lin = jax.linearize(f, h, w, b)
+        return sum(np.shape(c) == h.shape for c in jax.make_jaxpr(lin)(h, w, b).consts)
+
+    assert kept(ours) == 1
+    assert kept(plain) >= 3  # the witness: the measure tells the two apart
 
 
 def test_layer_norm_parameter_gradients_sum_bfloat16_tokens_in_float32():
