@@ -421,6 +421,38 @@ def test_the_layer_loop_keeps_no_copy_of_the_weights_for_the_backward_pass(remat
     assert kept and not {(2, *w) for w in weights} & kept, sorted(kept)
 
 
+def _equations(jaxpr):
+    """Every equation of ``jaxpr`` (a Jaxpr or ClosedJaxpr), those of the jaxprs inside it included."""
+    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if hasattr(getattr(sub, "jaxpr", sub), "eqns"):
+                    yield from _equations(sub)
+
+
+def test_the_last_layers_weight_gradient_is_added_into_the_stacks():
+    """With the [CLS]-only last layer, which runs apart from the layer loop, the gradient of the
+    stacked weights is the loop's with the last layer's added in place: no pad of the last layer's
+    gradient to the stack's shape (autodiff of ``stacked[-1]``: a pad, then a sum of two stacks)."""
+    cfg, params, _ = _toy_model(layers=3, seed=2, mean=0.0)
+    ids, mask = packing.pad_ids([[1, 5, 6, 2], [1, 7, 2]], 16, pad_to=6)
+
+    def loss(p):
+        return bert.bert_forward(p, ids, mask, config=cfg, key=jax.random.key(0), first_only=True).sum()
+
+    stacks = {np.shape(a) for a in jax.tree_util.tree_leaves(params["layers"])}
+    stacks.add((3, cfg.hidden_size, 3 * cfg.hidden_size))  # Q, K and V side by side
+
+    def padded_stacks(f):
+        return [e for e in _equations(jax.make_jaxpr(jax.grad(f))(params))
+                if e.primitive.name == "pad" and tuple(e.outvars[0].aval.shape) in stacks]
+
+    assert not padded_stacks(loss)
+    slice_then_pad = jax.grad(lambda p: jnp.sum(p["layers"]["i_w"][-1]))  # the witness: what autodiff does
+    assert [e for e in _equations(jax.make_jaxpr(slice_then_pad)(params)) if e.primitive.name == "pad"]
+
+
 def _toy_model(*, layers: int, seed: int, mean: float, std: float = 0.5):
     """A tiny BERT (hidden 16, 4 heads), its float64 parameters drawn from N(mean, std), and the generator."""
     cfg = bert_config.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=layers, num_attention_heads=4,
