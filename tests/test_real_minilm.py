@@ -403,22 +403,29 @@ def _toy_params(cfg):
     }
 
 
-@pytest.mark.parametrize("remat", [False, True])
-def test_the_layer_loop_keeps_no_copy_of_the_weights_for_the_backward_pass(remat):
-    """The backward pass indexes the stacked weights again: what the forward keeps for it (the
-    linearization's residuals) holds no per-layer copy of them. With the [CLS]-only last layer the
-    loop runs the 2 layers before it: a copy would be a (2, ...) stack of a weight's shape."""
+def _three_layer_first_only(remat: bool = False):
+    """A 3-layer toy BERT's parameters, a training loss through its [CLS]-only last layer, and the
+    shapes of its stacked weights as the layer loop sees them (Q, K and V side by side)."""
     cfg, params, _ = _toy_model(layers=3, seed=2, mean=0.0)
     ids, mask = packing.pad_ids([[1, 5, 6, 2], [1, 7, 2]], 16, pad_to=6)
 
     def loss(p):
         return bert.bert_forward(p, ids, mask, config=cfg, key=jax.random.key(0), remat=remat, first_only=True).sum()
 
+    stacks = {np.shape(a) for a in jax.tree_util.tree_leaves(params["layers"])}
+    stacks.add((3, cfg.hidden_size, 3 * cfg.hidden_size))
+    return params, loss, stacks
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_the_layer_loop_keeps_no_copy_of_the_weights_for_the_backward_pass(remat):
+    """The backward pass indexes the stacked weights again: what the forward keeps for it (the
+    linearization's residuals) holds no per-layer copy of them. With the [CLS]-only last layer the
+    loop runs the 2 layers before it: a copy would be a (2, ...) stack of a weight's shape."""
+    params, loss, stacks = _three_layer_first_only(remat)
     _, lin = jax.linearize(loss, params)
     kept = {tuple(np.shape(r)) for r in jax.make_jaxpr(lin)(params).consts}
-    weights = {tuple(np.shape(a))[1:] for a in jax.tree_util.tree_leaves(params["layers"])}
-    weights.add((cfg.hidden_size, 3 * cfg.hidden_size))  # Q, K and V side by side
-    assert kept and not {(2, *w) for w in weights} & kept, sorted(kept)
+    assert kept and not {(2, *s[1:]) for s in stacks} & kept, sorted(kept)
 
 
 def _equations(jaxpr):
@@ -435,14 +442,7 @@ def test_the_last_layers_weight_gradient_is_added_into_the_stacks():
     """With the [CLS]-only last layer, which runs apart from the layer loop, the gradient of the
     stacked weights is the loop's with the last layer's added in place: no pad of the last layer's
     gradient to the stack's shape (autodiff of ``stacked[-1]``: a pad, then a sum of two stacks)."""
-    cfg, params, _ = _toy_model(layers=3, seed=2, mean=0.0)
-    ids, mask = packing.pad_ids([[1, 5, 6, 2], [1, 7, 2]], 16, pad_to=6)
-
-    def loss(p):
-        return bert.bert_forward(p, ids, mask, config=cfg, key=jax.random.key(0), first_only=True).sum()
-
-    stacks = {np.shape(a) for a in jax.tree_util.tree_leaves(params["layers"])}
-    stacks.add((3, cfg.hidden_size, 3 * cfg.hidden_size))  # Q, K and V side by side
+    params, loss, stacks = _three_layer_first_only()
 
     def padded(f):  # the shapes of the pads in the gradient's program
         return {tuple(e.outvars[0].aval.shape) for e in _equations(jax.make_jaxpr(jax.grad(f))(params))
