@@ -149,7 +149,10 @@ def _jax_step(encoder, optimizer, steps: int, *, fixed: bool, data=None) -> dict
         state["params"], state["opt"] = p, o
         float(aux["loss"])
 
-    return _timed(run, steps - 1)
+    out = _timed(run, steps - 1)
+    if batches.packed:  # the packed batch's shape: rows x width
+        out["shape"] = [batches.rows, batches.width]
+    return out
 
 
 def minilm_step_jax() -> dict:

