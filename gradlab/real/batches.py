@@ -59,17 +59,18 @@ def batch_order(n: int, steps: int, batch_size: int, rng: np.random.Generator) -
 class Batches:
     """The batch of every step as NumPy arrays of one shape per run (so the step compiles once).
 
-    A packing encoder (one with ``forward_packed``, i.e. MiniLM) gets :class:`Packed` batches:
-    rows R = the most any step's first-fit packing needs, rounded up to a multiple of the
-    device count, of width C = the length bucket b of the longest planned sentence, or 2b
-    where the step's FLOPs (:func:`gradlab.real.plan.transformer_step_flops`) are fewer: rows
-    twice as wide hold the short sentences that fill a narrow row's end, so fewer tokens are
-    padding, while attention's share of a layer's FLOPs, C / (2H + I), stays small (1.4 % for
-    BERT-base at C = 64). SimCSE's BERT-base batch of 32 news sentences (at most 32 tokens)
-    packs into 14 rows of 64 tokens instead of 30 of 32: 7 % fewer tokens, about 4 % off
-    the float32 step on a CPU (benchmarks/README.md). The width is chosen before the rows are
-    rounded, so every device count packs the same rows. Other encoders get (ids, mask) padded
-    to the corpus-wide bucket (``fixed``) or the batch's own.
+    A packing encoder (one with ``forward_packed``: MiniLM, every loaded checkpoint) gets
+    :class:`Packed` batches: rows R = the most any step's first-fit packing needs, rounded up
+    to a multiple of the device count, of width C = the length bucket b of the longest
+    planned sentence, or 2b where the step's FLOPs
+    (:func:`gradlab.real.plan.transformer_step_flops`) are fewer: rows twice as wide hold the
+    short sentences that fill a narrow row's end, so fewer tokens are padding, while
+    attention's share of a layer's FLOPs, C / (2H + I), stays small (1.4 % for BERT-base at
+    C = 64). ``benchmarks/real.py``'s batches of 32 news sentences under SimCSE's recipe (at
+    most 32 tokens) pack into 14 rows of 64 tokens instead of 30 of 32: 7 % fewer tokens,
+    about 4 % off the float32 BERT-base step on a CPU (benchmarks/README.md). The width is
+    chosen before the rows are rounded, so every device count packs the same rows. Other
+    encoders get (ids, mask) padded to the corpus-wide bucket (``fixed``) or the batch's own.
     """
 
     def __init__(self, encoder, token_ids, order: np.ndarray, *, fixed: bool, n_devices: int):
