@@ -41,7 +41,7 @@ reported as skipped, and the JSON is written after every row.
   cache (``GRADLAB_CACHE_DIR``), as a user's runs do, so this command finds the step that
   ``gradlab_bf16`` compiled (its configuration is this command's).
 
-FLOPs are the executed matrix products of a step (``gradlab.real.plan.transformer_step_flops``
+FLOPs are the executed matrix products of a step (``gradlab.real.flops.transformer_step_flops``
 on the shape each side runs: gradlab packs sentences into rows, torch pads them); "of peak" is
 those FLOPs per second over the datasheet dense bf16 peak.
 """
@@ -315,7 +315,7 @@ def torch_rows(specs: list[tuple[str, str | None, bool]]) -> dict:
     import torch.nn.functional as F
     from transformers import BertModel, PreTrainedTokenizerFast
 
-    from gradlab.real.plan import transformer_step_flops
+    from gradlab.real.flops import transformer_step_flops
 
     ckpt, corpus = bench_paths()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -63,7 +63,7 @@ class Batches:
     :class:`Packed` batches: rows R = the most any step's first-fit packing needs, rounded up
     to a multiple of the device count, of width C = the length bucket b of the longest
     planned sentence, or 2b where the step's FLOPs
-    (:func:`gradlab.real.plan.transformer_step_flops`) are fewer: rows twice as wide hold the
+    (:func:`gradlab.real.flops.transformer_step_flops`) are fewer: rows twice as wide hold the
     short sentences that fill a narrow row's end, so fewer tokens are padding, while
     attention's share of a layer's FLOPs, C / (2H + I), stays small (1.4 % for BERT-base at
     C = 64). ``benchmarks/real.py``'s batches of 32 news sentences under SimCSE's recipe (at
@@ -80,7 +80,7 @@ class Batches:
         max_len = encoder.max_seq_length
         self.packed = hasattr(encoder, "forward_packed")
         if self.packed:
-            from gradlab.real.plan import transformer_step_flops
+            from gradlab.real.flops import transformer_step_flops
 
             lengths = [[len(token_ids[i]) for i in batch] for batch in order]
             narrow = length_bucket(max(max(batch) for batch in lengths), max_len)
