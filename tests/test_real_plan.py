@@ -58,12 +58,15 @@ def test_flops_per_step_is_six_forward_matmul_flops(model, pooling):
 
 def test_plan_counts_parameters_and_measures(tmp_path):
     cfg = TrainConfig(encoder=str(FIXTURES / "bert"), steps=1000, batch_size=8, eval_every=250, dev_pairs=20)
-    p = plan(cfg, encoder=load_encoder(FIXTURES / "bert", pooling="cls"), sentences=SENTENCES)
+    enc = load_encoder(FIXTURES / "bert", pooling="cls")
+    p = plan(cfg, encoder=enc, sentences=SENTENCES)
     weights = load_file(FIXTURES / "bert" / "model.safetensors")
     assert p["parameters"] == sum(v.size for v in weights.values())  # the pooler is trained with 'cls'
     assert p["evaluations"] == 5 and p["steps"] == 1000
     assert p["step_seconds"] > 0 and p["peak_memory_bytes"] > 0
     assert p["total_seconds"] == pytest.approx(1000 * p["step_seconds"] + 5 * p["eval_seconds"])
+    # the shape the steps are fed: the token ids of a packed batch, as the step function receives them
+    assert p["packed_shape"] == make_loop(cfg, enc, resolve_objective(cfg), enc.token_ids(SENTENCES)).batch(1).input_ids.shape
 
 
 def test_cli_plan_prints_and_writes_nothing(tmp_path):
@@ -74,7 +77,9 @@ def test_cli_plan_prints_and_writes_nothing(tmp_path):
             "--dev-pairs", 20, "--plan", "--out", out)
     assert r.exit_code == 0, r.output
     keys = [line.split("  ")[0] for line in r.stdout.strip().splitlines()]
-    assert keys == ["parameters", "FLOPs per step", "device", "precision", "step time", "peak memory", "dev evaluation", "total"]
+    assert keys == ["parameters", "FLOPs per step", "packed batch", "device", "precision", "step time", "peak memory",
+                    "dev evaluation", "total"]
+    assert re.search(r"^packed batch\s+\d+ rows x \d+ tokens a view$", r.stdout, re.M), r.stdout
     assert re.search(r"^total\s+\d+ s = [\d.]+ h for 3 steps of 8$", r.stdout, re.M), r.stdout
     assert not out.exists()
 

@@ -59,7 +59,8 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
       measure_steps: steps run to measure (the first, which compiles, is not timed).
 
     Returns:
-      ``parameters``, ``flops_per_step``, ``step_seconds`` (median of the timed steps),
+      ``parameters``, ``flops_per_step``, ``packed_shape`` (rows, width) of a packed batch (None
+      for a padded one), ``step_seconds`` (median of the timed steps),
       ``compile_seconds``, ``eval_seconds`` (one STS-B dev evaluation, after one that compiled), ``evaluations``,
       ``peak_memory_bytes`` and where it was read, ``steps``, ``total_seconds`` (steps ×
       step time + evaluations × evaluation time; the STS-B test scoring is not counted), ``device``
@@ -94,6 +95,7 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
         "parameters": int(sum(np.size(x) for x in leaves)),
         "trainable_parameters": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(encoder.params))),
         "flops_per_step": step_flops(encoder, loop.batches),
+        "packed_shape": (loop.batches.rows, loop.batches.width) if loop.batches.packed else None,
         "batch_size": config.batch_size,
         "steps": config.steps,
         "compile_seconds": times[0],
@@ -114,6 +116,7 @@ def format_plan(p: dict[str, Any]) -> str:
     rows = [
         ("parameters", f"{p['parameters']:,} ({p['trainable_parameters']:,} trained)"),
         ("FLOPs per step", f"{p['flops_per_step']:.3e}  (3 x 2 views x forward matmul FLOPs)"),
+        *([("packed batch", "{} rows x {} tokens a view".format(*p["packed_shape"]))] if p.get("packed_shape") else []),
         ("device", p["device"]),
         ("precision", p["precision"] if p["precision"] == "float32" else
          f"{p['precision']} (forward and backward; float32 master weights, optimizer state and loss)"),
