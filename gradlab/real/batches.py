@@ -68,7 +68,7 @@ class Batches:
     attention's share of a layer's FLOPs, C / (2H + I), stays small (1.4 % for BERT-base at
     C = 64). ``benchmarks/real.py``'s batches of 32 news sentences under SimCSE's recipe (at
     most 32 tokens) pack into 14 rows of 64 tokens instead of 30 of 32: 7 % fewer tokens,
-    about 4 % off the float32 BERT-base step on a CPU (benchmarks/README.md). The width is
+    3–5 % off the float32 BERT-base step on a CPU (benchmarks/README.md). The width is
     chosen before the rows are rounded, so every device count packs the same rows. Other
     encoders get (ids, mask) padded to the corpus-wide bucket (``fixed``) or the batch's own.
     """
