@@ -12,6 +12,7 @@ import numpy as np
 
 from gradlab.real import CORPORA
 from gradlab.real.config import TrainConfig
+from gradlab.real.flops import transformer_step_flops
 
 __all__ = ["training_data", "batch_order", "Batches", "StreamBatches"]
 
@@ -80,8 +81,6 @@ class Batches:
         max_len = encoder.max_seq_length
         self.packed = hasattr(encoder, "forward_packed")
         if self.packed:
-            from gradlab.real.flops import transformer_step_flops
-
             lengths = [[len(token_ids[i]) for i in batch] for batch in order]
             narrow = length_bucket(max(max(batch) for batch in lengths), max_len)
             shapes = [(_rows_needed(lengths, width), width) for width in (narrow, 2 * narrow)]

@@ -24,7 +24,7 @@ sentence's masked: 4SCH padded). For the light encoder (mean of token embeddings
 
 from __future__ import annotations
 
-__all__ = ["transformer_step_flops"]
+__all__ = ["transformer_step_flops", "light_step_flops"]
 
 
 def transformer_step_flops(config, rows: int, width: int, sentences: int, *, pooler: bool,
@@ -55,3 +55,14 @@ def transformer_step_flops(config, rows: int, width: int, sentences: int, *, poo
     if pooler:
         f_view += 2 * sentences * H * H
     return 6 * f_view
+
+
+def light_step_flops(sentences: int, hidden: int, dim: int) -> int:
+    """F_step = 3 × 2 × F_view, F_view = 2BHD, for the light encoder's (H, D) projection of a batch
+    of B ``sentences``.
+
+    Examples:
+      >>> light_step_flops(64, 384, 256) / 1e6  # SimCSE's batch through MiniLM's embeddings, D = 256
+      75.497472
+    """
+    return 6 * 2 * sentences * hidden * dim

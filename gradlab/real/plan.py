@@ -21,18 +21,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from gradlab.real.bert import first_only_fits
-from gradlab.real.flops import transformer_step_flops
+from gradlab.real.flops import light_step_flops, transformer_step_flops
 
 __all__ = ["plan", "step_flops", "format_plan"]
 
 
 def step_flops(encoder, batches) -> int:
-    """F_step = 3 × 2 × F_view of the module docstring, for the run's batch shape."""
+    """F_step = 3 × 2 × F_view (:mod:`gradlab.real.flops`) for the run's encoder and batch shape."""
     from gradlab.real.light import LightEncoder
 
     if isinstance(encoder, LightEncoder):
-        H, D = encoder.params["w"].shape
-        return 6 * 2 * batches.batch_size * H * D
+        return light_step_flops(batches.batch_size, *encoder.params["w"].shape)
     view = getattr(encoder, "train_view", encoder)
     first = view.pooling.first_token and first_only_fits(view.config, batches.batch_size)
     return transformer_step_flops(view.config, batches.rows, batches.width, batches.batch_size,
