@@ -85,6 +85,17 @@ def test_packed_batches_take_rows_twice_as_wide_when_they_hold_the_batch_in_fewe
     assert (planned.rows, planned.width) == shape
 
 
+def test_a_packing_encoder_without_a_transformer_config_keeps_the_narrow_rows():
+    class Packs:  # the PackedEncoder protocol alone: pack and forward_packed, no config
+        max_seq_length = 32
+
+        def forward_packed(self, *args):
+            raise AssertionError("not called when the shape is planned")
+
+    planned = batches.Batches(Packs(), [[1] * 20] * 3, np.arange(3)[None], fixed=False, n_devices=1)
+    assert (planned.rows, planned.width) == (3, 32)
+
+
 def test_flatten_unflatten_roundtrip(base):
     enc = light_mod.light_from_minilm(base, dim=8, seed=0)
     flat = checkpoints.flatten_params(enc.params)

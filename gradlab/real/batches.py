@@ -67,7 +67,7 @@ class Batches:
     (:func:`gradlab.real.flops.transformer_step_flops`) are fewer: rows twice as wide hold the
     short sentences that fill a narrow row's end, so fewer tokens are padding, while
     attention's share of a layer's FLOPs, C / (2H + I), stays small (1.4 % for BERT-base at
-    C = 64). ``benchmarks/real.py``'s batches of 32 news sentences under SimCSE's recipe (at
+    C = 64; an encoder without a transformer ``config`` keeps b). ``benchmarks/real.py``'s batches of 32 news sentences under SimCSE's recipe (at
     most 32 tokens) pack into 14 rows of 64 tokens instead of 30 of 32: 7 % fewer tokens,
     3–5 % off the float32 BERT-base step on a CPU (benchmarks/README.md). The width is
     chosen before the rows are rounded, so every device count packs the same rows. Other
@@ -83,10 +83,14 @@ class Batches:
         if self.packed:
             lengths = [[len(token_ids[i]) for i in batch] for batch in order]
             narrow = length_bucket(max(max(batch) for batch in lengths), max_len)
-            shapes = [(_rows_needed(lengths, width), width) for width in (narrow, 2 * narrow)]
-            config = getattr(encoder, "train_view", encoder).config
-            rows, self.width = min(shapes, key=lambda shape: transformer_step_flops(
-                config, *shape, self.batch_size, pooler=False, packed=True))
+            # a PackedEncoder need not be a transformer: without its shapes, no FLOPs to compare
+            config = getattr(getattr(encoder, "train_view", encoder), "config", None)
+            if config is None:
+                rows, self.width = _rows_needed(lengths, narrow), narrow
+            else:
+                shapes = [(_rows_needed(lengths, width), width) for width in (narrow, 2 * narrow)]
+                rows, self.width = min(shapes, key=lambda shape: transformer_step_flops(
+                    config, *shape, self.batch_size, pooler=False, packed=True))
             self.rows = -(-rows // n_devices) * n_devices
         else:
             longest = max(max(1, len(t)) for t in token_ids)
