@@ -120,6 +120,37 @@ def test_a_batch_packed_in_more_rows_takes_the_same_step(corpus):
     assert np.abs(np.asarray(p1["pooler"]["w"]) - np.asarray(enc.params["pooler"]["w"])).max() > 1e-3  # it moved
 
 
+def test_a_run_in_several_row_counts_trains(tmp_path, monkeypatch):
+    """Every row count a step needs compiled (a compilation made free): the loop runs steps of
+    several shapes, each packed as planned."""
+    import jax
+
+    from gradlab.real import batches
+    from gradlab.real import loop as loop_module
+    from gradlab.real.run import resolve_run
+
+    monkeypatch.setitem(batches.COMPILE_FLOPS, jax.default_backend(), 0.0)
+    path = tmp_path / "wiki.txt"
+    path.write_text("\n".join(" ".join(["word"] * n) + "." for n in [2, 3, 25, 4, 30, 2, 28, 5] * 3) + "\n")
+    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), recipe="simcse-unsup", corpus=str(path), steps=4, batch_size=8,
+                      lr=1e-2, eval_every=0, dev_pairs=20, eval_test=False, monitor=False, seed=0)
+    run = resolve_run(cfg)
+    planned = loop_module.make_loop(run.config, run.encoder, run.loss, run.token_ids).batches
+    want = [planned.rows_of(step) for step in range(1, 5)]
+    assert len(set(want)) > 1
+    fed, make_step = [], loop_module.make_train_step
+
+    def watched(*args, **kwargs):  # the step the loop builds, noting the rows of every batch it is fed
+        step_fn = make_step(*args, **kwargs)
+        return lambda params, opt, frozen, batch, key: (fed.append(batch.input_ids.shape[0]),
+                                                        step_fn(params, opt, frozen, batch, key))[1]
+
+    monkeypatch.setattr(loop_module, "make_train_step", watched)
+    res = train(cfg, out_dir=tmp_path / "run")
+    assert np.all(np.isfinite(res.losses)) and len(res.losses) == 4
+    assert fed == want
+
+
 def test_other_pooler_types_train_and_evaluate_with_one_pooling_and_no_mlp():
     """SimCSE's --pooler_type avg (Gao et al. 2021): no MLP; the recipe's dropout and truncation stay."""
     enc = simcse_unsup_encoder(FIXTURES / "bert", seed=0, pooling="avg")
