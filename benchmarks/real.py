@@ -72,7 +72,7 @@ def _stsb_sentences() -> list[str]:
     return list(dict.fromkeys(p.sentence1 + p.sentence2))[:N_SENTENCES]
 
 
-def _news_batches(steps: int, batch: int = BATCH) -> tuple[list[str], list[list[int]]]:
+def news_batches(steps: int, batch: int = BATCH) -> tuple[list[str], list[list[int]]]:
     """The news sentences and the first ``steps`` batches of index lists, as ``gradlab train`` draws them."""
     import numpy as np
 
@@ -137,7 +137,7 @@ def _jax_step(encoder, optimizer, steps: int, *, fixed: bool, data=None) -> dict
     from gradlab.real.batches import Batches
     from gradlab.real.step import make_train_step
 
-    sentences, order = data if data is not None else _news_batches(steps)
+    sentences, order = data if data is not None else news_batches(steps)
     token_ids = encoder.token_ids(sentences)
     batches = Batches(encoder, token_ids, np.asarray(order), fixed=fixed, n_devices=1)
     step = make_train_step(encoder, get_loss("infonce", tau=TAU), optimizer, packed=batches.packed)
@@ -186,7 +186,7 @@ def minilm_step_torch() -> dict:
     model = _st_model()
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-5, weight_decay=0.01)
-    sentences, order = _news_batches(STEPS_TIMED + 1)
+    sentences, order = news_batches(STEPS_TIMED + 1)
     feats = [model.tokenize([sentences[i] for i in idx]) for idx in order]  # pre-tokenized, like gradlab
 
     def run(i):
@@ -217,7 +217,7 @@ def light_step_torch() -> dict:
         proj.bias.zero_()
     opt = torch.optim.Adam(proj.parameters(), lr=1e-3)
     drop = torch.nn.Dropout(enc.dropout)
-    sentences, order = _news_batches(4 * STEPS_TIMED + 1)
+    sentences, order = news_batches(4 * STEPS_TIMED + 1)
     token_ids = enc.token_ids(sentences)
     L = max(len(t) for t in token_ids)
     batches = []
@@ -250,7 +250,7 @@ def make_bert_base(folder: str) -> None:
 
     with zipfile.ZipFile(model_zip_path()) as zf:
         write_bert_base(folder, json.loads(zf.read("tokenizer.json")))
-    sentences, order = _news_batches(BASE_STEPS_TIMED + 1, batch=BASE_STEP_BATCH)
+    sentences, order = news_batches(BASE_STEPS_TIMED + 1, batch=BASE_STEP_BATCH)
     with open(os.path.join(folder, "sentences.json"), "w") as f:
         json.dump({"encode": _stsb_sentences()[:BASE_SENTENCES],
                    "batches": [[sentences[i] for i in idx] for idx in order]}, f)

@@ -51,7 +51,7 @@ def worker(folder: str, steps: int, compile_flops: float | None) -> dict:
     from gradlab.real.flops import transformer_step_flops
     from gradlab.real.step import make_train_step
 
-    sentences, order = real._news_batches(steps, batch=BATCH)
+    sentences, order = real.news_batches(steps, batch=BATCH)
     encoder = simcse_unsup_encoder(folder, seed=0)
     optimizer = optax.adamw(3e-5, weight_decay=0.0)
     batches = Batches(encoder, encoder.token_ids(sentences), np.asarray(order), fixed=False, n_devices=1,
