@@ -105,18 +105,8 @@ class Batches:
             narrow = length_bucket(max(max(batch) for batch in lengths), max_len)
             # a PackedEncoder need not be a transformer: without its shapes, no FLOPs to compare
             config = getattr(getattr(encoder, "train_view", encoder), "config", None)
-            plans = []
-            for width in (narrow,) if config is None else (narrow, 2 * narrow):
-                needs = _rows_needed(lengths, width)
-                flops = (lambda r, w=width: 0.0) if config is None else (
-                    lambda r, w=width: transformer_step_flops(config, r, w, self.batch_size, pooler=False,
-                                                              packed=True))
-                counts = row_counts(needs, flops, compile_flops)
-                cost = sum(flops(_fewest(counts, n)) for n in needs)
-                if len(counts) > 1:  # (each width compiles at least once)
-                    cost += compile_flops * (len(counts) - 1)
-                plans.append((cost, width, needs, counts))
-            _, self.width, needs, counts = min(plans, key=lambda plan: plan[0])  # a tie: the narrow rows
+            widths = (narrow,) if config is None else (narrow, 2 * narrow)
+            self.width, needs, counts = _packing(lengths, widths, config, self.batch_size, compile_flops)
             rounded = {r: -(-r // n_devices) * n_devices for r in counts}
             self.row_counts = tuple(sorted(set(rounded.values())))
             self._rows = np.asarray([rounded[_fewest(counts, n)] for n in needs])
@@ -168,6 +158,28 @@ def row_counts(needs: Sequence[int], flops, compile_flops: float) -> list[int]:
         if cost - best <= compile_flops:
             return counts
         counts, cost = sorted([*counts, n]), best
+
+
+def _packing(lengths: list[list[int]], widths: Sequence[int], config, batch_size: int,
+             compile_flops: float) -> tuple[int, list[int], list[int]]:
+    """Of ``widths``, the one whose run costs the fewest FLOPs (the step's at each batch's row
+    count, plus ``compile_flops`` for each row count after the first; a tie: the first), with
+    the rows each batch needs at it and its :func:`row_counts`. Without a transformer
+    ``config`` every shape costs the same: the first width, one row count."""
+    plans = []
+    for width in widths:
+        def flops(rows: int, width: int = width) -> float:
+            return 0.0 if config is None else transformer_step_flops(config, rows, width, batch_size, pooler=False,
+                                                                     packed=True)
+
+        needs = _rows_needed(lengths, width)
+        counts = row_counts(needs, flops, compile_flops)
+        cost = sum(flops(_fewest(counts, n)) for n in needs)
+        if len(counts) > 1:  # (not compile_flops x 0: an infinite compilation would make every cost nan)
+            cost += compile_flops * (len(counts) - 1)
+        plans.append((cost, width, needs, counts))
+    _, width, needs, counts = min(plans, key=lambda plan: plan[0])
+    return width, needs, counts
 
 
 def _fewest(counts: Sequence[int], need: int) -> int:
