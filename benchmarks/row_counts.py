@@ -1,8 +1,9 @@
 """A run's steps packed in its row counts, against every step in one shape (a CPU, BERT-base).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/row_counts.py                      # 40 steps, 2 rounds
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/row_counts.py --steps 40 --rounds 2 \\
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/row_counts.py --steps 60 --rounds 1 \\
         --json benchmarks/results/row_counts_cpu.json
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/row_counts.py --plan-only --json benchmarks/results/row_counts_plan.json
 
 ``gradlab.real.batches.Batches`` packs each step's batch in the fewest of the run's row counts
 that hold it, a count compiled only where the FLOPs it saves over the run exceed a
@@ -72,11 +73,44 @@ def worker(folder: str, steps: int, compile_flops: float | None) -> dict:
             "flops": flops, "losses": losses}
 
 
+def planned(folder: str, steps_list=(20, 60, 100, 1000), batches_list=(32, 64)) -> list[dict]:
+    """The row counts ``Batches`` picks on a CPU for runs of news batches, and their FLOPs against
+    one shape (no step is run)."""
+    import numpy as np
+
+    sys.path.insert(0, HERE)
+    import real
+
+    from gradlab.real import simcse_unsup_encoder
+    from gradlab.real.batches import COMPILE_FLOPS, Batches
+    from gradlab.real.flops import transformer_step_flops
+
+    encoder = simcse_unsup_encoder(folder, seed=0)
+    out = []
+    for batch in batches_list:
+        for steps in steps_list:
+            sentences, order = real.news_batches(steps, batch=batch)
+            token_ids = encoder.token_ids(sentences)
+            shapes = [Batches(encoder, token_ids, np.asarray(order), fixed=False, n_devices=1, compile_flops=cost)
+                      for cost in (COMPILE_FLOPS["cpu"], float("inf"))]
+
+            def run_flops(b, batch=batch, steps=steps):
+                return sum(transformer_step_flops(encoder.train_view.config, b.rows_of(s), b.width, batch,
+                                                  pooler=False, packed=True) for s in range(1, steps + 1))
+
+            out.append({"batch": batch, "steps": steps, "row_counts": list(shapes[0].row_counts),
+                        "width": shapes[0].width, "one_shape": [shapes[1].rows, shapes[1].width],
+                        "flops_share": run_flops(shapes[0]) / run_flops(shapes[1])})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--plan-only", action="store_true",
+                    help="run no step: the row counts and FLOPs a CPU run of 20 to 1,000 steps of 32 or 64 gets")
     ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -94,6 +128,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bert-base-") as folder:
         with zipfile.ZipFile(model_zip_path()) as zf:
             real.write_bert_base(folder, json.loads(zf.read("tokenizer.json")))
+        if args.plan_only:
+            plans = planned(folder)
+            print("| batch | steps | row counts (x width) | one shape | FLOPs against one shape |\n|---|---|---|---|---|")
+            for r in plans:
+                print(f"| {r['batch']} | {r['steps']:,} | {', '.join(map(str, r['row_counts']))} x {r['width']} | "
+                      f"{r['one_shape'][0]} x {r['one_shape'][1]} | {r['flops_share']:.3f} |")
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump({"plans": plans}, f, indent=1)
+            return
         for rnd in range(args.rounds):
             for name, flops in VARIANTS.items():
                 cmd = [sys.executable, __file__, "--worker", folder, str(args.steps), str(flops)]
