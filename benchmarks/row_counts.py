@@ -37,6 +37,14 @@ BATCH = 32
 VARIANTS = {"row counts": None, "one shape": float("inf")}
 
 
+def run_flops(encoder, batches, steps: int) -> float:
+    """The matrix-product FLOPs of steps 1..``steps`` in the rows ``batches`` gives each."""
+    from gradlab.real.flops import transformer_step_flops
+
+    return sum(transformer_step_flops(encoder.train_view.config, batches.rows_of(s), batches.width,
+                                      batches.batch_size, pooler=False, packed=True) for s in range(1, steps + 1))
+
+
 def worker(folder: str, steps: int, compile_flops: float | None) -> dict:
     import jax
     import jax.numpy as jnp
@@ -49,7 +57,6 @@ def worker(folder: str, steps: int, compile_flops: float | None) -> dict:
     from gradlab.losses import get_loss
     from gradlab.real import simcse_unsup_encoder
     from gradlab.real.batches import Batches
-    from gradlab.real.flops import transformer_step_flops
     from gradlab.real.step import make_train_step
 
     sentences, order = real.news_batches(steps, batch=BATCH)
@@ -60,7 +67,6 @@ def worker(folder: str, steps: int, compile_flops: float | None) -> dict:
     step = make_train_step(encoder, get_loss("infonce", tau=0.05), optimizer, packed=True)
     params = jax.tree_util.tree_map(jnp.copy, encoder.params)
     opt_state = optimizer.init(params)
-    config = encoder.train_view.config
     times, rows, losses = [], [], []
     for s in range(1, steps + 1):
         t0 = time.perf_counter()
@@ -68,9 +74,8 @@ def worker(folder: str, steps: int, compile_flops: float | None) -> dict:
         losses.append(float(aux["loss"]))
         times.append(time.perf_counter() - t0)
         rows.append(batches.rows_of(s))
-    flops = sum(transformer_step_flops(config, r, batches.width, BATCH, pooler=False, packed=True) for r in rows)
     return {"times": times, "rows": rows, "row_counts": list(batches.row_counts), "width": batches.width,
-            "flops": flops, "losses": losses}
+            "flops": run_flops(encoder, batches, steps), "losses": losses}
 
 
 def planned(folder: str, steps_list=(20, 60, 100, 1000), batches_list=(32, 64)) -> list[dict]:
@@ -83,7 +88,6 @@ def planned(folder: str, steps_list=(20, 60, 100, 1000), batches_list=(32, 64)) 
 
     from gradlab.real import simcse_unsup_encoder
     from gradlab.real.batches import COMPILE_FLOPS, Batches
-    from gradlab.real.flops import transformer_step_flops
 
     encoder = simcse_unsup_encoder(folder, seed=0)
     out = []
@@ -93,14 +97,9 @@ def planned(folder: str, steps_list=(20, 60, 100, 1000), batches_list=(32, 64)) 
             token_ids = encoder.token_ids(sentences)
             shapes = [Batches(encoder, token_ids, np.asarray(order), fixed=False, n_devices=1, compile_flops=cost)
                       for cost in (COMPILE_FLOPS["cpu"], float("inf"))]
-
-            def run_flops(b, batch=batch, steps=steps):
-                return sum(transformer_step_flops(encoder.train_view.config, b.rows_of(s), b.width, batch,
-                                                  pooler=False, packed=True) for s in range(1, steps + 1))
-
             out.append({"batch": batch, "steps": steps, "row_counts": list(shapes[0].row_counts),
                         "width": shapes[0].width, "one_shape": [shapes[1].rows, shapes[1].width],
-                        "flops_share": run_flops(shapes[0]) / run_flops(shapes[1])})
+                        "flops_share": run_flops(encoder, shapes[0], steps) / run_flops(encoder, shapes[1], steps)})
     return out
 
 
