@@ -144,14 +144,10 @@ def row_counts(needs: Sequence[int], flops, compile_flops: float) -> list[int]:
     saves the most ``flops(rows)`` over the steps (each taking the fewest rows that hold it)
     while that saving exceeds ``compile_flops``. Ascending."""
     need_counts = sorted(Counter(needs).items())
-
-    def total(counts):
-        return sum(k * flops(_fewest(counts, n)) for n, k in need_counts)
-
     counts = [max(needs)]
-    cost = total(counts)
+    cost = _run_flops(need_counts, counts, flops)
     while True:
-        trials = [(total(sorted([*counts, n])), n) for n, _ in need_counts if n not in counts]
+        trials = [(_run_flops(need_counts, sorted([*counts, n]), flops), n) for n, _ in need_counts if n not in counts]
         if not trials:
             return counts
         best, n = min(trials)
@@ -174,12 +170,18 @@ def _packing(lengths: list[list[int]], widths: Sequence[int], config, batch_size
 
         needs = _rows_needed(lengths, width)
         counts = row_counts(needs, flops, compile_flops)
-        cost = sum(flops(_fewest(counts, n)) for n in needs)
+        cost = _run_flops(Counter(needs).items(), counts, flops)
         if len(counts) > 1:  # (not compile_flops x 0: an infinite compilation would make every cost nan)
             cost += compile_flops * (len(counts) - 1)
         plans.append((cost, width, needs, counts))
     _, width, needs, counts = min(plans, key=lambda plan: plan[0])
     return width, needs, counts
+
+
+def _run_flops(need_counts, counts: Sequence[int], flops) -> float:
+    """The FLOPs of a run whose steps need ``need_counts`` rows ((rows, steps) pairs), each step
+    in the fewest of the ascending row ``counts`` that hold it."""
+    return sum(k * flops(_fewest(counts, n)) for n, k in need_counts)
 
 
 def _fewest(counts: Sequence[int], need: int) -> int:
