@@ -16,7 +16,21 @@ checkpoint of random weights, batch 64, 32 tokens, bf16), built as that row buil
 
 Then the same timings for variants that change one thing (``--variants``): attention dropout
 off (not the recipe), the ``rbg`` PRNG for the dropout masks, recomputation in the backward
-pass (``remat``), the embedding tables cast to bfloat16 with the rest, the layer loop unrolled.
+pass (``remat``), the embedding tables cast to bfloat16 with the rest, the layer loop unrolled,
+the step's per-call inputs copied into the program's own buffers first (``stable``).
+
+``--children`` runs the step again in child processes, each after the in-process rows:
+
+* ``updates:VARIANT``: how often XLA re-records its command buffers (CUDA graphs). A command
+  buffer records the device addresses its kernels read and write; when one of them changes
+  between calls (a new batch, a new key, a fresh output), XLA updates the recorded commands
+  before it submits the graph, on the host, while the device may wait. The child runs
+  ``TIMED_UPDATES`` synchronous steps with XLA's ``command_buffer_thunk`` log at level 3
+  (``TF_CPP_VMODULE``) and counts, per step, the updates, the microseconds XLA logs for them
+  and the graphs submitted. Its timings are not kept (the log slows the host).
+* ``xla:FLAGS``: the default step under ``XLA_FLAGS=--FLAGS`` (``+`` joins several; ``xla:``
+  none), timed as above, with the losses of ``LOSSES`` further steps to compare with those of
+  ``xla:`` (a flag that replays a stale address shows there).
 """
 
 from __future__ import annotations
@@ -27,7 +41,9 @@ import dataclasses
 import gzip
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +55,8 @@ sys.path.insert(0, str(HERE))
 import gpu  # noqa: E402 - the checkpoint, corpus and recipe of gpu.py's rows
 
 TRACED = 5
+TIMED_UPDATES, LOSSES = 5, 3
+UPDATES_LOG = "command_buffer_thunk=3"  # XLA's log of command-buffer updates (TF_CPP_VMODULE)
 
 
 def _build(encoder=None, *, key_impl: str | None = None):
@@ -123,6 +141,8 @@ def _variant(name: str):
         view = dataclasses.replace(view, remat=True)
     if "unroll" in parts:
         view = dataclasses.replace(view, unroll=True)
+    if "stable" in parts:
+        view = _stable_inputs(view)
     if "bf16tables" in parts:  # every parameter cast to bfloat16, the embedding tables too
         from gradlab.real.step import cast_floats
 
@@ -134,7 +154,29 @@ def _variant(name: str):
     return dataclasses.replace(enc, train_view=view), ("rbg" if "rbg" in parts else None)
 
 
-VARIANTS = ("noattn", "rbg", "remat", "bf16tables", "unroll")
+def _stable_inputs(view):
+    """``view`` whose packed forward first copies its per-call inputs (the packed batch, the
+    dropout keys) into buffers of the program's own, behind an optimization barrier: the layers
+    then read buffers that XLA allocates at the same place every call, not the call's arguments,
+    so a command buffer of the layers' kernels records no address that changes from step to
+    step. The same numbers (a copy)."""
+    import jax
+    import jax.numpy as jnp
+
+    class Stable(type(view)):
+        def forward_packed(self, params, frozen, packed, key=None):
+            zero = jax.lax.optimization_barrier(jnp.zeros((), jnp.int32))  # a zero XLA cannot fold away
+            packed = type(packed)(*(a + zero.astype(a.dtype) for a in packed))
+            if key is None:
+                return super().forward_packed(params, frozen, jax.lax.optimization_barrier(packed), key)
+            impl = jax.random.key_impl(key)
+            packed, data = jax.lax.optimization_barrier((packed, jax.random.key_data(key) + zero.astype(jnp.uint32)))
+            return super().forward_packed(params, frozen, packed, jax.random.wrap_key_data(data, impl=impl))
+
+    return Stable(**{f.name: getattr(view, f.name) for f in dataclasses.fields(view)})
+
+
+VARIANTS = ("noattn", "rbg", "remat", "bf16tables", "unroll", "stable")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -147,6 +189,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget", type=float, default=300.0, help="seconds; a variant starting later is skipped")
     ap.add_argument("--dump", action="store_true", help="keep the step's optimized HLO (xla_dump.tar.gz)")
     ap.add_argument("--torch", action="store_true", help="also torch.compile with CUDA graphs, synchronous and pipelined")
+    ap.add_argument("--children", nargs="*", default=[],
+                    help="child runs after the rest: updates:VARIANT (command-buffer updates a step; VARIANT "
+                         "'default' or a variant's name), xla:FLAG[+FLAG] (the default step under XLA_FLAGS)")
     args = ap.parse_args(argv)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -199,16 +244,82 @@ def main(argv: list[str] | None = None) -> None:
                 result[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             print(name, json.dumps({k: v for k, v in result[name].items() if k != "trace"}), flush=True)
             write()
+        for spec in args.children:
+            left = args.budget - (time.perf_counter() - t_start)
+            result.setdefault("children", {})[spec] = (
+                _child(spec, min(left, 180.0)) if left > 20 else {"skipped": f"the {args.budget:.0f} s budget was spent"})
+            print(spec, json.dumps(result["children"][spec])[:600], flush=True)
+            write()
         if args.dump and any(dump.iterdir()):
             shutil.make_archive(str(out_dir / "xla_dump"), "gztar", dump)
     write()
     print(f"whole run: {time.perf_counter() - t_start:.0f} s")
 
 
+def child(spec: str) -> dict:
+    """What ``--children``' run ``spec`` measures, in this (child) process; see the module's doc."""
+    import jax
+
+    kind, _, arg = spec.partition(":")
+    if kind == "updates":
+        enc, key_impl = _variant(arg) if arg != "default" else (None, None)
+        loop, params, opt_state = _build(enc, key_impl=key_impl)
+        params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, loop.batch(1), loop.key(1))
+        float(aux["loss"])
+        for k in range(2, 2 + TIMED_UPDATES):
+            batch, key = loop.batch(k), loop.key(k)
+            jax.block_until_ready((batch, key))
+            print(f"@@step {k}", file=sys.stderr, flush=True)
+            params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, key)
+            float(aux["loss"])
+        print("@@end", file=sys.stderr, flush=True)
+        return {}
+    if kind != "xla":
+        raise ValueError(f"unknown child run {spec!r} (updates:VARIANT or xla:FLAGS)")
+    loop, params, opt_state = _build()
+    out, (params, opt_state) = gpu.step_timings(loop, params, opt_state)
+    losses = []
+    for k in range(1, 1 + LOSSES):  # the same steps after the same timed ones in every child: comparable losses
+        params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, loop.batch(k), loop.key(k))
+        losses.append(float(aux["loss"]))
+    return out | {"losses": losses}
+
+
+def count_updates(log: str) -> dict:
+    """Per step of an ``updates`` child's stderr (between its ``@@step`` marks): XLA's command-buffer
+    updates, the microseconds it logged for them, the allocations that changed, the graphs submitted."""
+    steps = re.split(r"@@step \d+\n", log.split("@@end")[0])[1:]
+    per_step = [{"updates": len(re.findall(r"Update command buffer", text)),
+                 "update_us": sum(int(x) for x in re.findall(r"Updated command buffer in (\d+)", text)),
+                 "updated_allocs": sum(int(x) for x in re.findall(r"updated_allocs=(\d+)", text)),
+                 "submitted": len(re.findall(r"Execute command buffer", text))} for text in steps]
+    logged = [line for line in log.splitlines() if "command buffer" in line]
+    return {"per_step": per_step, "log_lines": len(logged), "sample": [line[-200:] for line in logged[:4]]}
+
+
+def _child(spec: str, timeout: float) -> dict:
+    """Run :func:`child` for ``spec`` in a fresh process (its own XLA flags and log level)."""
+    kind, _, arg = spec.partition(":")
+    env = gpu.cli_env()
+    if kind == "updates":
+        env.update(TF_CPP_VMODULE=UPDATES_LOG, TF_CPP_MIN_LOG_LEVEL="0")
+    elif kind == "xla":
+        env["XLA_FLAGS"] = " ".join([*filter(None, [env.get("XLA_FLAGS")]), *("--" + f for f in arg.split("+") if f)])
+    code = f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import gpu_profile; print(json.dumps(gpu_profile.child({spec!r})))"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    if proc.returncode != 0:  # a fatal log line (XLA's flag parsing), else the last line
+        lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("@@")]
+        fatal = [line for line in lines if re.match(r"F\d{4} ", line)]
+        return {"error": ((fatal or lines or [f"exit {proc.returncode}"])[-1])[-300:]}
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out | count_updates(proc.stderr) if kind == "updates" else out
+
+
 def _torch_cudagraphs() -> dict:
     """gpu.py's torch.compile + CUDA graphs row in a child process (synchronous and pipelined)."""
-    import subprocess
-
     code = (f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import gpu; "
             "print(json.dumps(gpu.torch_rows([('torch_compile_cudagraphs', 'reduce-overhead', True)])))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=gpu.cli_env(), timeout=240)
