@@ -4,8 +4,9 @@
     python benchmarks/gpu_profile.py --layers 2 --out /tmp/p      # a quick trial on a CPU
 
 The step is ``benchmarks/gpu.py``'s ``gradlab_bf16`` row (the SimCSE recipe on a BERT-base-shaped
-checkpoint of random weights, batch 64, 32 tokens, bf16), built as that row builds it
-(``gpu.gradlab_loop``). In one process, after the compiling step:
+checkpoint of random weights, batch 64, 32 tokens, bf16; ``--batch 512`` for ``gpu.py``'s
+``gradlab_bf16_batch512``), built as that row builds it (``gpu.gradlab_loop``). In one process,
+after the compiling step:
 
 * the step timed as ``gpu.step_timings`` does: synchronous from a device batch (``step_s``),
   synchronous from NumPy (``sync_numpy_s``), the dispatch alone, and pipelined;
@@ -56,6 +57,7 @@ import gpu  # noqa: E402 - the checkpoint, corpus and recipe of gpu.py's rows
 
 TRACED = 5
 TIMED_UPDATES, LOSSES = 5, 3
+BATCH_ENV = "GRADLAB_GPU_PROFILE_BATCH"  # --batch, for this process and its children
 UPDATES_LOG = "command_buffer_thunk=3"  # XLA's log of command-buffer updates (TF_CPP_VMODULE)
 
 
@@ -63,10 +65,14 @@ def _build(encoder=None, *, key_impl: str | None = None):
     """gpu.py's gradlab_bf16 run, its loop, parameters and optimizer state (``key_impl``: the root key's PRNG)."""
     import jax
 
-    _, loop, params, opt_state = gpu.gradlab_loop("bf16", gpu.BATCH, encoder)
+    _, loop, params, opt_state = gpu.gradlab_loop("bf16", _batch(), encoder)
     if key_impl is not None:
         loop.root = jax.random.key(0, impl=key_impl)
     return loop, params, opt_state
+
+
+def _batch() -> int:
+    return int(os.environ.get(BATCH_ENV, gpu.BATCH))
 
 
 def _trace(loop, params, opt_state, folder: Path) -> tuple[dict, Path | None]:
@@ -185,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", required=True, help="folder for profile.json and the raw trace")
     ap.add_argument("--layers", type=int, help="a checkpoint of this many layers instead of 12 (a trial on a CPU)")
     ap.add_argument("--variants", nargs="*", default=list(VARIANTS), help=f"variants ({', '.join(VARIANTS)}, ...)")
+    ap.add_argument("--batch", type=int, default=gpu.BATCH, help=f"sentences a batch (default {gpu.BATCH}, the recipe's)")
     ap.add_argument("--trace-variant", help="also trace this variant (trace_variant.json.gz)")
     ap.add_argument("--budget", type=float, default=300.0, help="seconds; a variant starting later is skipped")
     ap.add_argument("--dump", action="store_true", help="keep the step's optimized HLO (xla_dump.tar.gz)")
@@ -193,6 +200,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="child runs after the rest: updates:VARIANT (command-buffer updates a step; VARIANT "
                          "'default' or a variant's name), xla:FLAG[+FLAG] (the default step under XLA_FLAGS)")
     args = ap.parse_args(argv)
+    os.environ[BATCH_ENV] = str(args.batch)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     dump = Path(tempfile.mkdtemp(prefix="gradlab-xla-dump-"))
@@ -215,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
             result["torch"] = _torch_cudagraphs()
             print("torch", json.dumps(result["torch"])[:400], flush=True)
         loop, params, opt_state = _build()
-        result["shape"] = {"rows": loop.batches.rows, "width": loop.batches.width, "sentences": gpu.BATCH}
+        result["shape"] = {"rows": loop.batches.rows, "width": loop.batches.width, "sentences": _batch()}
         result["default"], (params, opt_state) = gpu.step_timings(loop, params, opt_state)
         print("default", json.dumps(result["default"]), flush=True)
         write()
