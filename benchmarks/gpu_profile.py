@@ -9,7 +9,8 @@ checkpoint of random weights, batch 64, 32 tokens, bf16; ``--batch 512`` for ``g
 after the compiling step:
 
 * the step timed as ``gpu.step_timings`` does: synchronous from a device batch (``step_s``),
-  synchronous from NumPy (``sync_numpy_s``), the dispatch alone, and pipelined;
+  synchronous from NumPy (``sync_numpy_s``), the dispatch alone, and pipelined; then
+  ``same_inputs``: synchronous steps that all get the same batch and key buffers;
 * ``trace``: ``jax.profiler`` over 5 synchronous steps, summarized: device busy time per step
   (the union of the kernels' intervals), kernels per step, the kernels and host events that
   take the most time (``profile.json``; the raw trace is kept beside it, and with ``--dump``
@@ -69,6 +70,26 @@ def _build(encoder=None, *, key_impl: str | None = None):
     if key_impl is not None:
         loop.root = jax.random.key(0, impl=key_impl)
     return loop, params, opt_state
+
+
+def _same_inputs(loop, params, opt_state) -> tuple[dict, tuple]:
+    """Synchronous steps that all get one batch and one key (the same device buffers every call),
+    timed as ``step_s`` and ``dispatch_s`` are: beside the default's, what new input buffers cost
+    a step (a command buffer that reads an input records its address)."""
+    import statistics
+
+    import jax
+
+    batch, key = loop.batch(2), loop.key(2)
+    jax.block_until_ready((batch, key))
+    steps, dispatch = [], []
+    for _ in range(gpu.TIMED):
+        t0 = time.perf_counter()
+        params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, key)
+        dispatch.append(time.perf_counter() - t0)
+        float(aux["loss"])
+        steps.append(time.perf_counter() - t0)
+    return {"step_s": statistics.median(steps), "dispatch_s": statistics.median(dispatch)}, (params, opt_state)
 
 
 def _batch() -> int:
@@ -226,6 +247,8 @@ def main(argv: list[str] | None = None) -> None:
         result["shape"] = {"rows": loop.batches.rows, "width": loop.batches.width, "sentences": _batch()}
         result["default"], (params, opt_state) = gpu.step_timings(loop, params, opt_state)
         print("default", json.dumps(result["default"]), flush=True)
+        result["same_inputs"], (params, opt_state) = _same_inputs(loop, params, opt_state)
+        print("same_inputs", json.dumps(result["same_inputs"]), flush=True)
         write()
         summary, raw = _trace(loop, params, opt_state, Path(folder, "trace"))
         result["trace"] = summary
