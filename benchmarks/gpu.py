@@ -52,6 +52,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -452,17 +453,26 @@ ROWS = {
 }
 
 
-def _run_worker(name: str, timeout: float) -> dict:
-    code = f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import gpu; print(json.dumps(gpu.{name}()))"
+def run_python(call: str, timeout: float, env: dict | None = None) -> tuple[dict, str]:
+    """``call`` (an expression over this folder's modules, say ``gpu.matmul()``) in a fresh process:
+    its JSON-printed result and its stderr. A failure is ``{"error": line}``: XLA's fatal log line
+    if it wrote one (a flag it rejects), else the last line of stderr."""
+    module = call.split(".")[0]
+    code = f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import {module}; print(json.dumps({call}))"
     try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(),
-                              timeout=timeout)
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=cli_env() if env is None else env, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
+        return {"error": f"timed out after {timeout:.0f} s"}, ""
     if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()
-        return {"error": tail[-1] if tail else f"exit {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        lines = proc.stderr.strip().splitlines()
+        fatal = [line for line in lines if re.match(r"F\d{4} ", line)]
+        return {"error": ((fatal or lines or [f"exit {proc.returncode}"])[-1])[-300:]}, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def _run_worker(name: str, timeout: float) -> dict:
+    return run_python(f"gpu.{name}()", timeout)[0]
 
 
 def torch_missing() -> str | None:

@@ -45,7 +45,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -336,28 +335,13 @@ def _child(spec: str, timeout: float) -> dict:
         env.update(TF_CPP_VMODULE=UPDATES_LOG, TF_CPP_MIN_LOG_LEVEL="0")
     elif kind == "xla":
         env["XLA_FLAGS"] = " ".join([*filter(None, [env.get("XLA_FLAGS")]), *("--" + f for f in arg.split("+") if f)])
-    code = f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import gpu_profile; print(json.dumps(gpu_profile.child({spec!r})))"
-    try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    if proc.returncode != 0:  # a fatal log line (XLA's flag parsing), else the last line
-        lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("@@")]
-        fatal = [line for line in lines if re.match(r"F\d{4} ", line)]
-        return {"error": ((fatal or lines or [f"exit {proc.returncode}"])[-1])[-300:]}
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    return out | count_updates(proc.stderr) if kind == "updates" else out
+    out, log = gpu.run_python(f"gpu_profile.child({spec!r})", timeout, env)
+    return out | count_updates(log) if kind == "updates" and "error" not in out else out
 
 
 def _torch_cudagraphs() -> dict:
     """gpu.py's torch.compile + CUDA graphs row in a child process (synchronous and pipelined)."""
-    code = (f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import gpu; "
-            "print(json.dumps(gpu.torch_rows([('torch_compile_cudagraphs', 'reduce-overhead', True)])))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=gpu.cli_env(), timeout=240)
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()
-        return {"error": tail[-1] if tail else f"exit {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return gpu.run_python("gpu.torch_rows([('torch_compile_cudagraphs', 'reduce-overhead', True)])", 240)[0]
 
 
 if __name__ == "__main__":
