@@ -23,11 +23,13 @@ run: $(STAMP)
 	$(VENV)/bin/gradlab heatmap --loss arccon --out out
 
 # The suite and the notebooks (nbmake runs each top to bottom in a kernel of this venv's python).
+# Two workers that take tests from each other's queue (--dist worksteal): the suite's
+# longest tests no longer finish on one worker while the other waits.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --nbmake tests notebooks
+	$(PY) -m pytest -q -n 2 --dist worksteal --nbmake tests notebooks
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m "" --nbmake tests notebooks
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "" --nbmake tests notebooks
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check gradlab cli tests benchmarks examples

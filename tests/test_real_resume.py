@@ -8,6 +8,8 @@ the ``progress`` callback, as a crash between two steps would.
 from __future__ import annotations
 
 import json
+import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +59,7 @@ def _same_run(a, b, dir_a: Path, dir_b: Path):
 
 
 @pytest.mark.parametrize("spec", ["light", "bert"])
-def test_interrupted_and_resumed_run_equals_uninterrupted(spec, tmp_path):
+def test_interrupted_and_resumed_run_equals_uninterrupted(spec, tmp_path, caplog):
     if spec == "light":
         pytest.importorskip("all_minilm_l6_v2")
         make = lambda: load_encoder("light", dim=16, dropout=0.3, seed=0)  # noqa: E731
@@ -72,8 +74,15 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(spec, tmp_path):
         train(cfg, encoder=make(), sentences=SENTENCES, out_dir=tmp_path / "b", progress=_stop_at(5))
     with np.load(state_path(tmp_path / "b")) as z:
         assert json.loads(str(z["meta"]))["step"] == 4  # the last state written before the crash
-    resumed = train(cfg, encoder=make(), sentences=SENTENCES, out_dir=tmp_path / "b", resume=True)
+    caplog.set_level(logging.WARNING, logger="jax")
+    with jax.log_compiles(True):
+        resumed = train(cfg, encoder=make(), sentences=SENTENCES, out_dir=tmp_path / "b", resume=True)
     _same_run(full, resumed, tmp_path / "a", tmp_path / "b")
+    # a later run in this process compiles its own step, but not the forward of the monitor's last
+    # views (the state after the last step), which the first run compiled for the same encoder
+    compiled = {m.group(1) for r in caplog.records
+                if (m := re.match(r"Finished XLA compilation of (\S+) in", r.getMessage()))}
+    assert "jit(step)" in compiled and not {n for n in compiled if "views" in n or "embed" in n}, compiled
 
 
 def test_resume_refuses_another_configuration_and_needs_out_dir(tmp_path):

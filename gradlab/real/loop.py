@@ -272,5 +272,7 @@ def run_steps(config: TrainConfig, loop: Loop, state: State, dev, log: Log, watc
     if pending is not None and not read(*pending):
         return
     if watch.monitor is not None and config.steps in watch.due:  # the state after the last update, on fresh views of the last batch
-        views = jax.jit(views_fn(loop.encoder, packed=loop.batches.packed, precision=config.precision))
+        # not wrapped in a new jax.jit: the encoders' forwards are jitted per configuration
+        # (gradlab.real.bert.embed_packed), so the next run in this process reuses the program
+        views = views_fn(loop.encoder, packed=loop.batches.packed, precision=config.precision)
         watch(config.steps, *views(state.params, loop.frozen, batch, loop.key(config.steps + 1)))
