@@ -168,7 +168,7 @@ def _variant(name: str):
     if "unroll" in parts:
         view = dataclasses.replace(view, unroll=True)
     if "stable" in parts:
-        view = _stable_inputs(view)
+        view = gpu.stable_inputs(view)
     if "bf16tables" in parts:  # every parameter cast to bfloat16, the embedding tables too
         from gradlab.real.step import cast_floats
 
@@ -178,28 +178,6 @@ def _variant(name: str):
 
         view = Whole(**{f.name: getattr(view, f.name) for f in dataclasses.fields(view)})
     return dataclasses.replace(enc, train_view=view), ("rbg" if "rbg" in parts else None)
-
-
-def _stable_inputs(view):
-    """``view`` whose packed forward first copies its per-call inputs (the packed batch, the
-    dropout keys) into buffers of the program's own, behind an optimization barrier: the layers
-    then read buffers that XLA allocates at the same place every call, not the call's arguments,
-    so a command buffer of the layers' kernels records no address that changes from step to
-    step. The same numbers (a copy)."""
-    import jax
-    import jax.numpy as jnp
-
-    class Stable(type(view)):
-        def forward_packed(self, params, frozen, packed, key=None):
-            zero = jax.lax.optimization_barrier(jnp.zeros((), jnp.int32))  # a zero XLA cannot fold away
-            packed = type(packed)(*(a + zero.astype(a.dtype) for a in packed))
-            if key is None:
-                return super().forward_packed(params, frozen, jax.lax.optimization_barrier(packed), key)
-            impl = jax.random.key_impl(key)
-            packed, data = jax.lax.optimization_barrier((packed, jax.random.key_data(key) + zero.astype(jnp.uint32)))
-            return super().forward_packed(params, frozen, packed, jax.random.wrap_key_data(data, impl=impl))
-
-    return Stable(**{f.name: getattr(view, f.name) for f in dataclasses.fields(view)})
 
 
 VARIANTS = ("noattn", "rbg", "remat", "bf16tables", "unroll", "stable")
