@@ -7,8 +7,11 @@ Everything large is made here, on the GPU machine: a BERT-base-shaped HF checkpo
 random weights (seed 0; 12 layers, hidden 768, MiniLM's WordPiece vocabulary, which is
 bert-base-uncased's; ``real.write_bert_base``) and a one-sentence-per-line corpus of STS-B
 train sentences. Every row runs in its own process (its peak memory is that process's), in
-the order below, inside one time budget (``--budget``): a row that would start past it is
-reported as skipped, and the JSON is written after every row.
+the order of ``ROWS`` (gradlab bf16, then torch.compile with CUDA graphs: the comparison that
+matters most comes first), inside one time budget (``--budget``): a row that would start past
+it is reported as skipped, and the JSON is written after every row. Each row has a time cap,
+multiplied by the host's factor (``host_factor``: how much slower than the reference H200's host
+this machine compiled ``gradlab_bf16``'s first step; the hosts lent with H200s have differed by 4×).
 
 * ``matmul``: an 8192³ bfloat16 product in JAX, median of 10: the bf16 rate the chip reaches.
 * ``gradlab_bf16`` / ``gradlab_float32``: the step of ``gradlab train``'s loop for
@@ -17,7 +20,10 @@ reported as skipped, and the JSON is written after every row.
   as the torch rows are (from a batch on the device to the loss on the host: ``step_s``);
   also from a NumPy batch (``sync_numpy_s``), and pipelined (``pipelined_s``: 20 steps
   dispatched back to back, one wait at the end, as a training loop runs); peak memory from
-  JAX's allocator. ``gradlab_bf16_rolled`` keeps the loop over the 12 layers a ``lax.scan``
+  JAX's allocator after the timed steps, before the dev evaluation (``peak_bytes``; with it:
+  ``peak_bytes_with_eval``), training the loaded weights themselves as the torch rows do;
+  JAX's own account of the first step's compilation (``compile_log``).
+  ``gradlab_bf16_rolled`` keeps the loop over the 12 layers a ``lax.scan``
   (``MiniLM.unroll=False``; on a GPU the default unrolls it); ``gradlab_bf16_batch512`` is not
   the recipe's batch: how much of the chip a larger one fills. ``gradlab_bf16_stable`` copies
   the step's per-call inputs (the packed batch, the dropout keys) into the program's own
@@ -29,9 +35,10 @@ reported as skipped, and the JSON is written after every row.
   inside one ``torch.compile``d module (as SimCSE's model computes its loss in ``forward``),
   batches padded to 32 tokens (one shape), fused AdamW; bf16 autocast, in ``torch.compile``'s
   default mode and in ``mode="reduce-overhead"`` (CUDA graphs); float32 with TF32 matrix
-  products in ``reduce-overhead`` mode. Median of 20 steps after 8 warm-ups, each read on the
-  host (``float(loss)``), then 20 pipelined steps (the losses summed on the device, one wait);
-  ``torch.cuda.max_memory_allocated``. Needs torch and transformers (skipped without them).
+  products in ``reduce-overhead`` mode; each in a process of its own. Median of 20 steps after
+  8 warm-ups, each read on the host (``float(loss)``), then 20 pipelined steps (the losses
+  summed on the device, one wait); ``torch.cuda.max_memory_allocated``. Needs torch and
+  transformers (skipped without them).
 * ``engine``: ``gradlab.simulate.gd_map`` of the full paper map (100 × 100 cells, 1,000
   batches of 128) for InfoNCE, ArcCon, MPT and MET in common mode (median of 20 after two
   warm-up maps; the copy to the host included), and InfoNCE and ArcCon in independent mode
@@ -52,6 +59,7 @@ those FLOPs per second over the datasheet dense bf16 peak.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -132,6 +140,32 @@ def matmul() -> dict:
     return {"step_s": statistics.median(times), "flops": 2 * n**3, "device": jax.devices()[0].device_kind}
 
 
+@contextlib.contextmanager
+def compile_log():
+    """JAX's own account of each compilation inside (``jax.log_compiles``): a list of
+    ``[phase, seconds]`` ("tracing + transforming step for pjit", "XLA compilation of
+    jit(step)", ...), where a first step's seconds go on a host that compiles slowly."""
+    import logging
+
+    import jax
+
+    phases: list[list] = []
+
+    class Phases(logging.Handler):
+        def emit(self, record):
+            m = re.match(r"Finished (.+?) in ([0-9.]+) sec", record.getMessage())
+            if m:
+                phases.append([m[1], round(float(m[2]), 3)])
+
+    handler, logger = Phases(), logging.getLogger("jax")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles(True):
+            yield phases
+    finally:
+        logger.removeHandler(handler)
+
+
 def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
     """A jitted step of ``loop`` timed four ways after the compiling one (median of TIMED each):
 
@@ -151,9 +185,10 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
         return loop.batch((k - 1) % steps + 1)
 
     t0 = time.perf_counter()
-    params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch_of(1), loop.key(1))
-    jax.block_until_ready(aux["loss"])
-    out = {"first_s": time.perf_counter() - t0}
+    with compile_log() as phases:
+        params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch_of(1), loop.key(1))
+        jax.block_until_ready(aux["loss"])
+    out = {"first_s": time.perf_counter() - t0, "compile_log": phases}
     sync, sync_dev, dispatch = [], [], []
     for k in range(2, TIMED + 2):
         batch = jax.device_get(batch_of(k))
@@ -178,6 +213,9 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
         losses.append(aux["loss"])
     jax.block_until_ready(losses)
     out.update(step_s=statistics.median(sync_dev), sync_numpy_s=statistics.median(sync),
+               # the unrolled step has alternated between a fast and a slow synchronous step:
+               # the medians of the odd and the even steps say whether it still does
+               step_s_odd_even=[statistics.median(sync_dev[0::2]), statistics.median(sync_dev[1::2])],
                dispatch_s=statistics.median(dispatch), pipelined_s=(time.perf_counter() - t0) / PIPELINED,
                times_ms=[round(1e3 * t, 2) for t in sync_dev], dispatch_ms=[round(1e3 * t, 2) for t in dispatch])
     return out, (params, opt_state)
@@ -186,10 +224,7 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
 def gradlab_loop(precision: str = "bf16", batch: int = BATCH, encoder=None):
     """The recipe's run on this folder's checkpoint and corpus (``simcse_unsup_config``, the
     ``train_loop`` row's configuration, so that its command finds these programs compiled),
-    its step loop, and fresh parameters and optimizer state."""
-    import jax
-    import jax.numpy as jnp
-
+    its step loop, the loaded parameters and a fresh optimizer state."""
     import gradlab
     from gradlab.real import simcse_unsup_config
     from gradlab.real.loop import make_loop
@@ -202,7 +237,10 @@ def gradlab_loop(precision: str = "bf16", batch: int = BATCH, encoder=None):
                               batch_size=batch)
     run = resolve_run(cfg, encoder=encoder or simcse_unsup_encoder(ckpt, seed=0))
     loop = make_loop(cfg, run.encoder, run.loss, run.token_ids)
-    params = jax.tree_util.tree_map(jnp.copy, run.encoder.params)
+    # the loaded weights themselves, which the step donates (they are not read again), as the torch
+    # rows train their model's own: the peak is the training state's and the step's; gradlab train
+    # trains a copy and keeps the loaded weights for its records, one f32 copy of BERT-base more
+    params = run.encoder.params
     return run, loop, params, loop.optimizer.init(params)
 
 
@@ -245,12 +283,14 @@ def _gradlab(precision: str, batch: int = BATCH, unroll: bool | None = None, sta
         enc = dataclasses.replace(enc, train_view=stable_inputs(enc.train_view))
     run, loop, params, opt_state = gradlab_loop(precision, batch, enc)
     out, (params, opt_state) = step_timings(loop, params, opt_state)
+    step_peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")  # the steps' alone, as torch's
     run.dev(params)  # compiles the evaluation forward
     t0 = time.perf_counter()
     run.dev(params)
     dev_eval = time.perf_counter() - t0
     stats = jax.devices()[0].memory_stats() or {}
-    return {**out, "flops": step_flops(run.encoder, loop.batches), "peak_bytes": stats.get("peak_bytes_in_use"),
+    return {**out, "flops": step_flops(run.encoder, loop.batches), "peak_bytes": step_peak,
+            "peak_bytes_with_eval": stats.get("peak_bytes_in_use"),
             "device": f"{jax.device_count()} x {jax.devices()[0].device_kind}", "sentences": 2 * batch,
             "dev_eval_s": dev_eval, "rows_x_width": [loop.batches.rows, loop.batches.width]}
 
@@ -440,14 +480,19 @@ def _torch_step(compiled, opt, ids, mask, *, bf16: bool, graphs: bool):
     return loss
 
 
-def torch_compile_bf16() -> dict:
-    """torch.compile's default mode, then with CUDA graphs (``reduce-overhead``), bf16 autocast."""
-    return torch_rows([("torch_compile", None, True), ("torch_compile_cudagraphs", "reduce-overhead", True)])
+def torch_compile_cudagraphs() -> dict:
+    """``mode="reduce-overhead"`` (CUDA graphs), bf16 autocast: the strongest PyTorch step."""
+    return torch_rows([("torch_compile_cudagraphs", "reduce-overhead", True)])["torch_compile_cudagraphs"]
 
 
-def torch_compile_tf32() -> dict:
+def torch_compile() -> dict:
+    """torch.compile's default mode, bf16 autocast."""
+    return torch_rows([("torch_compile", None, True)])["torch_compile"]
+
+
+def torch_compile_tf32_cudagraphs() -> dict:
     """float32 with TF32 matrix products (what XLA's default precision does for gradlab's float32)."""
-    return torch_rows([("torch_compile_tf32_cudagraphs", "reduce-overhead", False)])
+    return torch_rows([("torch_compile_tf32_cudagraphs", "reduce-overhead", False)])["torch_compile_tf32_cudagraphs"]
 
 
 # --------------------------------------------------------------------------- the driver
@@ -474,19 +519,35 @@ def cli_env() -> dict:
     return env
 
 
-#: name -> (worker, whether it needs torch, the most seconds it may take); run in this order.
+#: name -> (worker, whether it needs torch, the most seconds it may take on a host that compiles as
+#: fast as the reference H200's; later rows' caps are scaled by the host's factor, ``host_factor``).
+#: Run in this order: the comparison the issue turns on first, each torch row in a process of its own.
 ROWS = {
-    "gradlab_bf16": (gradlab_bf16, False, 150),
+    "gradlab_bf16": (gradlab_bf16, False, 240),
+    "torch_compile_cudagraphs": (torch_compile_cudagraphs, True, 120),
     "gradlab_bf16_stable": (gradlab_bf16_stable, False, 120),
-    "torch_compile_bf16": (torch_compile_bf16, True, 240),
-    "engine": (engine, False, 120),
-    "train_loop": (train_loop, False, 150),
+    "torch_compile": (torch_compile, True, 120),
     "gradlab_float32": (gradlab_float32, False, 120),
-    "torch_compile_tf32": (torch_compile_tf32, True, 150),
+    "torch_compile_tf32_cudagraphs": (torch_compile_tf32_cudagraphs, True, 120),
+    "train_loop": (train_loop, False, 150),
+    "engine": (engine, False, 120),
     "gradlab_bf16_batch512": (gradlab_bf16_batch512, False, 120),
     "matmul": (matmul, False, 30),
     "gradlab_bf16_rolled": (gradlab_bf16_rolled, False, 120),
 }
+
+#: ``gradlab_bf16``'s first step (compiling included) on the H200 of ``results/gpu_unrolled.json``.
+REFERENCE_FIRST_S = 38.0
+
+
+def host_factor(first_row: dict, cap: float) -> float:
+    """How many times slower than the reference this machine compiles, from the first row: its
+    first step over ``REFERENCE_FIRST_S`` (at least 1); a first row that ran out of time gives
+    its cap over the reference, a lower bound. The hosts of two H200 machines lent here compiled
+    the same step in 38 s and in 162 s."""
+    if "first_s" in first_row:
+        return max(1.0, first_row["first_s"] / REFERENCE_FIRST_S)
+    return max(1.0, cap / REFERENCE_FIRST_S) if "timed out" in str(first_row.get("error", "")) else 1.0
 
 
 def run_python(call: str, timeout: float, env: dict | None = None) -> tuple[dict, str]:
@@ -575,8 +636,6 @@ def _collect(rows: dict) -> dict:
             flat[name] = r
         elif name == "train_loop":
             loop = r
-        elif name.startswith("torch_compile_") and "error" not in r and "skipped" not in r:
-            flat.update(r)
         else:
             flat[name] = r
     device = next((r["device"] for r in flat.values() if isinstance(r, dict) and "device" in r), "")
@@ -592,7 +651,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole run; a row starting later is skipped")
     ap.add_argument("--layers", type=int, help="a checkpoint of this many layers instead of 12 (a quick trial on a CPU)")
     ap.add_argument("--engine-grid", type=int, default=100, help="the engine rows' grid side (default: the paper's 100)")
-    ap.add_argument("--cap-scale", type=float, default=1.0, help="multiply each row's time cap (a trial on a CPU)")
+    ap.add_argument("--cap-scale", type=float, default=1.0,
+                    help="multiply each row's time cap, on top of the host's measured factor (a trial on a CPU)")
     ap.add_argument("--loop-steps", type=int, default=LOOP_STEPS, help=f"the train_loop row's steps (default {LOOP_STEPS})")
     ap.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak (default: its datasheet, H100/H200/A100)")
     args = ap.parse_args(argv)
@@ -608,6 +668,7 @@ def main(argv: list[str] | None = None) -> None:
         ckpt, corpus = bench_paths()
         tokens_per_sentence = _mean_tokens(corpus, ckpt)
         skip_torch = torch_missing()
+        factor = 1.0  # the host's, once gradlab_bf16 has run
         for name in args.rows:
             worker, needs_torch, cap = ROWS[name]
             left = args.budget - (time.perf_counter() - t_start)
@@ -617,10 +678,13 @@ def main(argv: list[str] | None = None) -> None:
             elif left < 20:
                 rows[name] = {"skipped": f"the {args.budget:.0f} s budget was spent"}
             else:
-                rows[name] = _run_worker(name, min(left, cap * args.cap_scale))
+                rows[name] = _run_worker(name, min(left, cap * factor * args.cap_scale))
+            if name == "gradlab_bf16":
+                factor = host_factor(rows[name], cap * args.cap_scale)
+                print(f"host factor (compiling, against the reference H200): {factor:.2f}", flush=True)
             print(f"{name} ({time.perf_counter() - t0:.0f} s): {json.dumps(rows[name])[:600]}", flush=True)
             if args.json:
-                _write(args.json, rows, tokens_per_sentence, args.peak_tflops, time.perf_counter() - t_start)
+                _write(args.json, rows, tokens_per_sentence, args.peak_tflops, time.perf_counter() - t_start, factor)
     results = _collect(rows)
     peak = args.peak_tflops * 1e12 if args.peak_tflops else _peak_of(results["device"])
     print(f"\n{results['device']}; datasheet dense bf16 peak: {peak / 1e12:.0f} TFLOP/s" if peak else
@@ -629,12 +693,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"whole run: {time.perf_counter() - t_start:.0f} s")
 
 
-def _write(path: str, rows: dict, tokens_per_sentence: float, peak_tflops: float | None, seconds: float) -> None:
+def _write(path: str, rows: dict, tokens_per_sentence: float, peak_tflops: float | None, seconds: float,
+           factor: float) -> None:
     import jax
 
     results = _collect(rows)
     peak = peak_tflops * 1e12 if peak_tflops else _peak_of(results["device"])
     results.update({"peak_flops": peak, "tokens_per_sentence": tokens_per_sentence, "run_seconds": seconds,
+                    "host_factor": factor,
                     "jax": jax.__version__, "command": "python benchmarks/gpu.py " + " ".join(
                         os.path.basename(a) if os.path.isabs(a) else a for a in sys.argv[1:])})  # no machine's paths
     Path(path).parent.mkdir(parents=True, exist_ok=True)
