@@ -196,6 +196,7 @@ def test_tiny_training_run_decreases_loss_and_writes_log(base, sentences, tmp_pa
     assert summary["config"]["loss"] == "infonce" and summary["best_step"] == res.best_step
     ckpt = dict(np.load(tmp_path / "best_params.npz"))
     np.testing.assert_array_equal(ckpt["w"], np.asarray(res.params["w"]))
+    assert isinstance(res.params["w"], jax.Array)  # on the device again after the run
     # the checkpoint reproduces the best dev score
     from gradlab.real.data import STSPairs, load_stsb
     from gradlab.real.stsb import stsb_spearman
@@ -210,6 +211,24 @@ def test_tiny_training_run_decreases_loss_and_writes_log(base, sentences, tmp_pa
         assert [r["step"] for r in mon] == [0, 1, 4, 8, 12]
         assert all(r["valid"] for r in mon)
         assert summary["files"]["monitor"] == "paradigm_monitor.jsonl"
+
+
+def test_an_evaluation_that_beats_the_best_copies_the_parameters_to_the_host_not_the_device():
+    from gradlab.real.loop import State, evaluate
+
+    params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
+    state = State(step=5, params=params, opt_state=None, best_params=None, best_step=0, best_dev=0.1,
+                  losses=np.zeros(5), evals=[], dev_before=0.1, test_before=None)
+    logged = []
+    before = {id(x) for x in jax.live_arrays()}
+    evaluate(state, lambda p: 0.5, logged.append)
+    assert [x.shape for x in jax.live_arrays() if id(x) not in before] == []  # no new device array
+    assert (state.best_step, state.best_dev) == (5, 0.5) and logged[0]["dev_spearman"] == 0.5
+    assert all(isinstance(leaf, np.ndarray) for leaf in jax.tree_util.tree_leaves(state.best_params))
+    params["w"].delete()  # the next step donates the trained parameters: the copy stays
+    np.testing.assert_array_equal(state.best_params["w"], np.arange(6.0).reshape(2, 3))
+    evaluate(state, lambda p: 0.4, logged.append)  # not better: the best stays
+    assert (state.best_step, state.best_dev) == (5, 0.5)
 
 
 def test_unknown_loss_is_a_value_error(base, sentences):

@@ -45,6 +45,7 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 from gradlab.real.checkpoints import save_model, save_params
@@ -205,9 +206,10 @@ def train(
     finally:
         log.close()
         watch.close()
+    best = jax.device_put(state.best_params)  # kept on the host during the run (gradlab.real.loop.evaluate)
     result = TrainResult(
-        params=state.best_params, best_step=state.best_step, best_dev=state.best_dev, dev_before=state.dev_before,
-        test_before=state.test_before, test_after=run.test(state.best_params) if run.test is not None else None,
+        params=best, best_step=state.best_step, best_dev=state.best_dev, dev_before=state.dev_before,
+        test_before=state.test_before, test_after=run.test(best) if run.test is not None else None,
         losses=state.losses, evals=state.evals, seconds=time.perf_counter() - t_start, monitor=watch.status,
         out_dir=out)
     if out is not None:
