@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.gradlab-installed
 
-.PHONY: install real run test test-all lint bench docs clean
+.PHONY: install real run test test-all lint bench gpu-carry docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ docs: $(DOCS_STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/mc.py
 	$(PY) benchmarks/monitor.py
+
+# What benchmarks/gpu.py needs on a GPU machine beside the working tree (.gpu/: tokenizer, STS-B).
+gpu-carry: real
+	$(PY) benchmarks/gpu_carry.py
 
 clean:
 	rm -rf $(VENV) out build site *.egg-info

@@ -1,6 +1,6 @@
 """Where the time of gradlab's SimCSE step goes on a GPU: the host, the device, kernel by kernel.
 
-    python benchmarks/gpu_profile.py --tokenizer .dev/tokenizer.json --out results/
+    python benchmarks/gpu_profile.py --tokenizer .gpu/tokenizer.json --out results/
     python benchmarks/gpu_profile.py --layers 2 --out /tmp/p      # a quick trial on a CPU
 
 The step is ``benchmarks/gpu.py``'s ``gradlab_bf16`` row (the SimCSE recipe on a BERT-base-shaped
