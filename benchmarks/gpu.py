@@ -693,6 +693,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"whole run: {time.perf_counter() - t_start:.0f} s")
 
 
+def _host() -> dict:
+    """The host's processor, cores and load: two H200 machines' hosts compiled 4× apart."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    return {"cpu": model, "cores": os.cpu_count(), "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+
+
 def _write(path: str, rows: dict, tokens_per_sentence: float, peak_tflops: float | None, seconds: float,
            factor: float) -> None:
     import jax
@@ -700,7 +707,7 @@ def _write(path: str, rows: dict, tokens_per_sentence: float, peak_tflops: float
     results = _collect(rows)
     peak = peak_tflops * 1e12 if peak_tflops else _peak_of(results["device"])
     results.update({"peak_flops": peak, "tokens_per_sentence": tokens_per_sentence, "run_seconds": seconds,
-                    "host_factor": factor,
+                    "host_factor": factor, "host": _host(),
                     "jax": jax.__version__, "command": "python benchmarks/gpu.py " + " ".join(
                         os.path.basename(a) if os.path.isabs(a) else a for a in sys.argv[1:])})  # no machine's paths
     Path(path).parent.mkdir(parents=True, exist_ok=True)
