@@ -49,7 +49,9 @@ this machine compiled ``gradlab_bf16``'s first step; the hosts lent with H200s h
   the last step (from the log's ``elapsed``), the dev evaluations' seconds, the first step's
   seconds; then the same command again: the warm start's first step. The rows share one JAX
   cache (``GRADLAB_CACHE_DIR``), as a user's runs do, so this command finds the step that
-  ``gradlab_bf16`` compiled (its configuration is this command's).
+  ``gradlab_bf16`` compiled (its configuration is this command's). The cache is a fresh folder
+  of the run's unless ``GRADLAB_CACHE_DIR`` is set: set to an empty folder, it keeps the steps
+  for ``gpu_profile.py`` run next on the same machine.
 
 FLOPs are the executed matrix products of a step (``gradlab.real.flops.transformer_step_flops``
 on the shape each side runs: gradlab packs sentences into rows, torch pads them); "of peak" is
@@ -662,7 +664,9 @@ def main(argv: list[str] | None = None) -> None:
         os.environ[ENV_DIR] = folder
         os.environ[GRID_ENV] = str(args.engine_grid)
         os.environ[LOOP_ENV] = str(args.loop_steps)
-        os.environ["GRADLAB_CACHE_DIR"] = os.path.join(folder, "jax-cache")
+        # a fresh cache for this run's rows, unless one is given: gpu_profile.py, run next on the
+        # same machine with the same GRADLAB_CACHE_DIR, then finds the steps compiled
+        os.environ.setdefault("GRADLAB_CACHE_DIR", os.path.join(folder, "jax-cache"))
         setup(folder, args.tokenizer, args.layers)
         print(f"checkpoint and corpus written in {time.perf_counter() - t_start:.1f} s", flush=True)
         ckpt, corpus = bench_paths()
@@ -694,10 +698,14 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _host() -> dict:
-    """The host's processor, cores and load: two H200 machines' hosts compiled 4× apart."""
+    """The host's processor, cores, load and kernel (the lent machines run under gVisor, whose
+    kernel says 4.4.0, or Firecracker): two H200 machines' hosts compiled 4× apart."""
+    import platform
+
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
     model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    return {"cpu": model, "cores": os.cpu_count(), "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+    return {"cpu": model, "cores": os.cpu_count(), "kernel": platform.release(),
+            "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
 
 
 def _write(path: str, rows: dict, tokens_per_sentence: float, peak_tflops: float | None, seconds: float,
