@@ -169,15 +169,16 @@ def compile_log():
 
 
 def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
-    """A jitted step of ``loop`` timed four ways after the compiling one (median of TIMED each):
+    """A jitted step of ``loop`` timed five ways after the compiling one (median of TIMED each):
 
     ``step_s``: from a batch already on the device and a key made beforehand to the loss on
     the host (what the torch rows time: their batches are on the GPU before the clock starts);
     ``sync_numpy_s``: the same with the batch handed over as NumPy and the key made inside the
     timer (``gradlab.real.plan``'s protocol); ``dispatch_s``: until the jitted call returns, the
-    device still working; ``pipelined_s``: PIPELINED steps dispatched back to back with one wait
-    at the end, per step (a training loop that reads its losses later). Returns the numbers
-    and the updated ``(params, opt_state)``.
+    device still working; ``step_s_released``: as ``step_s``, each step's batch, key and outputs
+    released before the next batch is made; ``pipelined_s``: PIPELINED steps dispatched back to
+    back with one wait at the end, per step (a training loop that reads its losses later).
+    Returns the numbers and the updated ``(params, opt_state)``.
     """
     import jax
 
@@ -206,7 +207,21 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
         dispatch.append(time.perf_counter() - t0)
         float(aux["loss"])
         sync_dev.append(time.perf_counter() - t0)
-    staged = [(batch_of(k), loop.key(k)) for k in range(2 * TIMED + 2, 2 * TIMED + 2 + PIPELINED)]
+    # the same, with nothing of a step kept past it but the state (as the torch rows keep only
+    # their parameters): the next step's batch, key and outputs can take the same places in
+    # memory, which a CUDA graph that records addresses would not need to update
+    released, released_dispatch = [], []
+    del aux, batch, key
+    for k in range(2 * TIMED + 2, 3 * TIMED + 2):
+        batch, key = batch_of(k), loop.key(k)
+        jax.block_until_ready((batch, key))
+        t0 = time.perf_counter()
+        params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, key)
+        released_dispatch.append(time.perf_counter() - t0)
+        float(aux["loss"])
+        released.append(time.perf_counter() - t0)
+        del aux, batch, key
+    staged = [(batch_of(k), loop.key(k)) for k in range(3 * TIMED + 2, 3 * TIMED + 2 + PIPELINED)]
     jax.block_until_ready(staged)
     t0 = time.perf_counter()
     losses = []
@@ -218,6 +233,8 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
                # the unrolled step has alternated between a fast and a slow synchronous step:
                # the medians of the odd and the even steps say whether it still does
                step_s_odd_even=[statistics.median(sync_dev[0::2]), statistics.median(sync_dev[1::2])],
+               step_s_released=statistics.median(released), dispatch_s_released=statistics.median(released_dispatch),
+               step_s_released_odd_even=[statistics.median(released[0::2]), statistics.median(released[1::2])],
                dispatch_s=statistics.median(dispatch), pipelined_s=(time.perf_counter() - t0) / PIPELINED,
                times_ms=[round(1e3 * t, 2) for t in sync_dev], dispatch_ms=[round(1e3 * t, 2) for t in dispatch])
     return out, (params, opt_state)
@@ -611,6 +628,14 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
               f"pipelined (one wait per {PIPELINED} steps): gradlab bf16 against torch.compile + CUDA graphs: "
               f"{ratio('gradlab_bf16', 'torch_compile_cudagraphs', 'pipelined_s')}; float32 against TF32 + CUDA graphs: "
               f"{ratio('gradlab_float32', 'torch_compile_tf32_cudagraphs', 'pipelined_s')}"]
+    for name in ("gradlab_bf16", "gradlab_float32"):
+        r = rows_.get(name, {})
+        if r.get("step_s_released"):
+            odd, even = (1e3 * t for t in r["step_s_odd_even"])
+            r_odd, r_even = (1e3 * t for t in r["step_s_released_odd_even"])
+            lines.append(f"{name} synchronous: {1e3 * r['step_s']:.2f} ms (odd/even steps {odd:.2f}/{even:.2f}); "
+                         f"each step's batch, key and outputs released first: {1e3 * r['step_s_released']:.2f} ms "
+                         f"({r_odd:.2f}/{r_even:.2f})")
     if rows_.get("gradlab_bf16_stable", {}).get("step_s"):
         lines.append(f"gradlab bf16 with its inputs copied into the program's buffers against the default: "
                      f"{ratio('gradlab_bf16_stable', 'gradlab_bf16')}; pipelined: "
