@@ -192,35 +192,37 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
         params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch_of(1), loop.key(1))
         jax.block_until_ready(aux["loss"])
     out = {"first_s": time.perf_counter() - t0, "compile_log": phases}
-    sync, sync_dev, dispatch = [], [], []
+    sync = []
     for k in range(2, TIMED + 2):
         batch = jax.device_get(batch_of(k))
         t0 = time.perf_counter()
         params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, loop.key(k))
         float(aux["loss"])
         sync.append(time.perf_counter() - t0)
-    for k in range(TIMED + 2, 2 * TIMED + 2):
-        batch, key = batch_of(k), loop.key(k)
-        jax.block_until_ready((batch, key))
-        t0 = time.perf_counter()
-        params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, key)
-        dispatch.append(time.perf_counter() - t0)
-        float(aux["loss"])
-        sync_dev.append(time.perf_counter() - t0)
-    # the same, with nothing of a step kept past it but the state (as the torch rows keep only
-    # their parameters): the next step's batch, key and outputs can take the same places in
-    # memory, which a CUDA graph that records addresses would not need to update
-    released, released_dispatch = [], []
-    del aux, batch, key
-    for k in range(2 * TIMED + 2, 3 * TIMED + 2):
-        batch, key = batch_of(k), loop.key(k)
-        jax.block_until_ready((batch, key))
-        t0 = time.perf_counter()
-        params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, key)
-        released_dispatch.append(time.perf_counter() - t0)
-        float(aux["loss"])
-        released.append(time.perf_counter() - t0)
-        del aux, batch, key
+    del batch, aux
+
+    def device_steps(first: int, release: bool) -> tuple[list, list]:
+        """TIMED synchronous steps from batches on the device: (seconds to the loss, to the
+        call's return). ``release``: nothing of a step is kept past it but the state (as the
+        torch rows keep only their model), so the next step's batch, key and outputs can take
+        the same places in memory, which a CUDA graph that records addresses need not update;
+        else each step's batch is made, and the step dispatched, while the last one's are held."""
+        nonlocal params, opt_state
+        steps_s, dispatch_s = [], []
+        for k in range(first, first + TIMED):
+            batch, key = batch_of(k), loop.key(k)
+            jax.block_until_ready((batch, key))
+            t0 = time.perf_counter()
+            params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, key)
+            dispatch_s.append(time.perf_counter() - t0)
+            float(aux["loss"])
+            steps_s.append(time.perf_counter() - t0)
+            if release:
+                del aux, batch, key
+        return steps_s, dispatch_s
+
+    sync_dev, dispatch = device_steps(TIMED + 2, release=False)
+    released, released_dispatch = device_steps(2 * TIMED + 2, release=True)
     staged = [(batch_of(k), loop.key(k)) for k in range(3 * TIMED + 2, 3 * TIMED + 2 + PIPELINED)]
     jax.block_until_ready(staged)
     t0 = time.perf_counter()
