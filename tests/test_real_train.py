@@ -231,6 +231,30 @@ def test_an_evaluation_that_beats_the_best_copies_the_parameters_to_the_host_not
     assert (state.best_step, state.best_dev) == (5, 0.5)
 
 
+def test_a_saved_state_brings_its_best_parameters_back_to_the_host(base, sentences, tmp_path):
+    from gradlab.real.loop import State, make_loop
+    from gradlab.real.run import resolve_run
+    from gradlab.real.state import load_state, save_state
+
+    enc = light_mod.light_from_minilm(base, dim=16, seed=0)
+    cfg = TrainConfig(loss="infonce", steps=4, batch_size=8, dev_pairs=10, eval_test=False)
+    run = resolve_run(cfg, encoder=enc, sentences=sentences[:64])
+    loop = make_loop(cfg, run.encoder, run.loss, run.token_ids)
+    params = jax.tree_util.tree_map(jnp.copy, enc.params)
+    best = jax.tree_util.tree_map(lambda x: np.asarray(x) + 1.0, enc.params)
+    state = State(step=2, params=params, opt_state=loop.optimizer.init(params), best_params=best, best_step=2,
+                  best_dev=0.3, losses=np.arange(4.0), evals=[{"step": 0, "dev_spearman": 0.1}], dev_before=0.1,
+                  test_before=None)
+    save_state(tmp_path / "state.npz", cfg, loop, state)
+    back = load_state(tmp_path / "state.npz", cfg, loop)
+    for name in ("w", "b"):
+        assert isinstance(back.best_params[name], np.ndarray) and isinstance(back.params[name], jax.Array)
+        assert back.best_params[name].dtype == enc.params[name].dtype
+        np.testing.assert_array_equal(back.best_params[name], best[name])
+        np.testing.assert_array_equal(np.asarray(back.params[name]), np.asarray(params[name]))
+    assert (back.step, back.best_step, back.best_dev) == (2, 2, 0.3)
+
+
 def test_unknown_loss_is_a_value_error(base, sentences):
     enc = light_mod.light_from_minilm(base, dim=8)
     with pytest.raises(ValueError, match="unknown loss"):

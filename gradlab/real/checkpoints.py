@@ -32,8 +32,9 @@ def flatten_params(params: Any) -> dict[str, np.ndarray]:
     return flat
 
 
-def unflatten_params(flat: Mapping[str, np.ndarray], like: Any) -> Any:
-    """Inverse of :func:`flatten_params`, given a pytree of the same structure."""
+def unflatten_params(flat: Mapping[str, np.ndarray], like: Any, *, on_host: bool = False) -> Any:
+    """Inverse of :func:`flatten_params`, given a pytree of the same structure: JAX arrays on the
+    default device, or with ``on_host`` NumPy arrays (of ``like``'s dtypes)."""
     paths = jax.tree_util.tree_leaves_with_path(like)
     leaves = []
     for path, leaf in paths:
@@ -43,7 +44,7 @@ def unflatten_params(flat: Mapping[str, np.ndarray], like: Any) -> Any:
         arr = np.asarray(flat[key])
         if arr.shape != leaf.shape:
             raise ValueError(f"parameter {key!r} has shape {arr.shape}, expected {leaf.shape}")
-        leaves.append(jnp.asarray(arr, dtype=leaf.dtype))
+        leaves.append(arr.astype(leaf.dtype, copy=False) if on_host else jnp.asarray(arr, dtype=leaf.dtype))
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
 
 

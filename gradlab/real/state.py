@@ -66,9 +66,9 @@ def load_state(path: Path, config: TrainConfig, loop: Loop) -> State:
             and np.array_equal(arrays["key"], np.asarray(jax.random.key_data(loop.root)))):
         raise ValueError(f"{path} was written with another batch order or PRNG key (another corpus?)")
 
-    def tree(prefix: str) -> Any:
+    def tree(prefix: str, on_host: bool = False) -> Any:
         flat = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-        return unflatten_params(flat, loop.encoder.params)
+        return unflatten_params(flat, loop.encoder.params, on_host=on_host)
 
     params = tree("params/")
     if loop.mesh is not None:
@@ -79,7 +79,8 @@ def load_state(path: Path, config: TrainConfig, loop: Loop) -> State:
     opt_state = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
     if loop.mesh is not None:
         opt_state = shard(opt_state, loop.mesh, jax.sharding.PartitionSpec())
-    return State(step=int(meta["step"]), params=params, opt_state=opt_state, best_params=tree("best/"),
+    return State(step=int(meta["step"]), params=params, opt_state=opt_state,
+                  best_params=tree("best/", on_host=True),  # where evaluate keeps them
                   best_step=int(meta["best_step"]), best_dev=float(meta["best_dev"]),
                   losses=np.asarray(arrays["losses"], dtype=np.float64), evals=meta["evals"],
                   dev_before=float(meta["dev_before"]), test_before=meta["test_before"])
