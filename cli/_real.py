@@ -321,7 +321,7 @@ def train(
         from gradlab.real.plan import format_plan
         from gradlab.real.plan import plan as plan_run
 
-        typer.echo(format_plan(plan_run(cfg)))
+        typer.echo(format_plan(plan_run(cfg, keep_encoder_params=False)))  # as the run below trains
         return
     from gradlab.monitor import tracker_sink
     from gradlab.outputs import removed_on_failure
@@ -347,7 +347,9 @@ def train(
                     elif cb is not None and rec.get("event") == "step":
                         cb(step, cfg.steps, loss=rec["loss"], dev=last_dev.get("dev"))
 
-                result = run_training(run, out_dir=writer.out, progress=progress, resume=resume, tracker=sink)
+                # the run is this command's own: it may train the loaded weights themselves
+                result = run_training(run, out_dir=writer.out, progress=progress, resume=resume, tracker=sink,
+                                      keep_encoder_params=False)
         finally:
             if sink is not None and hasattr(sink, "close"):
                 sink.close()

@@ -69,6 +69,16 @@ def test_plan_counts_parameters_and_measures(tmp_path):
     assert p["packed_shape"] == make_loop(cfg, enc, resolve_objective(cfg), enc.token_ids(SENTENCES)).batch(1).input_ids.shape
 
 
+def test_plan_measures_a_run_that_trains_the_encoders_own_arrays():
+    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), steps=10, batch_size=8, eval_every=0, dev_pairs=20)
+    kept, used = (load_encoder(FIXTURES / "bert", pooling="cls") for _ in range(2))
+    a = plan(cfg, encoder=kept, sentences=SENTENCES, measure_steps=2)
+    b = plan(cfg, encoder=used, sentences=SENTENCES, measure_steps=2, keep_encoder_params=False)
+    assert (a["parameters"], a["trainable_parameters"]) == (b["parameters"], b["trainable_parameters"])
+    assert not any(x.is_deleted() for x in jax.tree_util.tree_leaves(kept.params))
+    assert all(x.is_deleted() for x in jax.tree_util.tree_leaves(used.params))  # as gradlab train's run
+
+
 def test_plan_of_a_run_in_several_row_counts(monkeypatch):
     """A compilation made free (``COMPILE_FLOPS``): every row count a step needs gets its shape;
     the plan times the widest, and predicts less than that shape every step would take."""

@@ -231,6 +231,20 @@ def test_an_evaluation_that_beats_the_best_copies_the_parameters_to_the_host_not
     assert (state.best_step, state.best_dev) == (5, 0.5)
 
 
+def test_a_run_that_trains_the_encoders_own_arrays_gives_the_same_numbers(base, sentences):
+    cfg = TrainConfig(loss="infonce", loss_params={"tau": 0.1}, steps=6, batch_size=16, lr=1e-2,
+                      eval_every=3, seed=0, dev_pairs=50, eval_test=False)
+    kept, used = (light_mod.light_from_minilm(base, dim=32, seed=0, dropout=0.1) for _ in range(2))
+    a = trainer.train(cfg, encoder=kept, sentences=sentences)
+    b = trainer.train(cfg, encoder=used, sentences=sentences, keep_encoder_params=False)
+    np.testing.assert_array_equal(a.losses, b.losses)
+    assert a.evals == b.evals and a.best_step == b.best_step and a.test_after == b.test_after
+    for name in ("w", "b"):
+        np.testing.assert_array_equal(np.asarray(a.params[name]), np.asarray(b.params[name]))
+        assert not kept.params[name].is_deleted()
+        assert used.params[name].is_deleted()  # the run trained these buffers, not a copy of them
+
+
 def test_a_saved_state_brings_its_best_parameters_back_to_the_host(base, sentences, tmp_path):
     from gradlab.real.loop import State, make_loop
     from gradlab.real.run import resolve_run

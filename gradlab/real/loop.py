@@ -89,8 +89,8 @@ class Loop:
 class State:
     """The training state after ``step`` updates (what a resumed run starts from).
 
-    ``best_params`` are the encoder's own parameters until an evaluation beats them, then a copy
-    on the host (:func:`evaluate`)."""
+    ``best_params`` are the encoder's own parameters (or, where the run trains those, a copy on
+    the host) until an evaluation beats them, then a copy on the host (:func:`evaluate`)."""
 
     step: int
     params: Any
@@ -188,19 +188,25 @@ def make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> Loop:
     return Loop(encoder, frozen, optimizer, batches, step_fn, jax.random.key(config.seed), mesh)
 
 
-def initial_state(config: TrainConfig, loop: Loop, dev, log: Log, test=None) -> State:
-    """State 0: the encoder's parameters (copied: the step donates its inputs), scored before training
-    on dev and, when ``test`` (``params -> Spearman``) is given, on test."""
+def initial_state(config: TrainConfig, loop: Loop, dev, log: Log, test=None, *,
+                  keep_encoder_params: bool = True) -> State:
+    """State 0: the encoder's parameters, scored before training on dev and, when ``test``
+    (``params -> Spearman``) is given, on test. The step donates its inputs, so it trains a copy
+    of them; with ``keep_encoder_params=False`` it trains the encoder's own arrays (deleted by
+    the first step), and the best parameters so far start as a copy on the host."""
     params0 = loop.encoder.params
     test_before = test(params0) if test is not None else None
     t0 = time.perf_counter()
     dev_before = dev(params0)
     log({"step": 0, "event": "eval", "dev_spearman": dev_before, "test_spearman": test_before,
          "seconds": time.perf_counter() - t0})
-    params = jax.tree_util.tree_map(jnp.copy, params0)
-    if loop.mesh is not None:  # device_put may share the copy's buffers: it is private, so that is fine
+    if keep_encoder_params:
+        params, best = jax.tree_util.tree_map(jnp.copy, params0), params0
+    else:
+        params, best = params0, jax.tree_util.tree_map(np.array, params0)
+    if loop.mesh is not None:  # device_put may share the buffers: they are the run's, so that is fine
         params = shard(params, loop.mesh, jax.sharding.PartitionSpec())
-    return State(step=0, params=params, opt_state=loop.optimizer.init(params), best_params=params0,
+    return State(step=0, params=params, opt_state=loop.optimizer.init(params), best_params=best,
                   best_step=0, best_dev=dev_before, losses=np.zeros(config.steps, dtype=np.float64),
                   evals=[{"step": 0, "dev_spearman": dev_before}], dev_before=dev_before, test_before=test_before)
 

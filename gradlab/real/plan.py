@@ -51,13 +51,16 @@ def _peak_memory() -> tuple[int, str]:
 
 
 def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
-         token_ids: Sequence[Sequence[int]] | None = None, measure_steps: int = 3) -> dict[str, Any]:
+         token_ids: Sequence[Sequence[int]] | None = None, measure_steps: int = 3,
+         keep_encoder_params: bool = True) -> dict[str, Any]:
     """What a :func:`gradlab.real.train` run of ``config`` costs, measured on a few steps.
 
     Args:
       config: the run's :class:`gradlab.real.TrainConfig`, or its :class:`gradlab.real.run.Run`.
       encoder, sentences, token_ids: as for :func:`gradlab.real.train`.
       measure_steps: steps run to measure (the first, which compiles, is not timed).
+      keep_encoder_params: as for :func:`gradlab.real.train`, whose memory it measures (False:
+        the steps train the encoder's own arrays, and delete them).
 
     Returns:
       ``parameters``, ``flops_per_step``, ``packed_shape`` (rows, width) of a packed batch with
@@ -77,7 +80,10 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
                                                                  token_ids=token_ids)
     config, encoder = run.config, run.encoder
     loop = make_loop(config, encoder, run.loss, run.token_ids)
-    params = jax.tree_util.tree_map(jnp.copy, encoder.params)
+    leaves = jax.tree_util.tree_leaves((encoder.params, encoder.frozen))
+    counts_of = {"parameters": int(sum(np.size(x) for x in leaves)),
+                 "trainable_parameters": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(encoder.params)))}
+    params = jax.tree_util.tree_map(jnp.copy, encoder.params) if keep_encoder_params else encoder.params
     opt_state = loop.optimizer.init(params)
     n = max(2, int(measure_steps))
     widest = loop.batches.rows if loop.batches.packed else None  # every measured step in one shape
@@ -104,10 +110,8 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
         step_share = sum(k * step_flops(encoder, loop.batches, r) for r, k in rows.items()) / flops
     train_seconds = step_seconds * step_share + (len(counts) - 1) * max(times[0] - step_seconds, 0.0)
     peak, source = _peak_memory()
-    leaves = jax.tree_util.tree_leaves((encoder.params, encoder.frozen))
     return {
-        "parameters": int(sum(np.size(x) for x in leaves)),
-        "trainable_parameters": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(encoder.params))),
+        **counts_of,
         "flops_per_step": flops,
         "packed_shape": (loop.batches.rows, loop.batches.width) if loop.batches.packed else None,
         "packed_rows": list(counts) if loop.batches.packed else None,

@@ -153,6 +153,7 @@ def train(
     resume: bool = False,
     tracker: Callable[[dict[str, Any]], None] | None = None,
     outputs: Collection[str] = OUTPUTS,
+    keep_encoder_params: bool = True,
 ) -> TrainResult:
     """Fine-tune an encoder with a gradlab loss; keep the best parameters by STS-B dev Spearman.
 
@@ -176,6 +177,10 @@ def train(
         monitor's records as they are; the caller closes it.
       outputs: which of :data:`OUTPUTS` to write to ``out_dir`` (the state for ``resume`` is
         written whenever ``config.save_state_every`` asks for it).
+      keep_encoder_params: the encoder's parameters stay valid after the run (True). False: the
+        run trains the encoder's own arrays, which the step donates (they are deleted), and the
+        starting weights wait in host memory as the best so far: one set of weights less on the
+        device, for a caller that does not use the encoder afterwards (``gradlab train``).
 
     Returns:
       A :class:`TrainResult`; its ``files`` name what was written.
@@ -201,7 +206,8 @@ def train(
     keep = (lambda name: out if name in outputs else None)  # noqa: E731
     watch, log = Watch(config, run.loss, keep("monitor"), tracker), Log(keep("log"), progress, tracker)
     try:
-        state = initial_state(config, loop, run.dev, log, run.test) if state is None else state
+        state = (initial_state(config, loop, run.dev, log, run.test, keep_encoder_params=keep_encoder_params)
+                 if state is None else state)
         run_steps(config, loop, state, run.dev, log, watch, after_step=StateSaver(config, loop, out))
     finally:
         log.close()
