@@ -81,7 +81,7 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
     config, encoder = run.config, run.encoder
     loop = make_loop(config, encoder, run.loss, run.token_ids)
     leaves = jax.tree_util.tree_leaves((encoder.params, encoder.frozen))
-    counts_of = {"parameters": int(sum(np.size(x) for x in leaves)),
+    parameter_counts = {"parameters": int(sum(np.size(x) for x in leaves)),
                  "trainable_parameters": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(encoder.params)))}
     params = jax.tree_util.tree_map(jnp.copy, encoder.params) if keep_encoder_params else encoder.params
     opt_state = loop.optimizer.init(params)
@@ -111,7 +111,7 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
     train_seconds = step_seconds * step_share + (len(counts) - 1) * max(times[0] - step_seconds, 0.0)
     peak, source = _peak_memory()
     return {
-        **counts_of,
+        **parameter_counts,
         "flops_per_step": flops,
         "packed_shape": (loop.batches.rows, loop.batches.width) if loop.batches.packed else None,
         "packed_rows": list(counts) if loop.batches.packed else None,
