@@ -218,8 +218,8 @@ def eval_due(config: TrainConfig, step: int) -> bool:
 
 def evaluate(state: State, dev: Callable[[Any], float], log: Log) -> None:
     """Score the current parameters on dev; keep a copy of them on the host (NumPy) if they are
-    the best so far. A copy on the device would hold a third set of weights there, beside the
-    encoder's and the trained ones, for the rest of the run (438 MB for BERT-base in float32)."""
+    the best so far. A copy on the device would hold one more set of weights there for the rest
+    of the run (438 MB for BERT-base in float32)."""
     t0 = time.perf_counter()
     d = dev(state.params)
     state.evals.append({"step": state.step, "dev_spearman": d})

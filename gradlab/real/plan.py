@@ -82,7 +82,7 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
     loop = make_loop(config, encoder, run.loss, run.token_ids)
     leaves = jax.tree_util.tree_leaves((encoder.params, encoder.frozen))
     parameter_counts = {"parameters": int(sum(np.size(x) for x in leaves)),
-                 "trainable_parameters": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(encoder.params)))}
+                        "trainable_parameters": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(encoder.params)))}
     params = jax.tree_util.tree_map(jnp.copy, encoder.params) if keep_encoder_params else encoder.params
     opt_state = loop.optimizer.init(params)
     n = max(2, int(measure_steps))

@@ -161,7 +161,7 @@ def train(
       config: a :class:`TrainConfig`, or a :class:`gradlab.real.run.Run` already resolved
         (then ``encoder``, ``sentences`` and ``token_ids`` must not be given).
       encoder: an already loaded encoder (default: ``load_encoder(config.encoder, seed=config.seed)``);
-        its ``params`` are the starting point and are not modified.
+        its ``params`` are the starting point and are not modified (see ``keep_encoder_params``).
       sentences: training sentences (default: the corpus named in ``config``).
       out_dir: write the ``outputs`` here (None: write nothing).
       progress: called as ``progress(step, record)`` after every step and evaluation.
