@@ -130,7 +130,6 @@ def encode_torch() -> dict:
 
 def _jax_step(encoder, optimizer, steps: int, *, fixed: bool, data=None) -> dict:
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
     from gradlab.losses import get_loss
@@ -141,7 +140,9 @@ def _jax_step(encoder, optimizer, steps: int, *, fixed: bool, data=None) -> dict
     token_ids = encoder.token_ids(sentences)
     batches = Batches(encoder, token_ids, np.asarray(order), fixed=fixed, n_devices=1)
     step = make_train_step(encoder, get_loss("infonce", tau=TAU), optimizer, packed=batches.packed)
-    state = {"params": jax.tree_util.tree_map(jnp.copy, encoder.params)}
+    # the loaded weights themselves, which the step donates, as the torch rows train their model's
+    # (and gradlab train trains its encoder's)
+    state = {"params": encoder.params}
     state["opt"] = optimizer.init(state["params"])
 
     def run(i):
@@ -523,13 +524,28 @@ def main(argv: list[str] | None = None) -> None:
               f"— | {cli['rss_mb']:.0f} / — |")
     print("\nratio > 1: gradlab faster (sentences/s and steps/s: gradlab / torch; s/step: torch / gradlab)")
     if args.json:
-        _write_json(args.json, {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
+        _write_json(args.json, {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(), "cpu": cpu_model(),
                                 "load_average_end": load, "rounds": args.rounds,
                                 "versions": _versions(sys.executable) | _versions(args.torch_python, TORCH_SIDE),
                                 "rows": table, "workers": results, "cli": cli})
 
 
 TORCH_SIDE = ("torch", "transformers", "sentence_transformers")
+
+
+def cpu_model() -> dict:
+    """The processor (``/proc/cpuinfo``): its name, family and model, and whether it has AVX-512.
+    This project's machines have differed, and the ratios with them (``results/real_cpu.json``
+    against ``results/real_cpu_2026-11-26.json``)."""
+    if not os.path.isfile("/proc/cpuinfo"):
+        return {}
+    with open("/proc/cpuinfo") as f:
+        info = f.read()
+    first = dict(line.split(":", 1) for line in info.split("\n\n")[0].splitlines() if ":" in line)
+    first = {k.strip(): v.strip() for k, v in first.items()}
+    flags = set(first.get("flags", "").split())
+    return {"model_name": first.get("model name"), "family": first.get("cpu family"), "model": first.get("model"),
+            "avx512f": "avx512f" in flags, "avx512_bf16": "avx512_bf16" in flags}
 
 
 def _versions(python: str, names: tuple[str, ...] = ("jax", "jaxlib", "gradlab")) -> dict:
