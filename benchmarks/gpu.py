@@ -730,9 +730,10 @@ def _host() -> dict:
     kernel says 4.4.0, or Firecracker): two H200 machines' hosts compiled 4× apart."""
     import platform
 
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    return {"cpu": model, "cores": os.cpu_count(), "kernel": platform.release(),
+    sys.path.insert(0, str(HERE))
+    from real import cpu_model  # real.py's reading of /proc/cpuinfo
+
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "kernel": platform.release(),
             "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
 
 
