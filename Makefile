@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.gradlab-installed
 
-.PHONY: install real run test test-all lint bench gpu-carry docs clean
+.PHONY: install real run test test-all lint bench gpu-carry gpu-aot docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,15 @@ bench: $(STAMP)
 # What benchmarks/gpu.py needs on a GPU machine beside the working tree (.gpu/: tokenizer, STS-B).
 gpu-carry: real
 	$(PY) benchmarks/gpu_carry.py
+
+# The GPU step compiled on this machine, no GPU needed (benchmarks/gpu_aot.py): its kernels, memory
+# and compile time for an H100, in a venv with JAX's CUDA plugin (4.5 GB; no driver, no device)
+# outside the repository.
+AOT_VENV ?= /work/aot-venv
+gpu-aot: gpu-carry
+	test -x $(AOT_VENV)/bin/python || $(PYTHON) -m venv $(AOT_VENV)
+	$(AOT_VENV)/bin/python -m pip install --quiet -e ".[real,gpu-cuda13]"
+	PYTHONPATH=$(CURDIR):$(CURDIR)/.gpu/site JAX_PLATFORMS=cpu $(AOT_VENV)/bin/python benchmarks/gpu_aot.py
 
 clean:
 	rm -rf $(VENV) out build site *.egg-info

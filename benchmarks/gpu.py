@@ -11,7 +11,8 @@ the order of ``ROWS`` (gradlab bf16, then torch.compile with CUDA graphs: the co
 matters most comes first), inside one time budget (``--budget``): a row that would start past
 it is reported as skipped, and the JSON is written after every row. Each row has a time cap,
 multiplied by the host's factor (``host_factor``: how much slower than the reference H200's host
-this machine compiled ``gradlab_bf16``'s first step; the hosts lent with H200s have differed by 4×).
+this machine compiled ``gradlab_bf16``'s first step; ``gpu_aot.py`` compiles the same step here
+without a GPU, which tells a slow host from slow code).
 
 * ``matmul``: an 8192³ bfloat16 product in JAX, median of 10: the bf16 rate the chip reaches.
 * ``gradlab_bf16`` / ``gradlab_float32``: the step of ``gradlab train``'s loop for
@@ -290,20 +291,38 @@ def stable_inputs(view):
     return Stable(**{f.name: getattr(view, f.name) for f in dataclasses.fields(view)})
 
 
-def _gradlab(precision: str, batch: int = BATCH, unroll: bool | None = None, stable: bool = False) -> dict:
+#: Each gradlab row's step: (precision, batch, the layer loop unrolled (None: the backend's
+#: default), per-call inputs copied first (``stable_inputs``)); ``gpu_aot.py`` compiles the same.
+GRADLAB_ROWS = {
+    "gradlab_bf16": ("bf16", BATCH, None, False),
+    "gradlab_bf16_stable": ("bf16", BATCH, None, True),
+    "gradlab_float32": ("float32", BATCH, None, False),
+    "gradlab_bf16_batch512": ("bf16", 512, None, False),
+    "gradlab_bf16_rolled": ("bf16", BATCH, False, False),
+}
+
+
+def gradlab_row_loop(name: str):
+    """``gradlab_loop`` of the gradlab row ``name`` (``GRADLAB_ROWS``)."""
     import dataclasses
 
-    import jax
-
-    from gradlab.real.plan import step_flops
     from gradlab.real.recipe import simcse_unsup_encoder
 
+    precision, batch, unroll, stable = GRADLAB_ROWS[name]
     enc = simcse_unsup_encoder(bench_paths()[0], seed=0)
     if unroll is not None:
         enc = dataclasses.replace(enc, train_view=dataclasses.replace(enc.train_view, unroll=unroll))
     if stable:
         enc = dataclasses.replace(enc, train_view=stable_inputs(enc.train_view))
-    run, loop, params, opt_state = gradlab_loop(precision, batch, enc)
+    return gradlab_loop(precision, batch, enc)
+
+
+def _gradlab(name: str) -> dict:
+    import jax
+
+    from gradlab.real.plan import step_flops
+
+    run, loop, params, opt_state = gradlab_row_loop(name)
     out, (params, opt_state) = step_timings(loop, params, opt_state)
     step_peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")  # the steps' alone, as torch's
     run.dev(params)  # compiles the evaluation forward
@@ -313,7 +332,7 @@ def _gradlab(precision: str, batch: int = BATCH, unroll: bool | None = None, sta
     stats = jax.devices()[0].memory_stats() or {}
     return {**out, "flops": step_flops(run.encoder, loop.batches), "peak_bytes": step_peak,
             "peak_bytes_with_eval": stats.get("peak_bytes_in_use"),
-            "device": f"{jax.device_count()} x {jax.devices()[0].device_kind}", "sentences": 2 * batch,
+            "device": f"{jax.device_count()} x {jax.devices()[0].device_kind}", "sentences": 2 * GRADLAB_ROWS[name][1],
             "dev_eval_s": dev_eval, "rows_x_width": [loop.batches.rows, loop.batches.width]}
 
 
@@ -322,27 +341,27 @@ def _loop_steps() -> int:
 
 
 def gradlab_bf16() -> dict:
-    return _gradlab("bf16")
+    return _gradlab("gradlab_bf16")
 
 
 def gradlab_float32() -> dict:
-    return _gradlab("float32")
+    return _gradlab("gradlab_float32")
 
 
 def gradlab_bf16_rolled() -> dict:
     """The loop over the 12 layers a ``lax.scan`` (on a GPU the default unrolls it)."""
-    return _gradlab("bf16", unroll=False)
+    return _gradlab("gradlab_bf16_rolled")
 
 
 def gradlab_bf16_stable() -> dict:
     """``gradlab_bf16`` with the step's per-call inputs copied into the program's own buffers
     (``stable_inputs``): whether new input addresses make XLA re-record its CUDA graphs every step."""
-    return _gradlab("bf16", stable=True)
+    return _gradlab("gradlab_bf16_stable")
 
 
 def gradlab_bf16_batch512() -> dict:
     """Not the recipe's batch: how much of the chip a larger batch fills."""
-    return _gradlab("bf16", 512)
+    return _gradlab("gradlab_bf16_batch512")
 
 
 def engine() -> dict:
@@ -558,15 +577,17 @@ ROWS = {
     "gradlab_bf16_rolled": (gradlab_bf16_rolled, False, 120),
 }
 
-#: ``gradlab_bf16``'s first step (compiling included) on the H200 of ``results/gpu_unrolled.json``.
+#: ``gradlab_bf16``'s first step (compiling included) on the H200 of ``results/gpu_unrolled.json``;
+#: ``gpu_aot.py`` compiles that commit's step and today's in about the same time on one CPU.
 REFERENCE_FIRST_S = 38.0
 
 
 def host_factor(first_row: dict, cap: float) -> float:
     """How many times slower than the reference this machine compiles, from the first row: its
     first step over ``REFERENCE_FIRST_S`` (at least 1); a first row that ran out of time gives
-    its cap over the reference, a lower bound. The hosts of two H200 machines lent here compiled
-    the same step in 38 s and in 162 s."""
+    its cap over the reference, a lower bound. A second H200 took 162 s, over code that
+    compiles 4.3 times longer (``results/gpu_2026-11-27.json``, ``gpu_aot.py``): the factor
+    scales the caps for a slower host and for slower code alike."""
     if "first_s" in first_row:
         return max(1.0, first_row["first_s"] / REFERENCE_FIRST_S)
     return max(1.0, cap / REFERENCE_FIRST_S) if "timed out" in str(first_row.get("error", "")) else 1.0
@@ -725,9 +746,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"whole run: {time.perf_counter() - t_start:.0f} s")
 
 
-def _host() -> dict:
+def host() -> dict:
     """The host's processor, cores, load and kernel (the lent machines run under gVisor, whose
-    kernel says 4.4.0, or Firecracker): two H200 machines' hosts compiled 4× apart."""
+    kernel says 4.4.0, or Firecracker)."""
     import platform
 
     sys.path.insert(0, str(HERE))
@@ -744,7 +765,7 @@ def _write(path: str, rows: dict, tokens_per_sentence: float, peak_tflops: float
     results = _collect(rows)
     peak = peak_tflops * 1e12 if peak_tflops else _peak_of(results["device"])
     results.update({"peak_flops": peak, "tokens_per_sentence": tokens_per_sentence, "run_seconds": seconds,
-                    "host_factor": factor, "host": _host(),
+                    "host_factor": factor, "host": host(),
                     "jax": jax.__version__, "command": "python benchmarks/gpu.py " + " ".join(
                         os.path.basename(a) if os.path.isabs(a) else a for a in sys.argv[1:])})  # no machine's paths
     Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -220,6 +220,30 @@ def _layer_of(stacked: Array, i: Array) -> Array:
 
 
 @jax.custom_vjp
+def _unstack(stacked: dict[str, Array]) -> tuple[dict[str, Array], ...]:
+    """The entries of stacked parameters, layer by layer (entry i: ``{name: a[i]}``), whose backward
+    stacks the entries' gradients, one concatenation per parameter.
+
+    Autodiff of the entries taken one by one writes each entry's gradient into a zero-filled stack,
+    a chain of in-place updates that XLA's GPU compiler fuses into the optimizer's update and the
+    gradient's norm: kernels that took ptxas minutes, the SimCSE step of BERT-base 124.6 s to
+    compile for an H100 where the stacked gradients take 32.8 s (``benchmarks/gpu_aot.py``)."""
+    names = list(stacked)
+    return tuple(dict(zip(names, entry, strict=True)) for entry in zip(*(stacked[k] for k in names), strict=True))
+
+
+def _unstack_fwd(stacked):
+    return _unstack(stacked), None
+
+
+def _unstack_bwd(_, entries):
+    return (jax.tree_util.tree_map(lambda *g: jnp.stack(g), *entries),)
+
+
+_unstack.defvjp(_unstack_fwd, _unstack_bwd)
+
+
+@jax.custom_vjp
 def _with_last(stacked: Array) -> tuple[Array, Array]:
     """``(stacked, stacked[-1])``, whose backward adds the last entry's gradient into the stack's
     in place, where autodiff pads it to the stack's shape and adds the two stacks: for BERT-base's
@@ -389,31 +413,39 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
     if remat and keys is not None:
         layer = jax.checkpoint(layer, policy=jax.checkpoint_policies.save_only_these_names("dropout_keep"))
     stacked = _fuse_qkv(params["layers"])
-    last = None
-    if first is not None:  # the last layer runs apart; its weights' gradient lands in the stack's in place
-        split = {name: _with_last(a) for name, a in stacked.items()}
-        stacked, last = ({name: pair[i] for name, pair in split.items()} for i in (0, 1))
-
-    def body(carry, inputs):
-        i, k = inputs
-        # layer i's weights indexed inside the loop: scanning over a slice of the stack (the layers
-        # but the last) would copy the stack, and pad its gradient back, at every step
-        p = jax.tree_util.tree_map(lambda a: _layer_of(a, i), stacked)
-        if kept is None:
-            return layer(carry, p, k), None
-        x, acc = carry
-        x = layer(x, p, k)
-        return (x, jnp.where(i == kept, x, acc)), None
-
-    # the backward pass indexes the stack again where the forward would save each layer's weights
-    # (a copy of the stack every step, into a zero-filled buffer); the rest is saved as before
-    body = jax.checkpoint(body, prevent_cse=False, policy=_not_layer_weights)
-
     n_scanned = n_layers if first is None else n_layers - 1  # a [CLS] pooling's last layer apart
-    unroll = max(n_scanned, 1) if (jax.default_backend() == "gpu" if unroll is None else unroll) else 1
-    xs = (jnp.arange(n_scanned), None if layer_keys is None else layer_keys[:n_scanned])
-    carry, _ = jax.lax.scan(body, x if kept is None else (x, jnp.zeros_like(x)), xs, unroll=unroll)
-    x, acc = (carry, None) if kept is None else carry
+    if jax.default_backend() == "gpu" if unroll is None else unroll:
+        # one layer after another, each with its own entries of the stack, whose gradients are
+        # stacked once (_unstack); no zero-filled stack, no in-place writes for XLA to fuse
+        entries = _unstack(stacked)
+        acc = None
+        for i in range(n_scanned):
+            x = layer(x, entries[i], None if layer_keys is None else layer_keys[i])
+            acc = x if i == kept else acc
+        last = entries[-1]
+    else:
+        last = None
+        if first is not None:  # the last layer runs apart; its weights' gradient lands in the stack's in place
+            split = {name: _with_last(a) for name, a in stacked.items()}
+            stacked, last = ({name: pair[i] for name, pair in split.items()} for i in (0, 1))
+
+        def body(carry, inputs):
+            i, k = inputs
+            # layer i's weights indexed inside the loop: scanning over a slice of the stack (the
+            # layers but the last) would copy the stack, and pad its gradient back, at every step
+            p = jax.tree_util.tree_map(lambda a: _layer_of(a, i), stacked)
+            if kept is None:
+                return layer(carry, p, k), None
+            x, acc = carry
+            x = layer(x, p, k)
+            return (x, jnp.where(i == kept, x, acc)), None
+
+        # the backward pass indexes the stack again where the forward would save each layer's
+        # weights (a copy of the stack every step, into a zero-filled buffer); the rest is saved
+        body = jax.checkpoint(body, prevent_cse=False, policy=_not_layer_weights)
+        xs = (jnp.arange(n_scanned), None if layer_keys is None else layer_keys[:n_scanned])
+        carry, _ = jax.lax.scan(body, x if kept is None else (x, jnp.zeros_like(x)), xs)
+        x, acc = (carry, None) if kept is None else carry
     if first is not None:
         x, acc = first_layer(x, last, None if layer_keys is None else layer_keys[-1]), acc if acc is None else pick(acc)
     if acc is not None:

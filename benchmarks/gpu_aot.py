@@ -1,0 +1,250 @@
+"""The SimCSE step compiled for an H100 or H200 on a machine without one: its kernels, its memory
+and its compilation time, from XLA's deviceless compilation.
+
+    make gpu-aot       # the venv (JAX's CUDA plugin, no GPU needed), .gpu/ (tokenizer, STS-B), every row
+    PYTHONPATH=$PWD:$PWD/.gpu/site JAX_PLATFORMS=cpu /work/aot-venv/bin/python benchmarks/gpu_aot.py \\
+        --json benchmarks/results/gpu_aot.json
+    ... benchmarks/gpu_aot.py --rows gradlab_bf16 --hlo /tmp/step.hlo   # one row, its optimized HLO kept
+
+JAX's CUDA plugin compiles for a GPU it describes (``get_topology_desc`` with a target
+configuration: the device's compute capability, SMs, shared memory, bandwidth) without one
+attached. Each row is one of ``gpu.py``'s gradlab rows (``gpu.GRADLAB_ROWS``), built as that row
+builds it, on the same kind of checkpoint and corpus (made here, in a temporary folder), and
+compiled as the GPU machine would compile it, except for autotuning, which needs the device
+(XLA then takes its default choice of each product's kernel). Per row:
+
+* ``compile_s``: lowering and XLA's compilation of the step on this host;
+* ``kernels``: the kernels one step launches, counted in the optimized HLO (each fusion and
+  library call of the entry computation, a loop's body times its trip count), by kind:
+  ``gemm`` (matrix products), ``triton`` (Triton's block-level fusions: the row-wise
+  LayerNorms and softmaxes), ``reduction`` (XLA's input fusions: reductions and what fuses
+  into them), ``elementwise`` (loop fusions), ``other`` (copies, library calls, ...);
+* ``memory``: XLA's buffer assignment (``memory_analysis``): arguments, outputs, the outputs
+  that alias donated arguments, temporaries; ``step_peak_bytes`` is what the step holds at
+  most, arguments + outputs not aliased + temporaries (what JAX's allocator's
+  ``peak_bytes_in_use`` counts for a step whose inputs are its state, less the batch and the
+  allocator's rounding).
+
+The library picks some kernels by the backend it runs on (``jax.default_backend()``: the
+layer loop unrolled on GPUs, the column sums as products on CPUs, the packed rows' width);
+this process runs on a CPU and compiles for a GPU, so it answers "gpu" to the library while
+the rows are built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import gpu  # noqa: E402 - the checkpoint, corpus and rows of the GPU benchmark
+
+#: XLA's description of each target (``stream_executor::GpuTargetConfigProto``, text format):
+#: what its GPU compiler reads from an attached device. The datasheets' numbers; the H200's
+#: memory and bandwidth differ from the H100's, its SMs and caches do not.
+_DEVICE_INFO = """gpu_device_info {{
+  threads_per_block_limit: 1024
+  threads_per_warp: 32
+  shared_memory_per_block: 49152
+  shared_memory_per_core: 233472
+  threads_per_core_limit: 2048
+  core_count: 132
+  fpus_per_core: 128
+  block_dim_limit_x: 2147483647
+  block_dim_limit_y: 65535
+  block_dim_limit_z: 65535
+  memory_bandwidth: {bandwidth}
+  l2_cache_size: 52428800
+  clock_rate_ghz: 1.98
+  device_memory_size: {memory}
+  shared_memory_per_block_optin: 232448
+  cuda_compute_capability {{ major: 9 }}
+  registers_per_core_limit: 65536
+  registers_per_block_limit: 65536
+}}
+runtime_version {{ major: 13 }}
+platform_name: "CUDA"
+dnn_version_info {{ major: 9 minor: 10 }}
+device_description_str: "{name}"
+"""
+TARGETS = {
+    "h100": _DEVICE_INFO.format(name="NVIDIA H100 80GB HBM3", bandwidth=3352320000000, memory=84929347584),
+    "h200": _DEVICE_INFO.format(name="NVIDIA H200", bandwidth=4800000000000, memory=150754820096),
+}
+
+#: The kinds of kernel counted (``_kind``).
+KINDS = ("gemm", "triton", "reduction", "elementwise", "other")
+#: HLO operations that launch nothing on the device.
+_NO_KERNEL = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "after-all", "partition-id",
+              "replica-id", "opt-barrier"}
+
+
+def cuda_device(target: str):
+    """A device of ``target`` (``TARGETS``) to compile for, none attached."""
+    from jax.experimental.topologies import get_topology_desc
+
+    return get_topology_desc("gradlab-aot", "cuda", target_config=TARGETS[target], topology="1x1x1").devices[0]
+
+
+def _computations(hlo: str) -> tuple[dict[str, list[str]], str]:
+    """The optimized HLO's computations (name -> instruction lines) and the entry's name."""
+    comps: dict[str, list[str]] = {}
+    entry, current = "", None
+    for line in hlo.splitlines():
+        head = re.match(r"^(ENTRY )?%(\S+) \(.*\{$", line)
+        if head:
+            current = head.group(2)
+            comps[current] = []
+            entry = current if head.group(1) else entry
+        elif line.startswith("}"):
+            current = None
+        elif current is not None and re.match(r"^\s+(ROOT )?%\S+ = ", line):
+            comps[current].append(line)
+    return comps, entry
+
+
+def _kind(line: str) -> str | None:
+    """The kind of kernel an entry instruction launches (None: none)."""
+    op = re.match(r"^\s+(?:ROOT )?%\S+ = .*? ([a-z][a-z0-9-]*)\(", line)
+    if op is None or op.group(1) in _NO_KERNEL:
+        return None
+    op = op.group(1)
+    if op == "fusion":
+        backend = re.search(r'"fusion_backend_config":\{"kind":"(\w+)"', line)
+        backend = backend.group(1) if backend else ""
+        if "gemm" in backend or "cublas" in backend:
+            return "gemm"
+        if backend.startswith("__triton"):  # Triton's block-level fusions: row-wise normalizations, softmax
+            return "triton"
+        kind = re.search(r"kind=(\w+)", line).group(1)
+        return {"kInput": "reduction", "kLoop": "elementwise"}.get(kind, "other")
+    if op == "custom-call":
+        target = re.search(r'custom_call_target="([^"]+)"', line).group(1).lower()
+        return "gemm" if "gemm" in target or "cublas" in target else "other"
+    return "other"
+
+
+def kernel_counts(hlo: str) -> dict[str, int]:
+    """Kernels a call of the optimized ``hlo`` launches, by kind (``_kind``), and their total; a
+    loop's body counts its trip count times (once where XLA does not know it)."""
+    comps, entry = _computations(hlo)
+    counts: collections.Counter = collections.Counter()
+
+    def walk(name: str, times: int) -> None:
+        for line in comps[name]:
+            if re.search(r" while\(", line):
+                body = re.search(r"body=%([^,\s]+)", line).group(1)
+                trip = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
+                walk(body, times * (int(trip.group(1)) if trip else 1))
+            elif (kind := _kind(line)) is not None:
+                counts[kind] += times
+
+    walk(entry, 1)
+    return {**{k: counts[k] for k in KINDS}, "total": sum(counts.values())}
+
+
+def compile_row(name: str, device, hlo_path: str | None = None) -> dict:
+    """``gpu.py``'s gradlab row ``name`` compiled for ``device``: kernels, memory, seconds."""
+    import jax
+
+    run, loop, params, opt_state = gpu.gradlab_row_loop(name)
+    jax.config.update("jax_enable_compilation_cache", False)  # compiled here for a device not here: nothing to keep
+    on_device = jax.sharding.SingleDeviceSharding(device)
+    args = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=on_device),
+                                  (params, opt_state, loop.frozen, loop.batch(1), loop.key(1)))
+    t0 = time.perf_counter()
+    compiled = loop.step_fn.lower(*args).compile()
+    seconds = time.perf_counter() - t0
+    hlo = compiled.as_text()
+    if hlo_path:
+        Path(hlo_path).write_text(hlo)
+    mem = compiled.memory_analysis()
+    memory = {k: int(getattr(mem, f"{k}_size_in_bytes")) for k in ("argument", "output", "alias", "temp")}
+    return {"compile_s": seconds, "kernels": kernel_counts(hlo), "memory": memory,
+            "step_peak_bytes": memory["argument"] + memory["output"] - memory["alias"] + memory["temp"],
+            "rows_x_width": [loop.batches.rows, loop.batches.width]}
+
+
+def library_commit() -> str | None:
+    """The commit of the checkout whose ``gradlab`` this process imports (``+`` if changed), or None."""
+    import subprocess
+
+    import gradlab
+
+    folder = Path(gradlab.__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=folder, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=folder, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+" if dirty else "")
+
+
+def _table(rows: dict) -> list[str]:
+    out = ["| row | compile s | kernels (gemm / triton / reduction / elementwise / other) | step peak GB | temporaries GB |",
+           "|---|---|---|---|---|"]
+    for name, r in rows.items():
+        if "error" in r:
+            out.append(f"| {name} | {r['error']} | | | |")
+            continue
+        k = r["kernels"]
+        out.append(f"| {name} | {r['compile_s']:.1f} | {k['total']} ({' / '.join(str(k[x]) for x in KINDS)}) | "
+                   f"{r['step_peak_bytes'] / 1e9:.3f} | "
+                   f"{r['memory']['temp'] / 1e9:.3f} |")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tokenizer", default=str(gpu.ROOT / ".gpu" / "tokenizer.json"),
+                    help="a WordPiece tokenizer.json (default: .gpu/'s, from make gpu-carry)")
+    ap.add_argument("--target", choices=sorted(TARGETS), default="h100", help="the GPU to compile for")
+    ap.add_argument("--rows", nargs="+", choices=list(gpu.GRADLAB_ROWS), default=list(gpu.GRADLAB_ROWS))
+    ap.add_argument("--layers", type=int, help="a checkpoint of this many layers instead of 12 (a quick trial)")
+    ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--hlo", help="write the (last) row's optimized HLO here")
+    args = ap.parse_args(argv)
+
+    import jax
+
+    if jax.default_backend() != "cpu":
+        raise SystemExit("gpu_aot.py: run it where JAX's default backend is the CPU (JAX_PLATFORMS=cpu)")
+    device = cuda_device(args.target)
+    jax.default_backend = lambda: "gpu"  # the library's choices for the backend compiled for (module docstring)
+    rows: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="gradlab-aot-") as folder:
+        os.environ[gpu.ENV_DIR] = folder
+        os.environ.setdefault("GRADLAB_CACHE_DIR", os.path.join(folder, "jax-cache"))
+        gpu.setup(folder, args.tokenizer, args.layers)
+        for name in args.rows:
+            try:
+                rows[name] = compile_row(name, device, args.hlo)
+            except Exception as exc:  # a row that XLA cannot compile is reported, the others go on
+                rows[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+            print(f"{name}: {json.dumps(rows[name])}", flush=True)
+    print("\n".join(_table(rows)))
+    if args.json:
+        out = {"target": device.device_kind, "jax": jax.__version__, "host": gpu.host(), "layers": args.layers or 12,
+               "gradlab_commit": library_commit(),
+               "command": "python benchmarks/gpu_aot.py " + " ".join(  # no machine's paths
+                   os.path.basename(a) if os.path.isabs(a) else a for a in (argv or sys.argv[1:])),
+               "rows": rows}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(args.json).with_suffix(".tmp")
+        tmp.write_text(json.dumps(out, indent=1))
+        tmp.replace(args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""``benchmarks/gpu_aot.py``'s count of the kernels an optimized HLO module launches, on a module
+written by hand and counted by hand (the benchmark itself needs JAX's CUDA plugin)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import gpu_aot  # noqa: E402
+
+HLO = """HloModule jit_step, is_scheduled=true
+
+%body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %p = (s32[], f32[8]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %x = f32[8]{0} get-tuple-element(%p), index=1
+  %r = f32[8]{0} fusion(%x), kind=kInput, calls=%fused_reduce, backend_config={"operation_queue_id":"0"}
+  %g = f32[8]{0} custom-call(%r), custom_call_target="__cublas$gemm"
+  ROOT %t = (s32[], f32[8]{0}) tuple(%i, %g)
+}
+
+%cond (p: (s32[], f32[8])) -> pred[] {
+  %p = (s32[], f32[8]{0}) parameter(0)
+  ROOT %c = pred[] constant(true)
+}
+
+ENTRY %main.1 (a: f32[8,8], b: f32[8,8]) -> f32[8] {
+  %a = f32[8,8]{1,0} parameter(0)
+  %b = f32[8,8]{1,0} parameter(1)
+  %mm = f32[8,8]{1,0} fusion(%a, %b), kind=kCustom, calls=%gemm_fusion_dot, backend_config={"operation_queue_id":"0","fusion_backend_config":{"kind":"__triton_nested_gemm_fusion"}}
+  %ln = f32[8,8]{1,0} fusion(%mm, %gemm_fusion_dot.2), kind=kCustom, calls=%fused_computation, backend_config={"operation_queue_id":"0","fusion_backend_config":{"kind":"__triton"}}
+  %e = f32[8]{0} fusion(%ln), kind=kLoop, calls=%fused_add, backend_config={"operation_queue_id":"0"}
+  %c = f32[8]{0} copy(%e)
+  %bc = f32[8]{0} bitcast(%c)
+  %init = (s32[], f32[8]{0}) tuple(%k, %bc)
+  %w = (s32[], f32[8]{0}) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"3"}}
+  ROOT %out = f32[8]{0} get-tuple-element(%w), index=1
+}
+"""
+
+
+def test_kernels_of_a_hand_written_module_by_kind():
+    # entry: one product, one Triton row fusion (its operand named like a product is not one), one
+    # elementwise fusion, one copy; the loop's body, 3 times: one reduction, one library product
+    assert gpu_aot.kernel_counts(HLO) == {"gemm": 1 + 3, "triton": 1, "reduction": 3, "elementwise": 1, "other": 1,
+                                          "total": 10}
+
+
+def test_a_loop_of_unknown_trip_count_counts_once():
+    hlo = HLO.replace(', backend_config={"known_trip_count":{"n":"3"}}', "")
+    assert gpu_aot.kernel_counts(hlo)["total"] == 6
