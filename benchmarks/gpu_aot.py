@@ -113,7 +113,7 @@ def _computations(hlo: str) -> tuple[dict[str, list[str]], str]:
 
 
 def _kind(line: str) -> str | None:
-    """The kind of kernel an entry instruction launches (None: none)."""
+    """The kind of kernel an instruction of the optimized HLO launches (None: none)."""
     op = re.match(r"^\s+(?:ROOT )?%\S+ = .*? ([a-z][a-z0-9-]*)\(", line)
     if op is None or op.group(1) in _NO_KERNEL:
         return None
@@ -156,7 +156,7 @@ def compile_row(name: str, device, hlo_path: str | None = None) -> dict:
     """``gpu.py``'s gradlab row ``name`` compiled for ``device``: kernels, memory, seconds."""
     import jax
 
-    run, loop, params, opt_state = gpu.gradlab_row_loop(name)
+    _, loop, params, opt_state = gpu.gradlab_row_loop(name)
     jax.config.update("jax_enable_compilation_cache", False)  # compiled here for a device not here: nothing to keep
     on_device = jax.sharding.SingleDeviceSharding(device)
     args = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=on_device),
