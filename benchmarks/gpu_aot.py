@@ -18,7 +18,8 @@ compiled as the GPU machine would compile it, except for autotuning, which needs
   library call of the entry computation, a loop's body times its trip count), by kind:
   ``gemm`` (matrix products), ``triton`` (Triton's block-level fusions: the row-wise
   LayerNorms and softmaxes), ``reduction`` (XLA's input fusions: reductions and what fuses
-  into them), ``elementwise`` (loop fusions), ``other`` (copies, library calls, ...);
+  into them), ``elementwise`` (loop fusions), ``other`` (copies, library calls, ...); and
+  ``bytes``, their operands' and outputs' bytes summed (the traffic with no cache);
 * ``memory``: XLA's buffer assignment (``memory_analysis``): arguments, outputs, the outputs
   that alias donated arguments, temporaries; ``step_peak_bytes`` is what the step holds at
   most, arguments + outputs not aliased + temporaries (what JAX's allocator's
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import re
 import sys
@@ -83,6 +85,9 @@ TARGETS = {
 
 #: The kinds of kernel counted (``_kind``).
 KINDS = ("gemm", "triton", "reduction", "elementwise", "other")
+#: Bytes per element of the HLO types counted.
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
+          "f64": 8, "s64": 8, "u64": 8}
 #: HLO operations that launch nothing on the device.
 _NO_KERNEL = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "after-all", "partition-id",
               "replica-id", "opt-barrier"}
@@ -133,23 +138,36 @@ def _kind(line: str) -> str | None:
     return "other"
 
 
+def _nbytes(shape: str) -> int:
+    """The bytes of an HLO shape (a tuple's: its elements')."""
+    return sum(_BYTES[dtype] * math.prod(int(d) for d in dims.split(",") if d)
+               for dtype, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", shape) if dtype in _BYTES)
+
+
 def kernel_counts(hlo: str) -> dict[str, int]:
-    """Kernels a call of the optimized ``hlo`` launches, by kind (``_kind``), and their total; a
-    loop's body counts its trip count times (once where XLA does not know it)."""
+    """Kernels a call of the optimized ``hlo`` launches, by kind (``_kind``), their total, and
+    ``bytes``: the bytes of their operands and outputs, summed (what they would move through the
+    GPU's memory with no cache between them). A loop's body counts its trip count times (once
+    where XLA does not know it)."""
     comps, entry = _computations(hlo)
     counts: collections.Counter = collections.Counter()
 
     def walk(name: str, times: int) -> None:
+        shapes: dict[str, str] = {}
         for line in comps[name]:
+            inst = re.match(r"^\s+(?:ROOT )?%(\S+) = (.*?) [a-z][a-z0-9-]*\((.*?)\)(?:,|$)", line)
+            shapes[inst.group(1)] = inst.group(2)
             if re.search(r" while\(", line):
                 body = re.search(r"body=%([^,\s]+)", line).group(1)
                 trip = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
                 walk(body, times * (int(trip.group(1)) if trip else 1))
             elif (kind := _kind(line)) is not None:
                 counts[kind] += times
+                operands = re.findall(r"%([\w.\-]+)", inst.group(3))
+                counts["bytes"] += times * (_nbytes(inst.group(2)) + sum(_nbytes(shapes.get(o, "")) for o in operands))
 
     walk(entry, 1)
-    return {**{k: counts[k] for k in KINDS}, "total": sum(counts.values())}
+    return {**{k: counts[k] for k in KINDS}, "total": sum(counts[k] for k in KINDS), "bytes": counts["bytes"]}
 
 
 def compile_row(name: str, device, hlo_path: str | None = None) -> dict:
@@ -192,15 +210,15 @@ def library_commit() -> str | None:
 
 
 def _table(rows: dict) -> list[str]:
-    out = ["| row | compile s | kernels (gemm / triton / reduction / elementwise / other) | step peak GB | temporaries GB |",
-           "|---|---|---|---|---|"]
+    out = ["| row | compile s | kernels (gemm / triton / reduction / elementwise / other) | GB moved | step peak GB "
+           "| temporaries GB |", "|---|---|---|---|---|---|"]
     for name, r in rows.items():
         if "error" in r:
-            out.append(f"| {name} | {r['error']} | | | |")
+            out.append(f"| {name} | {r['error']} | | | | |")
             continue
         k = r["kernels"]
         out.append(f"| {name} | {r['compile_s']:.1f} | {k['total']} ({' / '.join(str(k[x]) for x in KINDS)}) | "
-                   f"{r['step_peak_bytes'] / 1e9:.3f} | "
+                   f"{k['bytes'] / 1e9:.2f} | {r['step_peak_bytes'] / 1e9:.3f} | "
                    f"{r['memory']['temp'] / 1e9:.3f} |")
     return out
 

@@ -29,11 +29,12 @@ HLO = """HloModule jit_step, is_scheduled=true
 ENTRY %main.1 (a: f32[8,8], b: f32[8,8]) -> f32[8] {
   %a = f32[8,8]{1,0} parameter(0)
   %b = f32[8,8]{1,0} parameter(1)
-  %mm = f32[8,8]{1,0} fusion(%a, %b), kind=kCustom, calls=%gemm_fusion_dot, backend_config={"operation_queue_id":"0","fusion_backend_config":{"kind":"__triton_nested_gemm_fusion"}}
-  %ln = f32[8,8]{1,0} fusion(%mm, %gemm_fusion_dot.2), kind=kCustom, calls=%fused_computation, backend_config={"operation_queue_id":"0","fusion_backend_config":{"kind":"__triton"}}
+  %gemm_fusion_dot.2 = f32[8,8]{1,0} fusion(%a, %b), kind=kCustom, calls=%gemm_fusion_dot, backend_config={"operation_queue_id":"0","fusion_backend_config":{"kind":"__triton_nested_gemm_fusion"}}
+  %ln = f32[8,8]{1,0} fusion(%gemm_fusion_dot.2), kind=kCustom, calls=%fused_computation, backend_config={"operation_queue_id":"0","fusion_backend_config":{"kind":"__triton"}}
   %e = f32[8]{0} fusion(%ln), kind=kLoop, calls=%fused_add, backend_config={"operation_queue_id":"0"}
   %c = f32[8]{0} copy(%e)
   %bc = f32[8]{0} bitcast(%c)
+  %k = s32[] constant(0)
   %init = (s32[], f32[8]{0}) tuple(%k, %bc)
   %w = (s32[], f32[8]{0}) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"3"}}
   ROOT %out = f32[8]{0} get-tuple-element(%w), index=1
@@ -42,12 +43,15 @@ ENTRY %main.1 (a: f32[8,8], b: f32[8,8]) -> f32[8] {
 
 
 def test_kernels_of_a_hand_written_module_by_kind():
-    # entry: one product, one Triton row fusion (its operand named like a product is not one), one
-    # elementwise fusion, one copy; the loop's body, 3 times: one reduction, one library product
+    # entry: one product, one Triton row fusion (its operand is named like a product, it is not
+    # one), one elementwise fusion, one copy; the loop's body, 3 times: one reduction, one library
+    # product. Bytes in and out: the product 256 + 256 + 256, the row fusion 256 + 256, the
+    # elementwise one 256 + 32, the copy 32 + 32; the body's two kernels 32 + 32 each, 3 times
     assert gpu_aot.kernel_counts(HLO) == {"gemm": 1 + 3, "triton": 1, "reduction": 3, "elementwise": 1, "other": 1,
-                                          "total": 10}
+                                          "total": 10, "bytes": 768 + 512 + 288 + 64 + 3 * 128}
 
 
 def test_a_loop_of_unknown_trip_count_counts_once():
     hlo = HLO.replace(', backend_config={"known_trip_count":{"n":"3"}}', "")
-    assert gpu_aot.kernel_counts(hlo)["total"] == 6
+    counts = gpu_aot.kernel_counts(hlo)
+    assert counts["total"] == 6 and counts["bytes"] == 768 + 512 + 288 + 64 + 128
