@@ -586,7 +586,7 @@ def host_factor(first_row: dict, cap: float) -> float:
     """How many times slower than the reference this machine compiles, from the first row: its
     first step over ``REFERENCE_FIRST_S`` (at least 1); a first row that ran out of time gives
     its cap over the reference, a lower bound. A second H200 took 162 s, over code that
-    compiled 4.3 times longer there and 4.0 times longer on one CPU (``results/gpu_2026-11-27.json``,
+    compiled 4.3 times longer there and 4.1 times longer on one CPU (``results/gpu_2026-11-27.json``,
     ``gpu_aot.py``): the factor scales the caps for a slower host and for slower code alike."""
     if "first_s" in first_row:
         return max(1.0, first_row["first_s"] / REFERENCE_FIRST_S)

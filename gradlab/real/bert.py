@@ -226,8 +226,8 @@ def _unstack(stacked: dict[str, Array]) -> tuple[dict[str, Array], ...]:
 
     Autodiff of the entries taken one by one writes each entry's gradient into a zero-filled stack,
     a chain of in-place updates that XLA's GPU compiler fuses into the optimizer's update and the
-    gradient's norm: kernels that took ptxas minutes, the SimCSE step of BERT-base 124.6 s to
-    compile for an H100 where the stacked gradients take 32.8 s (``benchmarks/gpu_aot.py``)."""
+    gradient's norm: kernels that took ptxas minutes, the SimCSE step of BERT-base 116.8 s to
+    compile for an H100 where the stacked gradients take 31.2 s (``benchmarks/gpu_aot.py``)."""
     names = list(stacked)
     return tuple(dict(zip(names, entry, strict=True)) for entry in zip(*(stacked[k] for k in names), strict=True))
 
