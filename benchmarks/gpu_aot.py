@@ -20,6 +20,9 @@ compiled as the GPU machine would compile it, except for autotuning, which needs
   LayerNorms and softmaxes), ``reduction`` (XLA's input fusions: reductions and what fuses
   into them), ``elementwise`` (loop fusions), ``other`` (copies, library calls, ...); and
   ``bytes``, their operands' and outputs' bytes summed (the traffic with no cache);
+* ``kernels.flops``: the FLOPs of the step's compiled matrix products, beside ``flops_formula``,
+  those of ``gradlab.real.flops.transformer_step_flops`` by which ``gpu.py`` rates a step
+  (forward + backward = 3 x forward, by convention);
 * ``memory``: XLA's buffer assignment (``memory_analysis``): arguments, outputs, the outputs
   that alias donated arguments, temporaries; ``step_peak_bytes`` is what the step holds at
   most, arguments + outputs not aliased + temporaries (what JAX's allocator's
@@ -144,11 +147,38 @@ def _nbytes(shape: str) -> int:
                for dtype, dims in re.findall(r"\b([a-z]+\d*)\[([\d,]*)\]", shape) if dtype in _BYTES)
 
 
+def _dims(shape: str) -> list[int]:
+    """The dimensions of an HLO array shape (a tuple's first element)."""
+    found = re.search(r"\[([\d,]*)\]", shape)
+    return [int(d) for d in found.group(1).split(",") if d] if found else []
+
+
+def _dot_flops(out_shape: str, lhs_shape: str, contracting: str) -> int:
+    """2 x (output elements) x (contracted elements) of one matrix product."""
+    lhs = _dims(lhs_shape)
+    return 2 * math.prod(_dims(out_shape)) * math.prod(lhs[int(d)] for d in re.findall(r"\d+", contracting))
+
+
+def _fusion_flops(comps: dict[str, list[str]], name: str) -> int:
+    """The FLOPs of the ``dot``s of computation ``name`` and of the computations it calls."""
+    shapes, flops = {}, 0
+    for line in comps.get(name, []):
+        inst = re.match(r"^\s+(?:ROOT )?%(\S+) = (.*?) ([a-z][a-z0-9-]*)\((.*?)\)(?:,|$)", line)
+        shapes[inst.group(1)] = inst.group(2)
+        if inst.group(3) == "dot":
+            lhs = re.findall(r"%([\w.\-]+)", inst.group(4))[0]
+            flops += _dot_flops(inst.group(2), shapes[lhs], re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line).group(1))
+        flops += sum(_fusion_flops(comps, c) for c in re.findall(r"calls=%([\w.\-]+)", line))
+    return flops
+
+
 def kernel_counts(hlo: str) -> dict[str, int]:
-    """Kernels a call of the optimized ``hlo`` launches, by kind (``_kind``), their total, and
+    """Kernels a call of the optimized ``hlo`` launches, by kind (``_kind``), their total,
     ``bytes``: the bytes of their operands and outputs, summed (what they would move through the
-    GPU's memory with no cache between them). A loop's body counts its trip count times (once
-    where XLA does not know it)."""
+    GPU's memory with no cache between them), and ``flops``: the matrix products' FLOPs (2 x
+    output x contracted elements of each ``dot`` in a product's fusion, or of a library product
+    by its ``dot_dimension_numbers``). A loop's body counts its trip count times (once where XLA
+    does not know it)."""
     comps, entry = _computations(hlo)
     counts: collections.Counter = collections.Counter()
 
@@ -165,16 +195,27 @@ def kernel_counts(hlo: str) -> dict[str, int]:
                 counts[kind] += times
                 operands = re.findall(r"%([\w.\-]+)", inst.group(3))
                 counts["bytes"] += times * (_nbytes(inst.group(2)) + sum(_nbytes(shapes.get(o, "")) for o in operands))
+                if kind == "gemm" and " custom-call(" in line:
+                    contracting = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', line)
+                    counts["flops"] += times * _dot_flops(inst.group(2), shapes.get(operands[0], ""),
+                                                          contracting.group(1) if contracting else "")
+                elif kind == "gemm":
+                    counts["flops"] += times * sum(_fusion_flops(comps, c) for c in re.findall(r"calls=%([\w.\-]+)", line))
 
     walk(entry, 1)
-    return {**{k: counts[k] for k in KINDS}, "total": sum(counts[k] for k in KINDS), "bytes": counts["bytes"]}
+    return {**{k: counts[k] for k in KINDS}, "total": sum(counts[k] for k in KINDS), "bytes": counts["bytes"],
+            "flops": counts["flops"]}
 
 
 def compile_row(name: str, device, hlo_path: str | None = None) -> dict:
-    """``gpu.py``'s gradlab row ``name`` compiled for ``device``: kernels, memory, seconds."""
+    """``gpu.py``'s gradlab row ``name`` compiled for ``device``: kernels, memory, seconds, and
+    ``flops_formula``, the step's FLOPs by the formula that ``gpu.py``'s TFLOP/s divide
+    (``gradlab.real.plan.step_flops``), beside those its compiled products execute."""
     import jax
 
-    _, loop, params, opt_state = gpu.gradlab_row_loop(name)
+    from gradlab.real.plan import step_flops
+
+    run, loop, params, opt_state = gpu.gradlab_row_loop(name)
     jax.config.update("jax_enable_compilation_cache", False)  # compiled here for a device not here: nothing to keep
     on_device = jax.sharding.SingleDeviceSharding(device)
     args = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=on_device),
@@ -189,7 +230,7 @@ def compile_row(name: str, device, hlo_path: str | None = None) -> dict:
     memory = {k: int(getattr(mem, f"{k}_size_in_bytes")) for k in ("argument", "output", "alias", "temp")}
     return {"compile_s": seconds, "kernels": kernel_counts(hlo), "memory": memory,
             "step_peak_bytes": memory["argument"] + memory["output"] - memory["alias"] + memory["temp"],
-            "rows_x_width": [loop.batches.rows, loop.batches.width]}
+            "rows_x_width": [loop.batches.rows, loop.batches.width], "flops_formula": step_flops(run.encoder, loop.batches)}
 
 
 def library_commit() -> str | None:
@@ -211,15 +252,15 @@ def library_commit() -> str | None:
 
 def _table(rows: dict) -> list[str]:
     out = ["| row | compile s | kernels (gemm / triton / reduction / elementwise / other) | GB moved | step peak GB "
-           "| temporaries GB |", "|---|---|---|---|---|---|"]
+           "| temporaries GB | TFLOP compiled / formula |", "|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         if "error" in r:
-            out.append(f"| {name} | {r['error']} | | | | |")
+            out.append(f"| {name} | {r['error']} | | | | | |")
             continue
         k = r["kernels"]
         out.append(f"| {name} | {r['compile_s']:.1f} | {k['total']} ({' / '.join(str(k[x]) for x in KINDS)}) | "
                    f"{k['bytes'] / 1e9:.2f} | {r['step_peak_bytes'] / 1e9:.3f} | "
-                   f"{r['memory']['temp'] / 1e9:.3f} |")
+                   f"{r['memory']['temp'] / 1e9:.3f} | {k['flops'] / 1e12:.4f} / {r['flops_formula'] / 1e12:.4f} |")
     return out
 
 
