@@ -544,17 +544,20 @@ def _plain_dense(x, w, b):
     return x @ w + b
 
 
-def _plain_act_dense(act, h, w, b):
+def _plain_act_dense(act, keep, h, w, b):
     return bert._activation(act)(h) @ w + b
 
 
 @pytest.mark.parametrize("name, textbook", [("_layer_norm", _textbook_layer_norm), ("_dense", _plain_dense),
-                                            ("_act_dense", _plain_act_dense)])
+                                            ("_act_dense", _plain_act_dense), ("_act_dense kept", _plain_act_dense)])
 def test_hand_written_backwards_are_autodiffs_of_the_textbook_formulas(monkeypatch, name, textbook):
     """The forward's hand-written backward passes (LayerNorm's; the dense layers' on a CPU, whose
     bias gradient is a matrix-vector product; the feed-forward's activation and second product,
-    which recompute the activation) against ``jax.grad`` of the plain formulas, through a whole
-    training forward (both views, dropout on), in float64."""
+    which recompute the activation, or keep it as off a CPU) against ``jax.grad`` of the plain
+    formulas, through a whole training forward (both views, dropout on), in float64."""
+    if name.endswith(" kept"):
+        name = name.removesuffix(" kept")
+        monkeypatch.setattr(bert, "_feed_keeps_activation", lambda: True)
     cfg, params, rng = _toy_model(layers=2, seed=3, mean=0.2)
     toks = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 11, 2]]
     packed, _ = packing.pack(toks, np.asarray([[0, 0, 0], [1, 0, 4], [2, 1, 0]]), width=8, rows=2, slots=3)
@@ -574,19 +577,21 @@ def test_hand_written_backwards_are_autodiffs_of_the_textbook_formulas(monkeypat
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("keep", [False, True])
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu"])
-def test_the_feed_forward_keeps_only_its_hidden_layer_for_the_backward_pass(act):
+def test_the_feed_forward_keeps_only_its_hidden_layer_for_the_backward_pass(act, keep):
     """``activation(h) @ w + b`` keeps ``h`` alone of ``h``'s size for the backward pass (the
-    linearization's residuals), where autodiff of the plain formula keeps three to six arrays of that
-    size (four for the exact GELU); values and gradients are autodiff's."""
+    linearization's residuals), and the activation beside it with ``keep`` (off a CPU), where
+    autodiff of the plain formula keeps three to six arrays of that size (four for the exact GELU);
+    values and gradients are autodiff's."""
     rng = np.random.default_rng(7)
     h, w, b, g = (jnp.asarray(rng.normal(size=s)) for s in ((6, 32), (32, 8), (8,), (6, 8)))
 
     def ours(h, w, b):
-        return jnp.sum(bert._act_dense(act, h, w, b) * g)
+        return jnp.sum(bert._act_dense(act, keep, h, w, b) * g)
 
     def plain(h, w, b):
-        return jnp.sum(_plain_act_dense(act, h, w, b) * g)
+        return jnp.sum(_plain_act_dense(act, keep, h, w, b) * g)
 
     value, grads = jax.value_and_grad(ours, argnums=(0, 1, 2))(h, w, b)
     value_ref, grads_ref = jax.value_and_grad(plain, argnums=(0, 1, 2))(h, w, b)
@@ -598,18 +603,19 @@ def test_the_feed_forward_keeps_only_its_hidden_layer_for_the_backward_pass(act)
         _, lin = jax.linearize(f, h, w, b)
         return sum(np.shape(c) == h.shape for c in jax.make_jaxpr(lin)(h, w, b).consts)
 
-    assert kept(ours) == 1
+    assert kept(ours) == 1 + keep
     assert kept(plain) >= 3  # the witness: the measure tells the two apart
 
 
+@pytest.mark.parametrize("keep", [False, True])
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu"])
-def test_the_feed_forward_recomputes_its_activation_from_h_behind_a_barrier(act):
+def test_the_feed_forward_recomputes_its_activation_from_h_behind_a_barrier(act, keep):
     """The backward pass recomputes the activation from ``h`` taken through an optimization barrier
     (as ``jax.checkpoint`` takes its recomputed inputs): in one program XLA cannot then merge the
     recomputation with the forward pass's activation and keep that pass's values alive instead,
     which it did for a GPU (three arrays of ``h``'s size per layer where one is needed)."""
     h, w, b = jnp.ones((6, 32)), jnp.ones((32, 8)), jnp.ones(8)
-    jaxpr = jax.make_jaxpr(jax.grad(lambda h, w, b: jnp.sum(bert._act_dense(act, h, w, b)),
+    jaxpr = jax.make_jaxpr(jax.grad(lambda h, w, b: jnp.sum(bert._act_dense(act, keep, h, w, b)),
                                     argnums=(0, 1, 2)))(h, w, b).jaxpr
     barriers = [e for e in jaxpr.eqns if e.primitive is jax.lax.optimization_barrier_p]
     assert len(barriers) == 1 and barriers[0].invars == [jaxpr.invars[0]]  # h itself, nothing else

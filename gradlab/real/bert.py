@@ -280,16 +280,18 @@ def _activation(name: str):
     return jax.nn.relu
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _act_dense(act: str, h: Array, w: Array, b: Array) -> Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _act_dense(act: str, keep: bool, h: Array, w: Array, b: Array) -> Array:
     """``activation(h) @ w + b`` (the feed-forward's second half; ``act`` a ``hidden_act``), keeping
-    only ``h`` for the backward pass, which recomputes the activation and its derivative there.
+    ``h`` for the backward pass, which computes the activation's derivative there, and, with
+    ``keep``, the activation too; without, the backward pass recomputes it.
 
     Autodiff keeps four arrays of ``h``'s size for the exact GELU (three for ReLU, six for the tanh
     GELU): in BERT-base, 62 % of what the layer loop keeps for its backward pass. Keeping one takes
     a quarter off the float32 SimCSE step's temporaries on a CPU (its page faults: 651,000 -> 478,000
     a step, benchmarks/README.md); recomputing one activation per element costs little next to
-    the products around it.
+    the products around it. A GPU has the memory to spare, and there the recomputation costs a
+    kernel and three passes over an array of ``h``'s size per layer (``_feed_keeps_activation``).
 
     The backward pass takes ``h`` through an optimization barrier, as ``jax.checkpoint`` does its
     recomputed inputs: in one program XLA would otherwise merge the recomputation with the forward
@@ -298,22 +300,31 @@ def _act_dense(act: str, h: Array, w: Array, b: Array) -> Array:
     kept, three arrays of ``h``'s size per layer where one is needed; the barrier took 0.46 GB off
     the bfloat16 SimCSE step's 1.28 GB of temporaries (benchmarks/gpu_aot.py).
     """
-    return _act_dense_fwd(act, h, w, b)[0]
+    return _act_dense_fwd(act, keep, h, w, b)[0]
 
 
-def _act_dense_fwd(act, h, w, b):
-    return _activation(act)(h) @ w + b, (h, w, b)
+def _act_dense_fwd(act, keep, h, w, b):
+    a = _activation(act)(h)
+    return a @ w + b, (h, a if keep else None, w, b)
 
 
-def _act_dense_bwd(act, res, g):
-    h, w, b = res
+def _act_dense_bwd(act, keep, res, g):
+    h, a, w, b = res
     h = jax.lax.optimization_barrier(h)  # recomputed here, not merged with the forward pass (docstring)
-    a, pullback = jax.vjp(_activation(act), h)
-    da, dw, db = _dense_bwd((a, w, b), g)
+    a_again, pullback = jax.vjp(_activation(act), h)
+    da, dw, db = _dense_bwd((a_again if a is None else a, w, b), g)
     return (*pullback(da), dw, db)
 
 
 _act_dense.defvjp(_act_dense_fwd, _act_dense_bwd)
+
+
+def _feed_keeps_activation() -> bool:
+    """Whether the feed-forward keeps its activation for the backward pass (:func:`_act_dense`):
+    off a CPU. Compiled for an H100, the bfloat16 SimCSE step of BERT-base then moves 0.16 GB less
+    and holds 0.15 GB more; at batch 512, 4.8 GB less and 0.92 GB more, with 12 kernels fewer
+    (benchmarks/gpu_aot.py). On a CPU the memory is the cost (page faults)."""
+    return jax.default_backend() != "cpu"
 
 
 def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *, config: BertConfig,
@@ -368,13 +379,15 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
     def keys_of(k):
         return (None, None, None) if k is None else tuple(jnp.moveaxis(_split(k, 3), 1, 0))
 
+    keep_act = _feed_keeps_activation()
+
     def feed(x, ctx, p, k_h1, k_h2, at=None):
         """A layer after attention: output projection, residual and LayerNorm, feed-forward, the
         same again. ``at``: (rows, positions) of ``x``'s tokens among the layer's (B, L) (dropout)."""
         hidden = None if at is None else (*input_ids.shape, x.shape[-1])
         a = _dropout(_dense(ctx, p["o_w"], p["o_b"]), config.hidden_dropout_prob, k_h1, hidden, at)
         a = _layer_norm(x + a, p["ln1_scale"], p["ln1_bias"], eps)
-        f = _act_dense(config.hidden_act, _dense(a, p["i_w"], p["i_b"]), p["f_w"], p["f_b"])
+        f = _act_dense(config.hidden_act, keep_act, _dense(a, p["i_w"], p["i_b"]), p["f_w"], p["f_b"])
         f = _dropout(f, config.hidden_dropout_prob, k_h2, hidden, at)
         return _layer_norm(a + f, p["ln2_scale"], p["ln2_bias"], eps)
 
