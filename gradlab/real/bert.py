@@ -290,8 +290,9 @@ def _act_dense(act: str, keep: bool, h: Array, w: Array, b: Array) -> Array:
     GELU): in BERT-base, 62 % of what the layer loop keeps for its backward pass. Keeping one takes
     a quarter off the float32 SimCSE step's temporaries on a CPU (its page faults: 651,000 -> 478,000
     a step, benchmarks/README.md); recomputing one activation per element costs little next to
-    the products around it. A GPU has the memory to spare, and there the recomputation costs a
-    kernel and three passes over an array of ``h``'s size per layer (``_feed_keeps_activation``).
+    the products around it. A GPU has the memory to spare, and there the recomputation costs
+    traffic: at batch 512, a kernel and three passes over an array of ``h``'s size per layer
+    (:func:`_feed_keeps_activation`).
 
     The backward pass takes ``h`` through an optimization barrier, as ``jax.checkpoint`` does its
     recomputed inputs: in one program XLA would otherwise merge the recomputation with the forward
