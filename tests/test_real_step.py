@@ -153,6 +153,40 @@ def test_recomputed_or_unrolled_layers_give_the_same_gradient(view, remat, unrol
         jax.config.update("jax_enable_x64", x64)
 
 
+def test_the_gpus_choices_give_the_cpus_gradient(view, monkeypatch):
+    """The library chooses some kernels by backend at trace time (the layer loop unrolled, the
+    feed-forward's activation kept, bias and LayerNorm sums as reductions off a CPU; products with
+    a vector of ones on one). With ``jax.default_backend`` answering "gpu" on this CPU, the step's
+    loss and gradient are the CPU's choices', in float64."""
+    tv, packed = view
+    x64 = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    try:
+        params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), tv.params)
+        keys = jax.random.split(jax.random.key(3))
+
+        def objective(p):
+            h = tv.forward_packed(p, None, packed, keys)
+            return jnp.sum(h[0] * h[1])
+
+        def traced(f):  # the choices are read while tracing: no trace cached from the other backend's
+            jax.clear_caches()
+            return jax.make_jaxpr(jax.value_and_grad(f))(params), jax.value_and_grad(f)(params)
+
+        cpu_jaxpr, (v0, g0) = traced(objective)
+        monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+        gpu_jaxpr, (v1, g1) = traced(objective)
+        # the witness that the choices differ: the CPU's program loops over its layers, the GPU's does not
+        assert "scan" in _primitives(cpu_jaxpr.jaxpr) and "scan" not in _primitives(gpu_jaxpr.jaxpr)
+        assert float(v1) == pytest.approx(float(v0), rel=1e-12)
+        for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g0), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-12)
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()  # no GPU-choice trace left for the tests after this one
+        jax.config.update("jax_enable_x64", x64)
+
+
 def test_prepared_dev_scorer_is_stsb_spearman_of_encode():
     enc = simcse_unsup_encoder(FIXTURES / "bert", seed=0)
     dev = load_stsb("dev")

@@ -311,7 +311,7 @@ def _act_dense_fwd(act, keep, h, w, b):
 
 def _act_dense_bwd(act, keep, res, g):
     h, a, w, b = res
-    h = jax.lax.optimization_barrier(h)  # recomputed here, not merged with the forward pass (docstring)
+    h = jax.lax.optimization_barrier(h)  # what is computed from h here is not merged with the forward pass's
     a_again, pullback = jax.vjp(_activation(act), h)
     da, dw, db = _dense_bwd((a_again if a is None else a, w, b), g)
     return (*pullback(da), dw, db)
