@@ -8,6 +8,7 @@ way (``stsb_spearman`` of ``encoder.encode``), and the step records themselves.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 
@@ -128,63 +129,68 @@ def test_the_cls_only_last_layer_is_kept_for_batches_whose_scores_fit(view):
     np.testing.assert_allclose(got, np.asarray(tv.forward_packed(tv.params, None, packed, None)), atol=1e-5)
 
 
-@pytest.mark.parametrize("remat, unroll", [(True, False), (False, True), (True, True)])
-def test_recomputed_or_unrolled_layers_give_the_same_gradient(view, remat, unroll):
-    """In float64, where the two orders of the same arithmetic agree to 1e-12."""
-    tv, packed = view
+@contextlib.contextmanager
+def _float64():
     x64 = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
     try:
-        params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), tv.params)
-        keys = jax.random.split(jax.random.key(3))
-
-        def objective(encoder):
-            def f(p):
-                h = encoder.forward_packed(p, None, packed, keys)
-                return jnp.sum(h[0] * h[1])
-            return jax.value_and_grad(f)(params)
-
-        (v0, g0) = objective(dataclasses.replace(tv, remat=False, unroll=False))
-        (v1, g1) = objective(dataclasses.replace(tv, remat=remat, unroll=unroll))
-        assert float(v1) == pytest.approx(float(v0), rel=1e-12)
-        for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g0), strict=True):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-12)
+        yield
     finally:
         jax.config.update("jax_enable_x64", x64)
+
+
+def _objective(encoder, packed):
+    """The two views' embeddings' inner products summed, as a function of the parameters, and
+    the parameters in float64 (inside :func:`_float64`)."""
+    keys = jax.random.split(jax.random.key(3))
+
+    def f(p):
+        h = encoder.forward_packed(p, None, packed, keys)
+        return jnp.sum(h[0] * h[1])
+    return f, jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), encoder.params)
+
+
+def _assert_same_value_and_grad(got, want):
+    """In float64, where two orders of the same arithmetic agree to 1e-12."""
+    (v1, g1), (v0, g0) = got, want
+    assert float(v1) == pytest.approx(float(v0), rel=1e-12)
+    for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g0), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("remat, unroll", [(True, False), (False, True), (True, True)])
+def test_recomputed_or_unrolled_layers_give_the_same_gradient(view, remat, unroll):
+    tv, packed = view
+    with _float64():
+        got, want = (jax.value_and_grad(f)(params) for f, params in (
+            _objective(dataclasses.replace(tv, remat=remat, unroll=unroll), packed),
+            _objective(dataclasses.replace(tv, remat=False, unroll=False), packed)))
+        _assert_same_value_and_grad(got, want)
 
 
 def test_the_gpus_choices_give_the_cpus_gradient(view, monkeypatch):
     """The library chooses some kernels by backend at trace time (the layer loop unrolled, the
     feed-forward's activation kept, bias and LayerNorm sums as reductions off a CPU; products with
     a vector of ones on one). With ``jax.default_backend`` answering "gpu" on this CPU, the step's
-    loss and gradient are the CPU's choices', in float64."""
+    loss and gradient are the CPU's choices'."""
     tv, packed = view
-    x64 = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    try:
-        params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), tv.params)
-        keys = jax.random.split(jax.random.key(3))
 
-        def objective(p):
-            h = tv.forward_packed(p, None, packed, keys)
-            return jnp.sum(h[0] * h[1])
+    def traced():  # the choices are read while tracing: no trace cached from the other backend's
+        jax.clear_caches()
+        f, params = _objective(tv, packed)
+        return jax.make_jaxpr(jax.value_and_grad(f))(params).jaxpr, jax.value_and_grad(f)(params)
 
-        def traced(f):  # the choices are read while tracing: no trace cached from the other backend's
-            jax.clear_caches()
-            return jax.make_jaxpr(jax.value_and_grad(f))(params), jax.value_and_grad(f)(params)
-
-        cpu_jaxpr, (v0, g0) = traced(objective)
-        monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-        gpu_jaxpr, (v1, g1) = traced(objective)
+    with _float64():
+        try:
+            cpu_jaxpr, want = traced()
+            monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+            gpu_jaxpr, got = traced()
+        finally:
+            monkeypatch.undo()
+            jax.clear_caches()  # no GPU-choice trace left for the tests after this one
         # the witness that the choices differ: the CPU's program loops over its layers, the GPU's does not
-        assert "scan" in _primitives(cpu_jaxpr.jaxpr) and "scan" not in _primitives(gpu_jaxpr.jaxpr)
-        assert float(v1) == pytest.approx(float(v0), rel=1e-12)
-        for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g0), strict=True):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-12)
-    finally:
-        monkeypatch.undo()
-        jax.clear_caches()  # no GPU-choice trace left for the tests after this one
-        jax.config.update("jax_enable_x64", x64)
+        assert "scan" in _primitives(cpu_jaxpr) and "scan" not in _primitives(gpu_jaxpr)
+        _assert_same_value_and_grad(got, want)
 
 
 def test_prepared_dev_scorer_is_stsb_spearman_of_encode():
