@@ -548,16 +548,16 @@ def _plain_act_dense(act, keep, h, w, b):
     return bert._activation(act)(h) @ w + b
 
 
-@pytest.mark.parametrize("name, textbook", [("_layer_norm", _textbook_layer_norm), ("_dense", _plain_dense),
-                                            ("_act_dense", _plain_act_dense), ("_act_dense kept", _plain_act_dense)])
-def test_hand_written_backwards_are_autodiffs_of_the_textbook_formulas(monkeypatch, name, textbook):
+@pytest.mark.parametrize("name, textbook, keep", [("_layer_norm", _textbook_layer_norm, False),
+                                                  ("_dense", _plain_dense, False),
+                                                  ("_act_dense", _plain_act_dense, False),
+                                                  ("_act_dense", _plain_act_dense, True)])
+def test_hand_written_backwards_are_autodiffs_of_the_textbook_formulas(monkeypatch, name, textbook, keep):
     """The forward's hand-written backward passes (LayerNorm's; the dense layers' on a CPU, whose
     bias gradient is a matrix-vector product; the feed-forward's activation and second product,
-    which recompute the activation, or keep it as off a CPU) against ``jax.grad`` of the plain
-    formulas, through a whole training forward (both views, dropout on), in float64."""
-    if name.endswith(" kept"):
-        name = name.removesuffix(" kept")
-        monkeypatch.setattr(bert, "_feed_keeps_activation", lambda: True)
+    which recompute the activation, or keep it as off a CPU: ``keep``) against ``jax.grad`` of the
+    plain formulas, through a whole training forward (both views, dropout on), in float64."""
+    monkeypatch.setattr(bert, "_feed_keeps_activation", lambda: keep)
     cfg, params, rng = _toy_model(layers=2, seed=3, mean=0.2)
     toks = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 11, 2]]
     packed, _ = packing.pack(toks, np.asarray([[0, 0, 0], [1, 0, 4], [2, 1, 0]]), width=8, rows=2, slots=3)
@@ -579,7 +579,7 @@ def test_hand_written_backwards_are_autodiffs_of_the_textbook_formulas(monkeypat
 
 @pytest.mark.parametrize("keep", [False, True])
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu"])
-def test_the_feed_forward_keeps_only_its_hidden_layer_for_the_backward_pass(act, keep):
+def test_what_the_feed_forward_keeps_for_the_backward_pass(act, keep):
     """``activation(h) @ w + b`` keeps ``h`` alone of ``h``'s size for the backward pass (the
     linearization's residuals), and the activation beside it with ``keep`` (off a CPU), where
     autodiff of the plain formula keeps three to six arrays of that size (four for the exact GELU);
@@ -610,10 +610,11 @@ def test_the_feed_forward_keeps_only_its_hidden_layer_for_the_backward_pass(act,
 @pytest.mark.parametrize("keep", [False, True])
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu"])
 def test_the_feed_forward_recomputes_its_activation_from_h_behind_a_barrier(act, keep):
-    """The backward pass recomputes the activation from ``h`` taken through an optimization barrier
-    (as ``jax.checkpoint`` takes its recomputed inputs): in one program XLA cannot then merge the
-    recomputation with the forward pass's activation and keep that pass's values alive instead,
-    which it did for a GPU (three arrays of ``h``'s size per layer where one is needed)."""
+    """The backward pass computes the activation's derivative (and, without ``keep``, the activation)
+    from ``h`` taken through an optimization barrier (as ``jax.checkpoint`` takes its recomputed
+    inputs): in one program XLA cannot then merge that work with the forward pass's and keep that
+    pass's values alive instead, which it did for a GPU (three arrays of ``h``'s size per layer
+    where one was meant)."""
     h, w, b = jnp.ones((6, 32)), jnp.ones((32, 8)), jnp.ones(8)
     jaxpr = jax.make_jaxpr(jax.grad(lambda h, w, b: jnp.sum(bert._act_dense(act, keep, h, w, b)),
                                     argnums=(0, 1, 2)))(h, w, b).jaxpr
