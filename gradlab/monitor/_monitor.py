@@ -14,7 +14,7 @@ from gradlab._memory import check_pairwise
 from gradlab.monitor._collapse import DEFAULT_WINDOW, WINDOW_KEYS, CollapseWindow
 from gradlab.monitor._convert import InputError, to_array
 from gradlab.monitor._sinks import make_sink
-from gradlab.monitor._stats import LossEntry, StatsConfig, batch_statistics_fn
+from gradlab.monitor._stats import LossEntry, StatsConfig, batch_statistics_fn, host_statistics_fn
 
 __all__ = [
     "ParadigmMonitor",
@@ -366,6 +366,7 @@ class ParadigmMonitor:
         sinks = sink or []
         self.sinks = [make_sink(s) for s in sinks]
         self._fn = batch_statistics_fn(self.config)
+        self._fetch = host_statistics_fn(self.config)  # the record in one copy per dtype
         self._calls = 0
         self._template = None
         self.last = None
@@ -424,8 +425,6 @@ class ParadigmMonitor:
         return out
 
     def _measure(self, step, h, h_prime):
-        import jax
-
         try:
             h = to_array(h, "h")
             h_prime = to_array(h_prime, "h_prime")
@@ -442,7 +441,7 @@ class ParadigmMonitor:
             return self._invalid(step, reason, shape)
         h = h.astype(self.dtype)
         h_prime = h_prime.astype(self.dtype)
-        out = jax.device_get(self._fn(h, h_prime))
+        out = self._fetch(h, h_prime)
         reason = _health_reason(out["_health"])
         if reason is not None:
             return self._invalid(step, reason, tuple(h.shape))
@@ -556,8 +555,6 @@ def analyze(
       >>> analyze(h, hp, batch_size=128)["mu_pos"].shape
       (2,)
     """
-    import jax
-
     cfg = make_config(losses=losses, ratio_losses=ratio_losses, taus=taus, lambdas=lambdas, margin=margin,
                       gd_threshold=gd_threshold, static_ratio=static_ratio, histograms=histograms,
                       hist_bins=hist_bins, block=block, trained=trained)
@@ -577,11 +574,11 @@ def analyze(
     for arr, name in ((h, "h"), (h_prime, "h_prime")):
         _check_entries(arr, name)
     n_batches = m // batch_size
-    fn = batch_statistics_fn(cfg)
+    fetch = host_statistics_fn(cfg)
     outs, windows = [], []
     for b in range(n_batches):
         sl = slice(b * batch_size, (b + 1) * batch_size)
-        outs.append(jax.device_get(fn(h[sl].astype(dtype), h_prime[sl].astype(dtype))))
+        outs.append(fetch(h[sl].astype(dtype), h_prime[sl].astype(dtype)))
         if window is not None:
             windows.append(window.add(h[sl], b))
     res = _stack(outs)

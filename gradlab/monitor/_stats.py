@@ -30,13 +30,14 @@ import jax
 import jax.numpy as jnp
 
 from gradlab import defaults
+from gradlab._transfer import host_outputs
 from gradlab.collapse import collapse_ratios
 from gradlab.geometry import normalize, safe_arccos, sin_from_cos
 from gradlab.lemma1 import lemma1_bounds
 from gradlab.losses import gaussian_logits
 from gradlab.monitor._collapse import embedding_std
 
-__all__ = ["StatsConfig", "batch_statistics_fn", "tau_key", "lam_key"]
+__all__ = ["StatsConfig", "batch_statistics_fn", "host_statistics_fn", "tau_key", "lam_key"]
 
 _QNAMES = tuple(f"q{round(100 * q):02d}" for q in defaults.MONITOR_QUANTILES)  # ("q10", ..., "q90")
 
@@ -405,3 +406,10 @@ def _statistics(h, hp, cfg: StatsConfig):
 def batch_statistics_fn(cfg: StatsConfig):
     """The jitted ``(h, h_prime) -> statistics`` for a config (cached: compiles once per config and shape)."""
     return jax.jit(functools.partial(_statistics, cfg=cfg))
+
+
+@functools.lru_cache(maxsize=32)
+def host_statistics_fn(cfg: StatsConfig):
+    """``(h, h_prime) -> statistics`` as NumPy arrays on the host, copied in one transfer per
+    dtype (:func:`gradlab._transfer.host_outputs`; cached like :func:`batch_statistics_fn`)."""
+    return host_outputs(batch_statistics_fn(cfg))
