@@ -243,3 +243,86 @@ def test_a_non_finite_loss_stops_the_pipelined_loop_at_its_step(tmp_path):
     assert [r["event"] for r in recs] == ["eval", "step", "abort"]
     assert recs[-1]["step"] == 2 and recs[-1]["reason"] == "non-finite loss"
     assert len(res.losses) == 2 and np.isfinite(res.losses[0]) and not np.isfinite(res.losses[1])
+
+
+def _resident_and_plain(view, padded: bool = False):
+    """The plain jitted step and the resident step of the same update (InfoNCE, τ 0.05, Adam), and
+    four device batches (packed, or padded (ids, mask) with ``padded``) with their keys."""
+    import optax
+
+    from gradlab.losses import get_loss
+    from gradlab.real.step import make_train_step
+
+    tv, _ = view
+    opt = optax.adam(1e-2)
+    kwargs = dict(packed=not padded)
+    steps = [make_train_step(tv, get_loss("infonce", tau=0.05), opt, resident=r, **kwargs) for r in (False, True)]
+    lines = [TINY_SENTENCES[4 * k: 4 * k + 8] for k in range(4)]
+    batches = [tv.tokenize(s, pad_to=16) if padded else tv.pack(tv.token_ids(s), rows=8, width=16) for s in lines]
+    batches = jax.device_put(batches)  # on the device and all held, as the loop's next batch is while a step runs
+    keys = [jax.random.fold_in(jax.random.key(5), k) for k in range(4)]
+    return tv, opt, steps, batches, keys
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_resident_step_gives_the_plain_steps_numbers_bit_for_bit(view, padded):
+    tv, opt, (plain, resident), batches, keys = _resident_and_plain(view, padded)
+    runs = []
+    for step in (plain, resident):
+        params = jax.tree_util.tree_map(jnp.copy, tv.params)
+        state, outs = opt.init(params), []
+        for batch, key in zip(batches, keys, strict=True):
+            params, state, aux = step(params, state, None, batch, key)
+            outs.append(aux)  # every step's outputs held, as a loop that keeps a step in flight does
+        runs.append(jax.device_get((params, state, outs)))
+    for got, want in zip(jax.tree_util.tree_leaves(runs[1]), jax.tree_util.tree_leaves(runs[0]), strict=True):
+        np.testing.assert_array_equal(got, want)
+    losses = [float(aux["loss"]) for aux in runs[0][2]]
+    assert len(set(losses)) == 4 and np.all(np.isfinite(losses))  # four different steps, trained
+
+
+def test_the_resident_steps_buffers_stay_in_place_from_step_to_step(view):
+    """Every buffer the resident program reads or writes (parameters, optimizer state, batch, key,
+    outputs) is at the same address at every call, while the caller holds each step's outputs; the
+    outputs handed back are copies that the next call leaves as they were."""
+    from gradlab.real.step import Resident
+
+    tv, opt, (_, resident), batches, keys = _resident_and_plain(view)
+    params = jax.tree_util.tree_map(jnp.copy, tv.params)
+    state, held, places = opt.init(params), [], []
+    for batch, key in zip(batches, keys, strict=True):
+        params, state, aux = resident(params, state, None, batch, key)
+        held.append((aux, np.asarray(aux["loss"]).copy()))
+        (slots,) = resident.buffers.values()
+        assert isinstance(slots, Resident)
+        places.append([a.unsafe_buffer_pointer() for a in jax.tree_util.tree_leaves((params, state, slots))])
+    assert all(p == places[0] for p in places[1:])
+    assert len(set(places[0])) == len(places[0])  # one buffer each
+    for aux, loss in held:
+        assert not aux["loss"].is_deleted()
+        np.testing.assert_array_equal(np.asarray(aux["loss"]), loss)
+    ours = set(places[-1])
+    assert not ours & {a.unsafe_buffer_pointer() for aux, _ in held for a in jax.tree_util.tree_leaves(aux)}
+
+
+def test_the_resident_step_keeps_one_set_of_buffers_per_batch_shape(view, caplog):
+    import logging
+    import re
+
+    tv, opt, (_, resident), batches, keys = _resident_and_plain(view)
+    wide = jax.device_put(tv.pack(tv.token_ids(TINY_SENTENCES[:8]), rows=8, width=32))
+    params = jax.tree_util.tree_map(jnp.copy, tv.params)
+    state = opt.init(params)
+    shapes = [batches[0], wide, batches[1], wide]
+    places = []
+    caplog.set_level(logging.WARNING, logger="jax")
+    with jax.log_compiles(True):
+        for batch, key in zip(shapes, keys, strict=True):
+            params, state, _ = resident(params, state, None, batch, key)
+            places.append({sig: slots.batch.input_ids.unsafe_buffer_pointer()
+                           for sig, slots in resident.buffers.items()})
+    assert len(places[-1]) == 2
+    assert places[2] == places[3] and set(places[1].values()) <= set(places[3].values())
+    compiled = [r.getMessage() for r in caplog.records if re.match(r"Finished XLA compilation of jit\(step\)",
+                                                                   r.getMessage())]
+    assert len(compiled) == 2  # one program per shape, each compiled once (not again at its second call)

@@ -63,7 +63,8 @@ def monitor_steps(steps: int, every: int) -> list[int]:
 
 @dataclasses.dataclass
 class Loop:
-    """What every step needs: the encoder's frozen part, the optimizer, the batches, the jitted step."""
+    """What every step needs: the encoder's frozen part, the optimizer, the batches, the jitted step
+    (a :class:`~gradlab.real.step.ResidentStep`: its buffers stay in place from step to step)."""
 
     encoder: Any
     frozen: Any
@@ -183,7 +184,8 @@ def make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> Loop:
     else:
         order = batch_order(len(token_ids), config.steps, config.batch_size, np.random.default_rng(config.seed))
         batches = Batches(encoder, token_ids, order, fixed=fixed, n_devices=n_devices)
-    step_fn = make_train_step(encoder, loss, optimizer, packed=batches.packed, mesh=mesh, precision=config.precision)
+    step_fn = make_train_step(encoder, loss, optimizer, packed=batches.packed, mesh=mesh, precision=config.precision,
+                              resident=True)
     frozen = encoder.frozen if mesh is None else shard(encoder.frozen, mesh, jax.sharding.PartitionSpec())
     return Loop(encoder, frozen, optimizer, batches, step_fn, jax.random.key(config.seed), mesh)
 

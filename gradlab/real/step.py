@@ -4,7 +4,7 @@ jitted once per run; data parallelism over a 1-D device mesh; mixed precision.""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +12,8 @@ import numpy as np
 
 from gradlab.real._deps import require
 
-__all__ = ["compute_dtype", "cast_floats", "views_fn", "make_train_step", "data_mesh", "shard"]
+__all__ = ["compute_dtype", "cast_floats", "views_fn", "train_update", "make_train_step", "Resident", "ResidentStep",
+           "data_mesh", "shard"]
 
 
 def compute_dtype(precision: str) -> Any:
@@ -63,24 +64,10 @@ def views_fn(encoder, *, packed: bool, precision: str = "float32") -> Callable:
     return views
 
 
-def make_train_step(encoder, loss: Callable, optimizer, *, packed: bool = False, mesh=None,
-                    precision: str = "float32") -> Callable:
-    """A jitted SimCSE step: ``(params, opt_state, frozen, batch, key) -> (params, opt_state, aux)``.
-
-    ``batch`` is ``(ids, mask)`` (padded (N, L) arrays) or, with ``packed``, the encoder's
-    :class:`~gradlab.real.minilm.Packed` batch of N sentences. ``aux`` holds ``loss`` (),
-    ``grad_norm`` (), and the two views ``h``, ``h_prime`` (N, D). ``params`` and
-    ``opt_state`` are donated (updated in place): keep no other reference to them.
-
-    With a ``mesh`` (a 1-D ``jax.sharding.Mesh`` named ``"batch"``), the batch is split
-    over its devices along axis 0 and parameters and optimizer state are replicated; the
-    loss is computed on the gathered global batch (negatives from every device).
-
-    ``precision="bf16"`` is mixed precision (as in jmp / optax practice): ``params`` and
-    ``opt_state`` stay float32 (the master copy), the encoder's forward and backward pass run
-    in bfloat16, and ``h``, ``h_prime``, the loss, its gradient, ``grad_norm`` and the update are
-    float32. bfloat16 has float32's exponent range, so no loss scaling is needed.
-    """
+def train_update(encoder, loss: Callable, optimizer, *, packed: bool = False, mesh=None,
+                 precision: str = "float32") -> Callable:
+    """The SimCSE step as a pure function (not jitted): ``(params, opt_state, frozen, batch, key)
+    -> (params, opt_state, aux)``; :func:`make_train_step` documents the arguments."""
     optax = require("optax", purpose="training")
     views = views_fn(encoder, packed=packed, precision=precision)
 
@@ -99,7 +86,121 @@ def make_train_step(encoder, loss: Callable, optimizer, *, packed: bool = False,
         aux = {"loss": value, "grad_norm": grad_norm, "h": h, "h_prime": h_prime}
         return params, opt_state, aux
 
-    return jax.jit(step, donate_argnums=(0, 1))
+    return step
+
+
+def make_train_step(encoder, loss: Callable, optimizer, *, packed: bool = False, mesh=None,
+                    precision: str = "float32", resident: bool = False) -> Callable:
+    """A jitted SimCSE step: ``(params, opt_state, frozen, batch, key) -> (params, opt_state, aux)``.
+
+    ``batch`` is ``(ids, mask)`` (padded (N, L) arrays) or, with ``packed``, the encoder's
+    :class:`~gradlab.real.minilm.Packed` batch of N sentences. ``aux`` holds ``loss`` (),
+    ``grad_norm`` (), and the two views ``h``, ``h_prime`` (N, D). ``params`` and
+    ``opt_state`` are donated (updated in place): keep no other reference to them.
+
+    With a ``mesh`` (a 1-D ``jax.sharding.Mesh`` named ``"batch"``), the batch is split
+    over its devices along axis 0 and parameters and optimizer state are replicated; the
+    loss is computed on the gathered global batch (negatives from every device).
+
+    ``precision="bf16"`` is mixed precision (as in jmp / optax practice): ``params`` and
+    ``opt_state`` stay float32 (the master copy), the encoder's forward and backward pass run
+    in bfloat16, and ``h``, ``h_prime``, the loss, its gradient, ``grad_norm`` and the update are
+    float32. bfloat16 has float32's exponent range, so no loss scaling is needed.
+
+    ``resident=True`` returns a :class:`ResidentStep`: the same step, called the same way, whose
+    batch, key and outputs stay in buffers of its own from call to call (the training loop's).
+    """
+    update = train_update(encoder, loss, optimizer, packed=packed, mesh=mesh, precision=precision)
+    if resident:
+        return ResidentStep(update, mesh=mesh)
+    return jax.jit(update, donate_argnums=(0, 1))
+
+
+class Resident(NamedTuple):
+    """The buffers a :class:`ResidentStep` keeps: the batch and key of the call, and its ``aux``."""
+
+    batch: Any
+    key: Any
+    aux: Any
+
+
+class ResidentStep:
+    """A jitted step whose per-call inputs and outputs keep their device buffers from call to call.
+
+    On a GPU, XLA runs a program as CUDA graphs (command buffers), which record the addresses of
+    the buffers their kernels read and write; before it runs a graph whose buffers moved, the
+    host updates the recorded commands. A plain jitted step gets a new batch, a new key and new
+    outputs every call, and they move whenever the caller still holds the previous step's, as a
+    loop that keeps a step in flight always does. Here a small program copies the call's batch
+    and key into buffers of the step's own, the step writes its outputs into buffers it is given
+    back (all donated, so every one stays in place), and a small program copies the outputs out
+    for the caller. The same numbers as the plain step (the same function; only copies added).
+
+    Called as the plain step: ``(params, opt_state, frozen, batch, key) -> (params, opt_state,
+    aux)``, ``params`` and ``opt_state`` donated. One set of buffers per batch shape.
+
+    Args:
+      update: the step's pure function (:func:`train_update`).
+      mesh: the data mesh of the run, or None: the outputs' buffers are replicated over it.
+    """
+
+    def __init__(self, update: Callable, *, mesh=None):
+        self.plain = jax.jit(update)  # traced once: its trace gives the outputs' shapes and the step's body
+        self.mesh = mesh
+        self._slots: dict[Any, Resident] = {}
+
+        def step(params, opt_state, frozen, slots):  # (named as the plain step: JAX's logs say "jit(step)")
+            params, opt_state, aux = self.plain(params, opt_state, frozen, slots.batch, slots.key)
+            return params, opt_state, slots._replace(aux=aux)
+
+        def load(slots, batch, key):  # copies: a returned argument would be the caller's own buffer
+            return Resident(jax.tree_util.tree_map(jnp.copy, batch), jnp.copy(key), slots.aux)
+
+        def outputs(aux):
+            return jax.tree_util.tree_map(jnp.copy, aux)
+
+        self.step = jax.jit(step, donate_argnums=(0, 1, 3), keep_unused=True)
+        self._load = jax.jit(load, donate_argnums=0, keep_unused=True)
+        self._outputs = jax.jit(outputs)
+
+    @property
+    def buffers(self) -> dict[Any, Resident]:
+        """The buffers kept, one :class:`Resident` per batch shape (keys: the batch's and key's types)."""
+        return dict(self._slots)
+
+    def __call__(self, params, opt_state, frozen, batch, key):
+        signature = (jax.tree_util.tree_structure(batch), tuple(map(jax.typeof, jax.tree_util.tree_leaves((batch, key)))))
+        slots = self._slots.pop(signature, None)
+        if slots is None:
+            slots = self._fresh(params, opt_state, frozen, batch, key)
+        else:
+            slots = self._load(slots, batch, key)
+        params, opt_state, slots = self.step(params, opt_state, frozen, slots)
+        self._slots[signature] = slots
+        return params, opt_state, self._outputs(slots.aux)
+
+    def _fresh(self, params, opt_state, frozen, batch, key) -> Resident:
+        """The first call's buffers for ``batch``'s shape: copies of batch and key, zero outputs."""
+        info = self.plain.eval_shape(params, opt_state, frozen, batch, key)[2]
+        def zeros():
+            return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), info)
+
+        aux = jax.jit(zeros, out_shardings=self._aux_sharding())()
+        return Resident(jax.tree_util.tree_map(jnp.copy, batch), jnp.copy(key), aux)
+
+    def _aux_sharding(self):
+        """The outputs' buffers: replicated over the mesh, else JAX's default (None: placed as the
+        plain step's outputs are, uncommitted, so that the step compiles once)."""
+        if self.mesh is None:
+            return None
+        return jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+
+    def lower(self, params, opt_state, frozen, batch, key):
+        """The step's program lowered for these arguments (arrays or ``jax.ShapeDtypeStruct``)."""
+        info = self.plain.eval_shape(params, opt_state, frozen, batch, key)[2]
+        sharding = self._aux_sharding() or getattr(jax.tree_util.tree_leaves(batch)[0], "sharding", None)
+        aux = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), info)
+        return self.step.lower(params, opt_state, frozen, Resident(batch, key, aux))
 
 
 def data_mesh(devices: Sequence[Any] | None = None):
