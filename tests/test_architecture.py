@@ -337,7 +337,8 @@ def test_architecture_page_names_every_public_module_and_only_real_ones():
 #: ``plot`` reads results and never imports the floors that compute them.
 FLOORS: dict[str, tuple[str, ...]] = {
     "base": ("gradlab.defaults", "gradlab.geometry", "gradlab.progress", "gradlab.errors", "gradlab.threads",
-             "gradlab._lazy", "gradlab._version", "gradlab._validation", "gradlab._cache", "gradlab._memory"),
+             "gradlab._lazy", "gradlab._version", "gradlab._validation", "gradlab._cache", "gradlab._memory",
+             "gradlab._transfer"),
     "results": ("gradlab.io", "gradlab.outputs"),
     "paradigm": ("gradlab.losses", "gradlab.design", "gradlab.paradigm", "gradlab.lemma1", "gradlab.margins",
                  "gradlab.norms", "gradlab.collapse"),
