@@ -2,6 +2,7 @@
 
     python benchmarks/gpu.py --json benchmarks/results/gpu.json       # every row, about 4 minutes on an H200
     python benchmarks/gpu.py --rows gradlab_bf16 torch_compile_cudagraphs
+    python benchmarks/gpu.py --after gpu.json --json gpu.json --rows engine train_loop  # a second call, same machine
 
 Everything large is made here, on the GPU machine: a BERT-base-shaped HF checkpoint with
 random weights (seed 0; 12 layers, hidden 768, MiniLM's WordPiece vocabulary, which is
@@ -53,6 +54,11 @@ without a GPU, which tells a slow host from slow code).
   ``gradlab_bf16`` compiled (its configuration is this command's). The cache is a fresh folder
   of the run's unless ``GRADLAB_CACHE_DIR`` is set: set to an empty folder, it keeps the steps
   for ``gpu_profile.py`` run next on the same machine.
+
+One results file may hold several calls on one machine (one call's 10 minutes do not hold
+every row): ``--after`` keeps an earlier call's rows and host factor, and the file's ``calls``
+records each call's command, seconds, host and rows, beside the checkout's commit
+(``GRADLAB_COMMIT`` where the machine's copy is no git checkout) and the date.
 
 FLOPs are the executed matrix products of a step (``gradlab.real.flops.transformer_step_flops``
 on the shape each side runs: gradlab packs sentences into rows, torch pads them); "of peak" is
@@ -694,6 +700,24 @@ def _collect(rows: dict) -> dict:
             "engine": flat.get("engine", {}), "engine_ms": engine_ms, "train_loop": loop}
 
 
+def rows_of(results: dict) -> dict:
+    """The rows of a results file, as ``main`` measures them (the inverse of ``_collect``)."""
+    rows = dict(results.get("rows", {}))
+    if results.get("engine"):
+        rows["engine"] = results["engine"]
+    if results.get("train_loop"):
+        rows["train_loop"] = results["train_loop"]
+    return rows
+
+
+def calls_of(results: dict) -> list[dict]:
+    """The calls behind a results file: its ``calls``, or the one call a single run's file describes."""
+    if "calls" in results:
+        return list(results["calls"])
+    keys = ("command", "run_seconds", "host_factor", "host")
+    return [{**{k: results.get(k) for k in keys}, "rows": list(rows_of(results))}]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokenizer", help="a WordPiece tokenizer.json (default: MiniLM's, from the real extra)")
@@ -706,9 +730,13 @@ def main(argv: list[str] | None = None) -> None:
                     help="multiply each row's time cap, on top of the host's measured factor (a trial on a CPU)")
     ap.add_argument("--loop-steps", type=int, default=LOOP_STEPS, help=f"the train_loop row's steps (default {LOOP_STEPS})")
     ap.add_argument("--peak-tflops", type=float, help="the GPU's dense bf16 peak (default: its datasheet, H100/H200/A100)")
+    ap.add_argument("--after", metavar="JSON",
+                    help="an earlier call's results on this machine: its rows are kept (a row measured again is "
+                         "replaced), its host factor scales the caps, and --json gets both calls (``calls``)")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
-    rows: dict[str, dict] = {}
+    earlier = json.loads(Path(args.after).read_text()) if args.after else None
+    rows: dict[str, dict] = rows_of(earlier) if earlier else {}
     with tempfile.TemporaryDirectory(prefix="gradlab-gpu-") as folder:
         os.environ[ENV_DIR] = folder
         os.environ[GRID_ENV] = str(args.engine_grid)
@@ -721,7 +749,7 @@ def main(argv: list[str] | None = None) -> None:
         ckpt, corpus = bench_paths()
         tokens_per_sentence = _mean_tokens(corpus, ckpt)
         skip_torch = torch_missing()
-        factor = 1.0  # the host's, once gradlab_bf16 has run
+        factor = (calls_of(earlier)[-1].get("host_factor") or 1.0) if earlier else 1.0  # the host's (gradlab_bf16's row)
         for name in args.rows:
             worker, needs_torch, cap = ROWS[name]
             left = args.budget - (time.perf_counter() - t_start)
@@ -737,13 +765,26 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"host factor (compiling, against the reference H200): {factor:.2f}", flush=True)
             print(f"{name} ({time.perf_counter() - t0:.0f} s): {json.dumps(rows[name])[:600]}", flush=True)
             if args.json:
-                _write(args.json, rows, tokens_per_sentence, args.peak_tflops, time.perf_counter() - t_start, factor)
+                _write(args.json, rows, tokens_per_sentence, args.peak_tflops, time.perf_counter() - t_start, factor,
+                       args.rows, earlier)
     results = _collect(rows)
     peak = args.peak_tflops * 1e12 if args.peak_tflops else _peak_of(results["device"])
     print(f"\n{results['device']}; datasheet dense bf16 peak: {peak / 1e12:.0f} TFLOP/s" if peak else
           f"\n{results['device']}")
     print("\n".join(_table(results, peak, tokens_per_sentence)))
     print(f"whole run: {time.perf_counter() - t_start:.0f} s")
+
+
+def _commit() -> str | None:
+    """``GRADLAB_COMMIT``, else the checkout's commit (None outside a git checkout: the device
+    machine's copy of the tree may not be one)."""
+    if os.environ.get("GRADLAB_COMMIT"):
+        return os.environ["GRADLAB_COMMIT"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
+    except OSError:
+        return None
+    return out.stdout.strip() or None
 
 
 def host() -> dict:
@@ -759,15 +800,18 @@ def host() -> dict:
 
 
 def _write(path: str, rows: dict, tokens_per_sentence: float, peak_tflops: float | None, seconds: float,
-           factor: float) -> None:
+           factor: float, names: list[str], earlier: dict | None = None) -> None:
+    """The results so far, with this call (its command, seconds, host and rows) after ``earlier``'s calls."""
     import jax
 
     results = _collect(rows)
     peak = peak_tflops * 1e12 if peak_tflops else _peak_of(results["device"])
-    results.update({"peak_flops": peak, "tokens_per_sentence": tokens_per_sentence, "run_seconds": seconds,
-                    "host_factor": factor, "host": host(),
-                    "jax": jax.__version__, "command": "python benchmarks/gpu.py " + " ".join(
-                        os.path.basename(a) if os.path.isabs(a) else a for a in sys.argv[1:])})  # no machine's paths
+    call = {"command": "python benchmarks/gpu.py " + " ".join(
+                os.path.basename(a) if os.path.isabs(a) else a for a in sys.argv[1:]),  # no machine's paths
+            "run_seconds": seconds, "host_factor": factor, "host": host(), "rows": names}
+    results.update({"peak_flops": peak, "tokens_per_sentence": tokens_per_sentence, "jax": jax.__version__,
+                    "gradlab_commit": _commit(), "date": time.strftime("%Y-%m-%d"),
+                    "calls": (calls_of(earlier) if earlier else []) + [call]})
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(path).with_suffix(".tmp")
     tmp.write_text(json.dumps(results, indent=1))
