@@ -5,6 +5,7 @@ and its compilation time, from XLA's deviceless compilation.
     PYTHONPATH=$PWD:$PWD/.gpu/site JAX_PLATFORMS=cpu /work/aot-venv/bin/python benchmarks/gpu_aot.py \\
         --json benchmarks/results/gpu_aot.json
     ... benchmarks/gpu_aot.py --rows gradlab_bf16 --hlo /tmp/step.hlo   # one row, its optimized HLO kept
+    ... benchmarks/gpu_aot.py --engine --json benchmarks/results/gpu_aot_engine.json   # the engine's programs
 
 JAX's CUDA plugin compiles for a GPU it describes (``get_topology_desc`` with a target
 configuration: the device's compute capability, SMs, shared memory, bandwidth) without one
@@ -233,6 +234,46 @@ def compile_row(name: str, device, hlo_path: str | None = None) -> dict:
             "rows_x_width": [loop.batches.rows, loop.batches.width], "flops_formula": step_flops(run.encoder, loop.batches)}
 
 
+def compile_engine(device, mode: str, losses) -> dict:
+    """The programs of one full paper map (``gradlab.simulate.gd_map``: 100 × 100 cells, 1,000
+    batches of 128) in ``mode`` compiled for ``device``: per loss, each program's kernels
+    (:func:`kernel_counts`) and the loops left in it. The map runs on this CPU with the engine's
+    stages built on a mesh of ``device`` and each stored program replaced by its compilation for
+    it, which then hands back zeros of its outputs' shapes (instruments the engine's internals:
+    ``gradlab.simulate._engine``'s ``Mesh`` and ``stored_program``)."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    from gradlab.simulate import Protocol, _engine, gd_map
+
+    on_device = jax.sharding.SingleDeviceSharding(device)
+    programs: list[dict] = []
+
+    def compile_for_device(jitted, args, key):
+        sds = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(np.shape(a), jax.numpy.result_type(a), sharding=on_device), args)
+        hlo = jitted.lower(*sds).compile().as_text()
+        programs.append({"program": key[0], "kernels": kernel_counts(hlo), "loops": hlo.count(" while(")})
+        shapes = jitted.eval_shape(*sds)
+        return lambda *_: jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), shapes)
+
+    saved = _engine.Mesh, _engine.stored_program
+    _engine.Mesh = lambda devices, names: Mesh(np.array([device]), names)
+    _engine.stored_program = compile_for_device
+    out = {}
+    try:
+        for loss in losses:
+            programs = []
+            gd_map(loss, Protocol(grid=100, batches=1000, batch_size=128, mode=mode))
+            out[loss] = {"programs": programs, "kernels": sum(p["kernels"]["total"] for p in programs),
+                         "bytes": sum(p["kernels"]["bytes"] for p in programs),
+                         "loops": sum(p["loops"] for p in programs)}
+    finally:
+        _engine.Mesh, _engine.stored_program = saved
+    return out
+
+
 def library_commit() -> str | None:
     """The commit of the checkout whose ``gradlab`` this process imports (``+`` if changed), or None."""
     import subprocess
@@ -273,6 +314,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--layers", type=int, help="a checkpoint of this many layers instead of 12 (a quick trial)")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--hlo", help="write the (last) row's optimized HLO here")
+    ap.add_argument("--engine", action="store_true",
+                    help="compile the engine's programs of a full paper map instead (gpu.py's engine row's losses)")
     args = ap.parse_args(argv)
 
     import jax
@@ -282,6 +325,15 @@ def main(argv: list[str] | None = None) -> None:
     device = cuda_device(args.target)
     jax.default_backend = lambda: "gpu"  # the library's choices for the backend compiled for (module docstring)
     rows: dict[str, dict] = {}
+    if args.engine:
+        rows = {mode: compile_engine(device, mode, losses) for mode, losses in
+                (("common", gpu.ENGINE_LOSSES), ("independent", ("infonce", "arccon")))}
+        for mode, found in rows.items():
+            for loss, r in found.items():
+                print(f"{mode} {loss}: {r['kernels']} kernels, {r['bytes'] / 1e9:.2f} GB moved, {r['loops']} loops, "
+                      f"programs {[(p['program'], p['kernels']['total'], p['loops']) for p in r['programs']]}")
+        _write_json(args, argv, device, rows)
+        return
     with tempfile.TemporaryDirectory(prefix="gradlab-aot-") as folder:
         os.environ[gpu.ENV_DIR] = folder
         os.environ.setdefault("GRADLAB_CACHE_DIR", os.path.join(folder, "jax-cache"))
@@ -293,16 +345,23 @@ def main(argv: list[str] | None = None) -> None:
                 rows[name] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
             print(f"{name}: {json.dumps(rows[name])}", flush=True)
     print("\n".join(_table(rows)))
-    if args.json:
-        out = {"target": device.device_kind, "jax": jax.__version__, "host": gpu.host(), "layers": args.layers or 12,
-               "gradlab_commit": library_commit(),
-               "command": "python benchmarks/gpu_aot.py " + " ".join(  # no machine's paths
-                   os.path.basename(a) if os.path.isabs(a) else a for a in (argv or sys.argv[1:])),
-               "rows": rows}
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(args.json).with_suffix(".tmp")
-        tmp.write_text(json.dumps(out, indent=1))
-        tmp.replace(args.json)
+    _write_json(args, argv, device, rows)
+
+
+def _write_json(args, argv, device, rows: dict) -> None:
+    import jax
+
+    if not args.json:
+        return
+    out = {"target": device.device_kind, "jax": jax.__version__, "host": gpu.host(), "layers": args.layers or 12,
+           "gradlab_commit": library_commit(),
+           "command": "python benchmarks/gpu_aot.py " + " ".join(  # no machine's paths
+               os.path.basename(a) if os.path.isabs(a) else a for a in (argv or sys.argv[1:])),
+           "rows": rows}
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(args.json).with_suffix(".tmp")
+    tmp.write_text(json.dumps(out, indent=1))
+    tmp.replace(args.json)
 
 
 if __name__ == "__main__":

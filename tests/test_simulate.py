@@ -276,6 +276,22 @@ def test_independent_cells_side_by_side_give_the_same_map(monkeypatch):
         assert np.array_equal(gd_map("infonce", p.replace(chunk=chunk)).mean, grouped.mean)
 
 
+def test_a_wider_table_step_gives_the_same_common_map(monkeypatch):
+    """A GPU computes the common mode's negative tables for 128 μ_neg columns in one step (a CPU
+    for 4): the map is the CPU's to rounding, for every loss family's table (log-sum-exp, max),
+    with the grid's columns padded to the step."""
+    from gradlab.simulate import _engine
+
+    p = Protocol(grid=(4, 7), batches=40, batch_size=9)
+    narrow = {loss: gd_map(loss, p) for loss in ("infonce", "mpt")}
+    monkeypatch.setattr(_engine, "_NEG_CHUNK", {jax.default_backend(): 128})
+    assert _engine.neg_chunk() == 128
+    for loss, want in narrow.items():
+        wide = gd_map(loss, p)  # 7 columns in one step of 128
+        np.testing.assert_allclose(wide.mean, want.mean, rtol=2e-6, atol=1e-12)
+        np.testing.assert_allclose(wide.stderr, want.stderr, rtol=2e-5, atol=1e-12)
+
+
 def test_independent_mode_uses_fold_in_per_cell():
     p = Protocol(grid=(2, 3), batches=25, batch_size=6, mode="independent", dtype="float64")
     res = gd_map("mpt", p)

@@ -38,7 +38,11 @@ from gradlab.simulate._trig import cos_for
 #: Working-set target of one chunk, by backend: a CPU's caches; a GPU's memory, where each
 #: sequential chunk costs launches and a loop iteration, so one chunk should hold the whole grid.
 _BUDGET_BYTES = {"cpu": 48 * 2**20, "gpu": 2**30}
-_NEG_CHUNK = 4  # μ_neg columns per step in the table stage (fixed: part of the numerics)
+#: Common mode: μ_neg columns per step of the table stage, by backend (fixed per backend, so part
+#: of the numerics there): a CPU's caches take a few; on a GPU each step is a loop iteration of
+#: launches (the paper's 100 columns in 4s: 25 iterations, 128 kernels, compiled for an H100), so
+#: one step holds a whole paper grid.
+_NEG_CHUNK = {"gpu": 128}
 #: Independent mode: cells computed side by side in one vectorized program, by backend (fixed
 #: per backend, so part of the numerics there; a CPU takes one cell at a time, a GPU needs
 #: many to fill it).
@@ -47,6 +51,11 @@ _CELL_GROUP = {"gpu": 128}
 
 def _budget() -> int:
     return _BUDGET_BYTES.get(jax.default_backend(), _BUDGET_BYTES["cpu"])
+
+
+def neg_chunk() -> int:
+    """μ_neg columns one step of the common mode's table stage computes on this backend (4 on a CPU)."""
+    return _NEG_CHUNK.get(jax.default_backend(), 4)
 
 
 def cell_group() -> int:
@@ -257,7 +266,7 @@ def estimate(stat: Stat, draws, n_pos: int, n_neg_grid: int, params, *, chunk: i
     result = n_pos * n_neg_grid * cell
     if common:
         per_item = n_neg_grid * (table_col + 6 * batches * dtype.itemsize)
-        neg_step = _NEG_CHUNK * nd * batches * n_neg * dtype.itemsize * 3
+        neg_step = neg_chunk() * nd * batches * n_neg * dtype.itemsize * 3
         fixed = batches * (n_neg + 3) * dtype.itemsize + 2 * n_neg_grid * table_col + neg_step
     else:
         per_item = batches * (n_neg + 1) * dtype.itemsize * 6
@@ -286,7 +295,7 @@ def _cos_sin(sigma, z):
 
 
 @functools.lru_cache(maxsize=64)
-def _neg_stage(stat: Stat, nd: int):
+def _neg_stage(stat: Stat, chunk: int, nd: int):
     def fn(mu_q, rep):
         a, s, p = rep
         return stat.neg(jnp.cos(mu_q) * a - jnp.sin(mu_q) * s, p)
@@ -295,7 +304,7 @@ def _neg_stage(stat: Stat, nd: int):
         sigma, z, p = rep
         return (*_cos_sin(sigma, z), p)
 
-    return _sharded_map(fn, _NEG_CHUNK, nd, prep=prep)
+    return _sharded_map(fn, chunk, nd, prep=prep)
 
 
 @functools.lru_cache(maxsize=64)
@@ -318,8 +327,9 @@ def neg_tables(stat: Stat, draws: CommonDraws, mu_neg: np.ndarray, params):
     dtype = draws.dtype
     rep = (np.asarray(draws.sigma_neg, dtype), draws.z_neg, params)
     nd = _n_devices()
-    return _run_steps(_neg_stage(stat, nd), np.asarray(mu_neg, dtype), rep, _pad(len(mu_neg), _NEG_CHUNK * nd), None,
-                      stat.program_key("neg", nd), on_device=True)
+    chunk = neg_chunk()
+    return _run_steps(_neg_stage(stat, chunk, nd), np.asarray(mu_neg, dtype), rep, _pad(len(mu_neg), chunk * nd), None,
+                      stat.program_key("neg", chunk, nd), on_device=True)
 
 
 def run_common(stat: Stat, draws: CommonDraws, mu_pos, mu_neg, params, *, chunk=None, progress=None):
