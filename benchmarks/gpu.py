@@ -27,10 +27,13 @@ without a GPU, which tells a slow host from slow code).
   JAX's own account of the first step's compilation (``compile_log``).
   ``gradlab_bf16_rolled`` keeps the loop over the 12 layers a ``lax.scan``
   (``MiniLM.unroll=False``; on a GPU the default unrolls it); ``gradlab_bf16_batch512`` is not
-  the recipe's batch: how much of the chip a larger one fills. ``gradlab_bf16_stable`` copies
-  the step's per-call inputs (the packed batch, the dropout keys) into the program's own
-  buffers first (``stable_inputs``): XLA re-records a CUDA graph whose recorded addresses
-  changed, and every step brings a new batch and key.
+  the recipe's batch: how much of the chip a larger one fills. Every gradlab row times the
+  step of the loop, a ``ResidentStep`` (its batch, key and outputs in buffers of its own, in
+  place from step to step: XLA re-records a CUDA graph whose recorded addresses changed), but
+  ``gradlab_bf16_plain``: the plain jitted step, new buffers every call, the A/B of that.
+  ``gradlab_bf16_stable`` (last) copies the step's per-call inputs (the packed batch, the
+  dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
+  experiment that came before ``ResidentStep``.
 * ``torch_compile`` / ``torch_compile_cudagraphs`` / ``torch_compile_tf32_cudagraphs``: the
   same step as a careful PyTorch user writes it: transformers' ``BertModel`` of the same
   checkpoint with sdpa attention and the MLP, both views in one forward and the InfoNCE loss
@@ -298,13 +301,15 @@ def stable_inputs(view):
 
 
 #: Each gradlab row's step: (precision, batch, the layer loop unrolled (None: the backend's
-#: default), per-call inputs copied first (``stable_inputs``)); ``gpu_aot.py`` compiles the same.
+#: default), per-call inputs copied first (``stable_inputs``), the plain jitted step instead of the
+#: loop's ``ResidentStep``); ``gpu_aot.py`` compiles the same.
 GRADLAB_ROWS = {
-    "gradlab_bf16": ("bf16", BATCH, None, False),
-    "gradlab_bf16_stable": ("bf16", BATCH, None, True),
-    "gradlab_float32": ("float32", BATCH, None, False),
-    "gradlab_bf16_batch512": ("bf16", 512, None, False),
-    "gradlab_bf16_rolled": ("bf16", BATCH, False, False),
+    "gradlab_bf16": ("bf16", BATCH, None, False, False),
+    "gradlab_bf16_plain": ("bf16", BATCH, None, False, True),
+    "gradlab_bf16_stable": ("bf16", BATCH, None, True, False),
+    "gradlab_float32": ("float32", BATCH, None, False, False),
+    "gradlab_bf16_batch512": ("bf16", 512, None, False, False),
+    "gradlab_bf16_rolled": ("bf16", BATCH, False, False, False),
 }
 
 
@@ -313,14 +318,19 @@ def gradlab_row_loop(name: str):
     import dataclasses
 
     from gradlab.real.recipe import simcse_unsup_encoder
+    from gradlab.real.step import make_train_step
 
-    precision, batch, unroll, stable = GRADLAB_ROWS[name]
+    precision, batch, unroll, stable, plain = GRADLAB_ROWS[name]
     enc = simcse_unsup_encoder(bench_paths()[0], seed=0)
     if unroll is not None:
         enc = dataclasses.replace(enc, train_view=dataclasses.replace(enc.train_view, unroll=unroll))
     if stable:
         enc = dataclasses.replace(enc, train_view=stable_inputs(enc.train_view))
-    return gradlab_loop(precision, batch, enc)
+    run, loop, params, opt_state = gradlab_loop(precision, batch, enc)
+    if plain:  # the step as the loop ran it before ResidentStep: new buffers for every call's batch, key and outputs
+        step = make_train_step(run.encoder, run.loss, loop.optimizer, packed=loop.batches.packed, precision=precision)
+        loop = dataclasses.replace(loop, step_fn=step)
+    return run, loop, params, opt_state
 
 
 def _gradlab(name: str) -> dict:
@@ -357,6 +367,12 @@ def gradlab_float32() -> dict:
 def gradlab_bf16_rolled() -> dict:
     """The loop over the 12 layers a ``lax.scan`` (on a GPU the default unrolls it)."""
     return _gradlab("gradlab_bf16_rolled")
+
+
+def gradlab_bf16_plain() -> dict:
+    """``gradlab_bf16`` with the plain jitted step (``make_train_step(resident=False)``) instead of
+    the loop's ``ResidentStep``: what keeping the step's buffers in place changes."""
+    return _gradlab("gradlab_bf16_plain")
 
 
 def gradlab_bf16_stable() -> dict:
@@ -572,7 +588,7 @@ def cli_env() -> dict:
 ROWS = {
     "gradlab_bf16": (gradlab_bf16, False, 240),
     "torch_compile_cudagraphs": (torch_compile_cudagraphs, True, 120),
-    "gradlab_bf16_stable": (gradlab_bf16_stable, False, 120),
+    "gradlab_bf16_plain": (gradlab_bf16_plain, False, 120),
     "torch_compile": (torch_compile, True, 120),
     "gradlab_float32": (gradlab_float32, False, 120),
     "torch_compile_tf32_cudagraphs": (torch_compile_tf32_cudagraphs, True, 120),
@@ -581,6 +597,7 @@ ROWS = {
     "gradlab_bf16_batch512": (gradlab_bf16_batch512, False, 120),
     "matmul": (matmul, False, 30),
     "gradlab_bf16_rolled": (gradlab_bf16_rolled, False, 120),
+    "gradlab_bf16_stable": (gradlab_bf16_stable, False, 120),
 }
 
 #: ``gradlab_bf16``'s first step (compiling included) on the H200 of ``results/gpu_unrolled.json``;
@@ -658,7 +675,7 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
               f"pipelined (one wait per {PIPELINED} steps): gradlab bf16 against torch.compile + CUDA graphs: "
               f"{ratio('gradlab_bf16', 'torch_compile_cudagraphs', 'pipelined_s')}; float32 against TF32 + CUDA graphs: "
               f"{ratio('gradlab_float32', 'torch_compile_tf32_cudagraphs', 'pipelined_s')}"]
-    for name in ("gradlab_bf16", "gradlab_float32"):
+    for name in ("gradlab_bf16", "gradlab_bf16_plain", "gradlab_float32"):
         r = rows_.get(name, {})
         if r.get("step_s_released"):
             odd, even = (1e3 * t for t in r["step_s_odd_even"])
@@ -666,6 +683,10 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
             lines.append(f"{name} synchronous: {1e3 * r['step_s']:.2f} ms (odd/even steps {odd:.2f}/{even:.2f}); "
                          f"each step's batch, key and outputs released first: {1e3 * r['step_s_released']:.2f} ms "
                          f"({r_odd:.2f}/{r_even:.2f})")
+    if rows_.get("gradlab_bf16_plain", {}).get("step_s"):
+        lines.append(f"gradlab bf16, the loop's resident step against the plain jitted step: "
+                     f"{ratio('gradlab_bf16', 'gradlab_bf16_plain')} (synchronous, the step before held); pipelined: "
+                     f"{ratio('gradlab_bf16', 'gradlab_bf16_plain', 'pipelined_s')}")
     if rows_.get("gradlab_bf16_stable", {}).get("step_s"):
         lines.append(f"gradlab bf16 with its inputs copied into the program's buffers against the default: "
                      f"{ratio('gradlab_bf16_stable', 'gradlab_bf16')}; pipelined: "

@@ -131,15 +131,26 @@ def _source_trees(mods: dict[str, Path]):
         yield mod, path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
+#: The benchmarks that instrument a private module on purpose, each named here with its reason
+#: (importer, private module): none is hidden behind an attribute access.
+INSTRUMENTS = {
+    ("benchmarks.gpu_aot", "gradlab.simulate._engine"):
+        "compiles a map's programs for a GPU that is not attached (compile_engine): the engine's stages "
+        "built on that device's mesh, its program store replaced by the compilation",
+}
+
+
 def private_imports() -> list[str]:
     """Every import of a private module from outside its package, in the library, the CLI,
-    ``examples/`` and ``benchmarks/``: ``path:line: importer imports target``."""
+    ``examples/`` and ``benchmarks/`` (but :data:`INSTRUMENTS`): ``path:line: importer imports target``."""
     mods = _modules()
     found = []
     for mod, path, tree in _source_trees(mods):
         for node in _all_imports(tree):
             for target in dict.fromkeys(_targets(mod, path.name == "__init__.py", node, mods)):
                 owner = private_owner(target)
+                if (mod, target) in INSTRUMENTS:
+                    continue
                 if owner is not None and owner in PACKAGES.keys() | mods.keys() and not (
                         mod == owner or mod.startswith(owner + ".")):
                     where = path.relative_to(REPO) if path.is_relative_to(REPO) else path
