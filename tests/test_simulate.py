@@ -276,20 +276,22 @@ def test_independent_cells_side_by_side_give_the_same_map(monkeypatch):
         assert np.array_equal(gd_map("infonce", p.replace(chunk=chunk)).mean, grouped.mean)
 
 
-def test_a_wider_table_step_gives_the_same_common_map(monkeypatch):
-    """A GPU computes the common mode's negative tables for 128 μ_neg columns in one step (a CPU
-    for 4): the map is the CPU's to rounding, for every loss family's table (log-sum-exp, max),
-    with the grid's columns padded to the step."""
+@pytest.mark.parametrize("mode", ["common", "independent"])
+def test_the_gpus_engine_choices_give_the_cpus_maps(monkeypatch, mode):
+    """On a GPU the engine takes other fixed choices (the common mode's table stage 128 μ_neg
+    columns a step, not 4; independent cells 128 side by side; the tables' log-sum-exp in one
+    pass): with ``jax.default_backend`` answering "gpu", the maps of a log-sum-exp table (InfoNCE)
+    and of a max table (MPT) are the CPU's to rounding."""
     from gradlab.simulate import _engine
 
-    p = Protocol(grid=(4, 7), batches=40, batch_size=9)
-    narrow = {loss: gd_map(loss, p) for loss in ("infonce", "mpt")}
-    monkeypatch.setattr(_engine, "_NEG_CHUNK", {jax.default_backend(): 128})
-    assert _engine.neg_chunk() == 128
-    for loss, want in narrow.items():
-        wide = gd_map(loss, p)  # 7 columns in one step of 128
-        np.testing.assert_allclose(wide.mean, want.mean, rtol=2e-6, atol=1e-12)
-        np.testing.assert_allclose(wide.stderr, want.stderr, rtol=2e-5, atol=1e-12)
+    p = Protocol(grid=(4, 7), batches=40, batch_size=9, mode=mode)
+    on_cpu = {loss: gd_map(loss, p) for loss in ("infonce", "mpt")}
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert (_engine.neg_chunk(), _engine.cell_group()) == (128, 128)
+    for loss, want in on_cpu.items():
+        got = gd_map(loss, p)  # 7 columns in one step of 128; 28 cells in one group of 128
+        np.testing.assert_allclose(got.mean, want.mean, rtol=2e-6, atol=1e-12)
+        np.testing.assert_allclose(got.stderr, want.stderr, rtol=2e-5, atol=1e-12)
 
 
 def test_independent_mode_uses_fold_in_per_cell():

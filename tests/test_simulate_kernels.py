@@ -1,8 +1,10 @@
-"""The simulation's own numerics: the float32 cosine and the standard-normal sampler.
+"""The simulation's own numerics: the float32 cosine, the standard-normal sampler and the
+one-pass log-sum-exp of the negatives' table.
 
 Witnesses: float64 NumPy cos (exact to far below a float32 ulp), jax.random.normal's own
-word-to-number map, a NumPy Threefry-2x32 written from the Random123 specification, and
-a Kolmogorov–Smirnov test of the law.
+word-to-number map, a NumPy Threefry-2x32 written from the Random123 specification,
+a Kolmogorov–Smirnov test of the law, and a float64 NumPy log-sum-exp (max-shifted, exact
+to far below a float32 ulp).
 """
 
 import math
@@ -25,6 +27,7 @@ from gradlab.simulate._sampling import (
     standard_normal,
     threefry2x32,
 )
+from gradlab.simulate._stats import logsumexp_one_pass
 from gradlab.simulate._trig import COS_F32_LIMIT, cos_f32, cos_for
 
 
@@ -183,3 +186,34 @@ def test_independent_float32_gd_matches_loop(mu_neg_range, sigma_neg):
         got = gd_map(name, p).mean
         assert got.dtype == np.float32
         np.testing.assert_allclose(got, _loop_gd(name, p), atol=2e-5)
+
+
+def _lse_reference(x: np.ndarray) -> np.ndarray:
+    """log Σ exp(x) over the last axis in float64, shifted by the max (−inf for an all −inf row)."""
+    x = np.asarray(x, np.float64)
+    m = np.max(x, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore"):
+        return (m + np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True)))[..., 0]
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 20.0, 1e4])
+def test_the_one_pass_logsumexp_is_the_float64_one_to_a_float32_ulp(scale):
+    """The table's log-sum-exp of c/τ, c in [−1, 1]: τ from 1000 down to 1e-4 (scale 1/τ), in one
+    pass over the negatives (a running max and a rescaled sum), against float64."""
+    x = np.random.default_rng(int(scale * 10)).uniform(-1, 1, size=(64, 127)) * scale
+    got = np.asarray(logsumexp_one_pass(jnp.asarray(x, jnp.float32)), np.float64)
+    want = _lse_reference(np.asarray(x, np.float32))
+    np.testing.assert_allclose(got, want, rtol=4 * np.finfo(np.float32).eps, atol=4 * np.finfo(np.float32).eps)
+
+
+def test_the_one_pass_logsumexp_at_its_edges():
+    rows = np.array([[-np.inf, -np.inf, -np.inf],  # nothing: −inf
+                     [-np.inf, 2.0, -np.inf],  # one term: itself
+                     [3e38, 3e38, -3e38],  # near float32's largest: no overflow
+                     [-1e4, -1e4 - 0.5, -1e4 + 0.25]], np.float32)  # far below exp's underflow
+    got = np.asarray(logsumexp_one_pass(jnp.asarray(rows)), np.float64)
+    want = _lse_reference(rows)
+    assert got[0] == -np.inf and got[1] == 2.0
+    np.testing.assert_allclose(got[2:], want[2:], rtol=4 * np.finfo(np.float32).eps)
+    assert logsumexp_one_pass(jnp.zeros((2, 1))).tolist() == [0.0, 0.0]

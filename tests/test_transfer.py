@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from gradlab._transfer import host_outputs
-from gradlab.monitor._stats import batch_statistics_fn, host_statistics_fn
 from gradlab.monitor import ParadigmMonitor
+from gradlab.monitor._stats import batch_statistics_fn, host_statistics_fn
 
 
 def _record(x, k):
