@@ -267,11 +267,13 @@ def run_steps(config: TrainConfig, loop: Loop, state: State, dev, log: Log, watc
     for step in range(state.step + 1, config.steps + 1):
         state.params, state.opt_state, aux = loop.step_fn(state.params, state.opt_state, loop.frozen, batch,
                                                           loop.key(step))
-        watch(step - 1, aux["h"], aux["h_prime"])  # the views of this update: the state after step − 1
         if step < config.steps:  # build the next batch while this step runs
             batch = loop.batch(step + 1)
         if pending is not None and not read(*pending):
             return
+        # the views of this update (the state after step − 1); a measured state waits for this
+        # step, after the host's work for the next one is done
+        watch(step - 1, aux["h"], aux["h_prime"])
         pending = (step, aux)
         due = eval_due(config, step) or after_step.due(step)
         if not due:
