@@ -55,7 +55,6 @@ def host_outputs(fn: Callable) -> Callable:
                 leaves[i] = part.reshape(shapes[i])
         return jax.tree.unflatten(tree, leaves)
 
-    call.jitted = joined
     return call
 
 

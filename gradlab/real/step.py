@@ -141,7 +141,7 @@ class ResidentStep:
 
     Args:
       update: the step's pure function (:func:`train_update`).
-      mesh: the data mesh of the run, or None: the outputs' buffers are replicated over it.
+      mesh: the run's data mesh (the outputs' buffers are then replicated over it), or None.
     """
 
     def __init__(self, update: Callable, *, mesh=None):
@@ -182,6 +182,7 @@ class ResidentStep:
     def _fresh(self, params, opt_state, frozen, batch, key) -> Resident:
         """The first call's buffers for ``batch``'s shape: copies of batch and key, zero outputs."""
         info = self.plain.eval_shape(params, opt_state, frozen, batch, key)[2]
+
         def zeros():
             return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), info)
 
