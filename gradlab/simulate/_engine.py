@@ -42,7 +42,7 @@ _BUDGET_BYTES = {"cpu": 48 * 2**20, "gpu": 2**30}
 #: of the numerics there): a CPU's caches take a few; on a GPU each step is a loop iteration of
 #: launches (the paper's 100 columns in 4s: 25 iterations, 128 kernels, compiled for an H100), so
 #: one step holds a whole paper grid.
-_NEG_CHUNK = {"gpu": 128}
+_NEG_CHUNK = {"cpu": 4, "gpu": 128}
 #: Independent mode: cells computed side by side in one vectorized program, by backend (fixed
 #: per backend, so part of the numerics there; a CPU takes one cell at a time, a GPU needs
 #: many to fill it).
@@ -55,7 +55,7 @@ def _budget() -> int:
 
 def neg_chunk() -> int:
     """μ_neg columns one step of the common mode's table stage computes on this backend (4 on a CPU)."""
-    return _NEG_CHUNK.get(jax.default_backend(), 4)
+    return _NEG_CHUNK.get(jax.default_backend(), _NEG_CHUNK["cpu"])
 
 
 def cell_group() -> int:
