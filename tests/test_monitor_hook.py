@@ -249,6 +249,33 @@ def test_every_and_callable_sink():
     assert got[-1]["step"] == 0
 
 
+def test_a_record_started_without_waiting_is_written_later_and_the_same(expected, tmp_path):
+    """``update(..., wait=False)`` starts the statistics and returns None; the record comes with
+    the next update (written before that update's own), with ``flush`` or with ``close``, and it
+    is the record ``update`` returns (every statistic; only ``time`` and ``update_s`` differ)."""
+    got = []
+    mon = _mon(every=2, sink=got.append)
+    h, hp = _batch()
+    assert mon.update(0, h, hp, wait=False) is None and got == []
+    assert mon.update(1, h, hp, wait=False) is None  # a skipped step: nothing started
+    assert [r["step"] for r in got] == [0]  # ... but the pending record is written first
+    assert mon.flush() is None
+    record = got[0]
+    assert record["valid"] and record["update_s"] > 0
+    assert {k: v for k, v in record.items() if k not in ("time", "update_s")} == \
+        {k: v for k, v in expected.items() if k not in ("time", "update_s")}
+    _same_stats(record, expected)
+    mon.update(2, h, hp, wait=False)
+    last = mon.update(4, *_batch(1))  # writes step 2's record, then its own
+    assert [r["step"] for r in got] == [0, 2, 4] and last is got[-1]
+    mon.update(6, h[:1], hp[:1], wait=False)  # a bad batch: its invalid record is pending too
+    assert mon.flush()["valid"] is False
+    path = tmp_path / "log.jsonl"
+    with ParadigmMonitor(**CFG, sink=str(path)) as mon2:
+        mon2.update(0, h, hp, wait=False)
+    assert [r["step"] for r in read_log(path)] == [0]  # close wrote it
+
+
 def test_jsonl_append_safe_after_crash(tmp_path):
     log = tmp_path / "sub" / "m.jsonl"
     h, hp = _batch()

@@ -149,9 +149,9 @@ def spy(monkeypatch):
     seen = {}
     original = ParadigmMonitor.update
 
-    def update(self, step, h, h_prime):
+    def update(self, step, h, h_prime, **kwargs):
         seen[int(step)] = (np.asarray(h, dtype=np.float64), np.asarray(h_prime, dtype=np.float64))
-        return original(self, step, h, h_prime)
+        return original(self, step, h, h_prime, **kwargs)
 
     monkeypatch.setattr(ParadigmMonitor, "update", update)
     return seen

@@ -231,6 +231,42 @@ def test_pipelined_loop_logs_every_step_in_order_with_its_time(tmp_path):
     assert [e["step"] for e in res.evals] == [0, 3, 6, 7]
 
 
+def test_the_loop_dispatches_the_next_step_before_it_waits_for_a_monitor_record(tmp_path, monkeypatch):
+    """A measured state's statistics queue behind the step in flight, and its record is written
+    only once the step after is dispatched, so the monitor never makes the device wait for the
+    host. State s is measured on the views of update s + 1: its record comes after step s + 2 is
+    dispatched (the last state's, on fresh views, after the last step)."""
+    from gradlab.monitor import ParadigmMonitor
+    from gradlab.real import loop as loop_module
+
+    events = []
+    make_step = loop_module.make_train_step
+
+    def watched(*args, **kwargs):  # the loop's step, noting each dispatch
+        step_fn = make_step(*args, **kwargs)
+
+        def call(params, opt, frozen, batch, key):
+            events.append(("dispatch", len([e for e in events if e[0] == "dispatch"]) + 1))
+            return step_fn(params, opt, frozen, batch, key)
+        return call
+
+    emit = ParadigmMonitor._emit
+    monkeypatch.setattr(loop_module, "make_train_step", watched)
+    monkeypatch.setattr(ParadigmMonitor, "_emit", lambda self, rec: (events.append(("record", rec["step"])),
+                                                                     emit(self, rec)))
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(TINY_SENTENCES) + "\n")
+    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), recipe="simcse-unsup", corpus=str(corpus), steps=6,
+                      batch_size=4, eval_every=0, dev_pairs=20, eval_test=False, monitor_every=2, lr=1e-4)
+    res = train(cfg, out_dir=tmp_path / "run")
+    assert res.monitor == "attached"
+    records = [s for kind, s in events if kind == "record"]
+    assert records == [0, 1, 2, 4, 6]
+    for state in records[:-1]:
+        position = events.index(("record", state))
+        assert ("dispatch", state + 2) in events[:position]
+
+
 def test_a_non_finite_loss_stops_the_pipelined_loop_at_its_step(tmp_path):
     """Adam at a rate of 1e38 overflows the light encoder's projection after the first update:
     the second step's loss is NaN, found although the third step was already dispatched."""

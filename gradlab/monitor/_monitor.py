@@ -369,29 +369,52 @@ class ParadigmMonitor:
         self._fetch = host_statistics_fn(self.config)  # the record in one copy per dtype
         self._calls = 0
         self._template = None
+        self._pending = None
         self.last = None
         self.n_records = 0
 
     # --- the hook -----------------------------------------------------------------
-    def update(self, step, h, h_prime):
+    def update(self, step, h, h_prime, *, wait: bool = True):
         """Measure one batch; write and return its record (``None`` on skipped steps).
+
+        With ``wait=False`` the statistics are only started: on an accelerator they run behind the
+        work already queued there (a training step in flight), and the host goes on. The record
+        is finished, written and returned by the next ``update`` (which writes it first) or by
+        :meth:`flush` or :meth:`close`; this call returns ``None``.
 
         Args:
           step: the training step (int), or ``None`` to count calls.
           h, h_prime: the two views (N, D), any array-like (see class doc).
+          wait: finish the record now (the default) or later (see above).
         """
+        self.flush()
         if step is None:
             step = self._calls
         self._calls += 1
         if int(step) % self.every != 0:
             return None
         t0 = time.perf_counter()
-        record = self._measure(int(step), h, h_prime)
-        record["update_s"] = time.perf_counter() - t0
-        self._emit(record)
-        return record
+        finish = self._begin(int(step), h, h_prime)
+        begun = time.perf_counter() - t0
+
+        def done():
+            t1 = time.perf_counter()
+            record = finish()
+            record["update_s"] = begun + time.perf_counter() - t1
+            self._emit(record)
+            return record
+
+        if wait:
+            return done()
+        self._pending = done
+        return None
 
     __call__ = update
+
+    def flush(self):
+        """Finish, write and return the record an ``update(..., wait=False)`` started (``None`` if none)."""
+        done, self._pending = self._pending, None
+        return None if done is None else done()
 
     def _invalid(self, step, reason, shape=None):
         if self.strict:
@@ -424,12 +447,14 @@ class ParadigmMonitor:
             out["histograms"]["edges_lemma1"] = np.linspace(lo, hi, cfg.lemma1_hist_bins + 1)
         return out
 
-    def _measure(self, step, h, h_prime):
+    def _begin(self, step, h, h_prime):
+        """Check the batch and start its statistics; returns ``() -> record``."""
         try:
             h = to_array(h, "h")
             h_prime = to_array(h_prime, "h_prime")
         except InputError as exc:
-            return self._invalid(step, str(exc))
+            record = self._invalid(step, str(exc))
+            return lambda: record
         reason = _check_shapes(h, h_prime)
         if reason is None:
             try:
@@ -437,21 +462,26 @@ class ParadigmMonitor:
             except ValueError as exc:
                 reason = str(exc)
         if reason is not None:
-            shape = tuple(h.shape) if h.ndim == 2 else None
-            return self._invalid(step, reason, shape)
+            record = self._invalid(step, reason, tuple(h.shape) if h.ndim == 2 else None)
+            return lambda: record
         h = h.astype(self.dtype)
         h_prime = h_prime.astype(self.dtype)
-        out = self._fetch(h, h_prime)
-        reason = _health_reason(out["_health"])
-        if reason is not None:
-            return self._invalid(step, reason, tuple(h.shape))
-        rec = {"step": step, "time": time.time(), "valid": True, "reason": None,
-               "n": int(h.shape[0]), "d": int(h.shape[1])}
-        rec.update(_to_python(self._public(out)))
-        rec.update(_to_python(self.window.add(h, step)) if self.window is not None
-                   else dict.fromkeys(WINDOW_KEYS))
-        rec["losses"] = self.losses
-        return rec
+        statistics = self._fetch.start(h, h_prime)
+
+        def finish():
+            out = statistics()
+            reason = _health_reason(out["_health"])
+            if reason is not None:
+                return self._invalid(step, reason, tuple(h.shape))
+            rec = {"step": step, "time": time.time(), "valid": True, "reason": None,
+                   "n": int(h.shape[0]), "d": int(h.shape[1])}
+            rec.update(_to_python(self._public(out)))
+            rec.update(_to_python(self.window.add(h, step)) if self.window is not None
+                       else dict.fromkeys(WINDOW_KEYS))
+            rec["losses"] = self.losses
+            return rec
+
+        return finish
 
     def _emit(self, record):
         self.last = record
@@ -465,7 +495,14 @@ class ParadigmMonitor:
                 warnings.warn(f"ParadigmMonitor: sink {sink!r} failed: {exc}", RuntimeWarning, stacklevel=3)
 
     def close(self) -> None:
-        """Close the file sinks (records already written stay readable either way) and the RankMe worker."""
+        """Write a record still pending (:meth:`flush`), then close the file sinks (records already
+        written stay readable either way) and the RankMe worker."""
+        try:
+            self.flush()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
         if self.window is not None:
             self.window.close()
         for sink in self.sinks:

@@ -149,19 +149,36 @@ class Watch:
                 warnings.warn(f"training without the ParadigmMonitor: {self.status}", RuntimeWarning, stacklevel=3)
         self.due = set(monitor_steps(config.steps, config.monitor_every)) if self.monitor is not None else set()
 
-    def __call__(self, state: int, h, h_prime) -> None:
+    def __call__(self, state: int, h, h_prime, *, wait: bool = True) -> None:
+        """Measure ``state`` if it is due; with ``wait=False`` its record comes with :meth:`flush`
+        (``ParadigmMonitor.update``'s ``wait``: the statistics queue behind the step in flight)."""
         if self.monitor is None or state not in self.due:
             return
         try:
-            self.monitor.update(state, h, h_prime)
+            self.monitor.update(state, h, h_prime, wait=wait)
         except Exception as exc:  # noqa: BLE001 - the monitor never stops training
-            self.status = f"stopped at step {state} ({type(exc).__name__}: {exc})"
-            self.close()
+            self._stop(state, exc)
+
+    def flush(self) -> None:
+        """Write the record a ``wait=False`` call started."""
+        if self.monitor is None:
+            return
+        try:
+            self.monitor.flush()
+        except Exception as exc:  # noqa: BLE001
+            self._stop("pending", exc)
+
+    def _stop(self, state, exc: Exception) -> None:
+        self.status = f"stopped at step {state} ({type(exc).__name__}: {exc})"
+        self.close()
 
     def close(self) -> None:
         if self.monitor is not None:
-            self.monitor.close()
-            self.monitor = None
+            monitor, self.monitor = self.monitor, None
+            try:
+                monitor.close()
+            except Exception as exc:  # noqa: BLE001 - a pending record that fails to finish
+                self.status = f"stopped at its last record ({type(exc).__name__}: {exc})"
 
 
 def make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> Loop:
@@ -236,8 +253,10 @@ def run_steps(config: TrainConfig, loop: Loop, state: State, dev, log: Log, watc
     """Steps ``state.step + 1 .. config.steps`` (stops at a non-finite loss), evaluating when due.
 
     One step stays in flight: step k + 1 is dispatched before step k's loss is read, so the
-    device never waits for the host's bookkeeping (logging, the next batch). A step after
-    which the state is read (an evaluation, a saved state, the last step) is read at once.
+    device never waits for the host's bookkeeping (logging, the next batch); nor for the monitor,
+    whose statistics of a measured state queue behind the step in flight and whose record is
+    written once the next step is dispatched. A step after which the state is read (an
+    evaluation, a saved state, the last step) is read at once.
     ``after_step`` (:class:`gradlab.real.checkpoints.StateSaver`) says by ``due(step)`` whether the
     state after ``step`` is saved, and saves it when called with the state.
     Each step record has ``elapsed`` (seconds since the first step was dispatched, when its
@@ -267,13 +286,14 @@ def run_steps(config: TrainConfig, loop: Loop, state: State, dev, log: Log, watc
     for step in range(state.step + 1, config.steps + 1):
         state.params, state.opt_state, aux = loop.step_fn(state.params, state.opt_state, loop.frozen, batch,
                                                           loop.key(step))
+        watch.flush()  # a state measured at the step before: its statistics ran before this step
         if step < config.steps:  # build the next batch while this step runs
             batch = loop.batch(step + 1)
         if pending is not None and not read(*pending):
             return
-        # the views of this update (the state after step − 1); a measured state waits for this
-        # step, after the host's work for the next one is done
-        watch(step - 1, aux["h"], aux["h_prime"])
+        # the views of this update (the state after step − 1): their statistics queue behind this
+        # step, and their record is written once the next step is dispatched
+        watch(step - 1, aux["h"], aux["h_prime"], wait=False)
         pending = (step, aux)
         due = eval_due(config, step) or after_step.due(step)
         if not due:
