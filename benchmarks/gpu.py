@@ -796,16 +796,22 @@ def main(argv: list[str] | None = None) -> None:
     print(f"whole run: {time.perf_counter() - t_start:.0f} s")
 
 
-def _commit() -> str | None:
-    """``GRADLAB_COMMIT``, else the checkout's commit (None outside a git checkout: the device
-    machine's copy of the tree may not be one)."""
+def library_commit() -> str | None:
+    """``GRADLAB_COMMIT`` if set (the device machine's copy of the tree is no git checkout), else the
+    commit of the checkout whose ``gradlab`` this process imports (``+`` if changed), else None."""
+    import gradlab
+
     if os.environ.get("GRADLAB_COMMIT"):
         return os.environ["GRADLAB_COMMIT"]
+    folder = Path(gradlab.__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True)
-    except OSError:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=folder, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=folder, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
         return None
-    return out.stdout.strip() or None
+    return head + ("+" if dirty else "")
 
 
 def host() -> dict:
@@ -831,7 +837,7 @@ def _write(path: str, rows: dict, tokens_per_sentence: float, peak_tflops: float
                 os.path.basename(a) if os.path.isabs(a) else a for a in sys.argv[1:]),  # no machine's paths
             "run_seconds": seconds, "host_factor": factor, "host": host(), "rows": names}
     results.update({"peak_flops": peak, "tokens_per_sentence": tokens_per_sentence, "jax": jax.__version__,
-                    "gradlab_commit": _commit(), "date": time.strftime("%Y-%m-%d"),
+                    "gradlab_commit": library_commit(), "date": time.strftime("%Y-%m-%d"),
                     "calls": (calls_of(earlier) if earlier else []) + [call]})
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(path).with_suffix(".tmp")

@@ -274,23 +274,6 @@ def compile_engine(device, mode: str, losses) -> dict:
     return out
 
 
-def library_commit() -> str | None:
-    """The commit of the checkout whose ``gradlab`` this process imports (``+`` if changed), or None."""
-    import subprocess
-
-    import gradlab
-
-    folder = Path(gradlab.__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=folder, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=folder, capture_output=True,
-                               text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head + ("+" if dirty else "")
-
-
 def _table(rows: dict) -> list[str]:
     out = ["| row | compile s | kernels (gemm / triton / reduction / elementwise / other) | GB moved | step peak GB "
            "| temporaries GB | TFLOP compiled / formula |", "|---|---|---|---|---|---|---|"]
@@ -354,7 +337,7 @@ def _write_json(args, argv, device, rows: dict) -> None:
     if not args.json:
         return
     out = {"target": device.device_kind, "jax": jax.__version__, "host": gpu.host(), "layers": args.layers or 12,
-           "gradlab_commit": library_commit(),
+           "gradlab_commit": gpu.library_commit(),
            "command": "python benchmarks/gpu_aot.py " + " ".join(  # no machine's paths
                os.path.basename(a) if os.path.isabs(a) else a for a in (argv or sys.argv[1:])),
            "rows": rows}

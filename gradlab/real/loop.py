@@ -157,7 +157,7 @@ class Watch:
         try:
             self.monitor.update(state, h, h_prime, wait=wait)
         except Exception as exc:  # noqa: BLE001 - the monitor never stops training
-            self._stop(state, exc)
+            self._stop(f"at step {state}", exc)
 
     def flush(self) -> None:
         """Write the record a ``wait=False`` call started."""
@@ -166,10 +166,10 @@ class Watch:
         try:
             self.monitor.flush()
         except Exception as exc:  # noqa: BLE001
-            self._stop("pending", exc)
+            self._stop("at its pending record", exc)
 
-    def _stop(self, state, exc: Exception) -> None:
-        self.status = f"stopped at step {state} ({type(exc).__name__}: {exc})"
+    def _stop(self, where: str, exc: Exception) -> None:
+        self.status = f"stopped {where} ({type(exc).__name__}: {exc})"
         self.close()
 
     def close(self) -> None:
@@ -178,7 +178,7 @@ class Watch:
             try:
                 monitor.close()
             except Exception as exc:  # noqa: BLE001 - a pending record that fails to finish
-                self.status = f"stopped at its last record ({type(exc).__name__}: {exc})"
+                self.status = f"stopped at its pending record ({type(exc).__name__}: {exc})"
 
 
 def make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> Loop:
