@@ -30,10 +30,10 @@ compiled as the GPU machine would compile it, except for autotuning, which needs
   ``peak_bytes_in_use`` counts for a step whose inputs are its state, less the batch and the
   allocator's rounding).
 
-The library picks some kernels by the backend it runs on (``jax.default_backend()``: the
-layer loop unrolled on GPUs, the column sums as products on CPUs, the packed rows' width);
-this process runs on a CPU and compiles for a GPU, so it answers "gpu" to the library while
-the rows are built.
+The library picks some kernels by the backend it traces for (``gradlab.backend``: the layer
+loop unrolled on GPUs, the column sums as products on CPUs, the packed rows' width, the engine's
+chunks); this process runs on a CPU and compiles for a GPU, so it traces with the GPU's choices
+(``gradlab.backend.choices_for("gpu")``).
 """
 
 from __future__ import annotations
@@ -303,10 +303,16 @@ def main(argv: list[str] | None = None) -> None:
 
     import jax
 
+    from gradlab import backend
+
     if jax.default_backend() != "cpu":
         raise SystemExit("gpu_aot.py: run it where JAX's default backend is the CPU (JAX_PLATFORMS=cpu)")
     device = cuda_device(args.target)
-    jax.default_backend = lambda: "gpu"  # the library's choices for the backend compiled for (module docstring)
+    with backend.choices_for("gpu"):  # the library's choices for the backend compiled for (module docstring)
+        _compile(args, argv, device)
+
+
+def _compile(args, argv, device) -> None:
     rows: dict[str, dict] = {}
     if args.engine:
         rows = {mode: compile_engine(device, mode, losses) for mode, losses in

@@ -27,7 +27,7 @@ _LAZY = {
     "enable_cache": "gradlab._cache",
     "disable_cache": "gradlab._cache",
 }
-_SUBMODULES = {"defaults", "geometry", "losses", "paradigm", "simulate", "lemma1", "margins", "collapse", "monitor", "plot", "io", "outputs", "progress", "compare", "real", "experiments", "design", "figures", "errors", "threads"}
+_SUBMODULES = {"defaults", "geometry", "losses", "paradigm", "simulate", "lemma1", "margins", "collapse", "monitor", "plot", "io", "outputs", "progress", "compare", "real", "experiments", "design", "figures", "errors", "threads", "backend"}
 
 __all__ = ["__version__", *sorted(_LAZY)]
 

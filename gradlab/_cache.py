@@ -22,9 +22,10 @@ are therefore also kept whole, as serialized executables, in ``programs/`` insid
 directory (``stored_program``), with the few numbers the memory check traces for
 (``stored_value``). Their key is what the computation depends on beyond its arguments: the
 program's own identity (statistic, registered loss, stage, chunk), the shapes and dtypes of
-its arguments, and a fingerprint of gradlab's source files (size and modification time),
-of JAX, jaxlib and their configuration, of the devices and of the host CPU, so that a new
-version, an edited checkout or another machine reads nothing stale. A user's loss (a file
+its arguments, the backend whose choices it was traced with (``gradlab.backend``), and a
+fingerprint of gradlab's source files (size and modification time), of JAX, jaxlib and their
+configuration, of the devices and of the host CPU, so that a new version, an edited checkout or
+another machine reads nothing stale. A user's loss (a file
 or a module) has no such identity and always goes through ``jax.jit`` and JAX's cache. An
 entry that cannot be read is a miss (it is compiled again and rewritten), never a failure;
 the directory keeps at most ``PROGRAMS_MAX`` entries (least recently used removed).
@@ -40,6 +41,8 @@ import platform
 import sys
 import tempfile
 from pathlib import Path
+
+from gradlab import backend
 
 #: Environment variable that moves the cache (``off`` disables it).
 ENV_DIR = "GRADLAB_CACHE_DIR"
@@ -269,7 +272,8 @@ def _signature(args) -> str:
 
 
 def _entry(directory: Path, key: tuple, args, kind: str) -> Path:
-    digest = hashlib.sha256(repr((fingerprint(), kind, key, _signature(args))).encode()).hexdigest()
+    # the backend whose choices the program was traced with (gradlab.backend.choices_for)
+    digest = hashlib.sha256(repr((fingerprint(), backend.current(), kind, key, _signature(args))).encode()).hexdigest()
     return directory / f"{kind}-{digest}"
 
 

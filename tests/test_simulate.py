@@ -267,7 +267,7 @@ def test_independent_cells_side_by_side_give_the_same_map(monkeypatch):
 
     p = Protocol(grid=(5, 3), batches=30, batch_size=9, mode="independent")
     one_at_a_time = gd_map("infonce", p)
-    monkeypatch.setattr(_engine, "_CELL_GROUP", {jax.default_backend(): 4})
+    monkeypatch.setattr(_engine, "_CELL_GROUP", {gradlab.backend.current(): 4})
     assert _engine.cell_group() == 4
     grouped = gd_map("infonce", p)  # 15 cells: 4 groups, the last padded
     np.testing.assert_allclose(grouped.mean, one_at_a_time.mean, rtol=2e-6)
@@ -277,21 +277,21 @@ def test_independent_cells_side_by_side_give_the_same_map(monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["common", "independent"])
-def test_the_gpus_engine_choices_give_the_cpus_maps(monkeypatch, mode):
+def test_the_gpus_engine_choices_give_the_cpus_maps(mode):
     """On a GPU the engine takes other fixed choices (the common mode's table stage 128 μ_neg
     columns a step, not 4; independent cells 128 side by side; the tables' log-sum-exp in one
-    pass): with ``jax.default_backend`` answering "gpu", the maps of a log-sum-exp table (InfoNCE)
-    and of a max table (MPT) are the CPU's to rounding."""
+    pass): with the GPU's choices (``gradlab.backend.choices_for``) on this CPU, the maps of a
+    log-sum-exp table (InfoNCE) and of a max table (MPT) are the CPU's to rounding."""
     from gradlab.simulate import _engine
 
     p = Protocol(grid=(4, 7), batches=40, batch_size=9, mode=mode)
     on_cpu = {loss: gd_map(loss, p) for loss in ("infonce", "mpt")}
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    assert (_engine.neg_chunk(), _engine.cell_group()) == (128, 128)
+    with gradlab.backend.choices_for("gpu"):
+        assert (_engine.neg_chunk(), _engine.cell_group()) == (128, 128)
+        got = {loss: gd_map(loss, p) for loss in on_cpu}  # 7 columns in one step of 128; 28 cells in one group of 128
     for loss, want in on_cpu.items():
-        got = gd_map(loss, p)  # 7 columns in one step of 128; 28 cells in one group of 128
-        np.testing.assert_allclose(got.mean, want.mean, rtol=2e-6, atol=1e-12)
-        np.testing.assert_allclose(got.stderr, want.stderr, rtol=2e-5, atol=1e-12)
+        np.testing.assert_allclose(got[loss].mean, want.mean, rtol=2e-6, atol=1e-12)
+        np.testing.assert_allclose(got[loss].stderr, want.stderr, rtol=2e-5, atol=1e-12)
 
 
 def test_independent_mode_uses_fold_in_per_cell():

@@ -86,7 +86,7 @@ class Batches:
 
     Args:
       compile_flops: what one compilation of the step costs, in FLOPs at the step's rate (None:
-        :data:`COMPILE_FLOPS` of the default backend; 0 gives every row count a step needs).
+        :data:`COMPILE_FLOPS` of ``gradlab.backend.current()``; 0 gives every row count a step needs).
     """
 
     def __init__(self, encoder, token_ids, order: np.ndarray, *, fixed: bool, n_devices: int,
@@ -98,9 +98,9 @@ class Batches:
         self.packed = hasattr(encoder, "forward_packed")
         if self.packed:
             if compile_flops is None:
-                import jax
+                from gradlab import backend
 
-                compile_flops = COMPILE_FLOPS.get(jax.default_backend(), COMPILE_FLOPS["gpu"])
+                compile_flops = COMPILE_FLOPS.get(backend.current(), COMPILE_FLOPS["gpu"])
             lengths = [[len(token_ids[i]) for i in batch] for batch in order]
             narrow = length_bucket(max(max(batch) for batch in lengths), max_len)
             # a PackedEncoder need not be a transformer: without its shapes, no FLOPs to compare

@@ -33,6 +33,7 @@ import numpy as np
 from jax import Array
 from jax.ad_checkpoint import checkpoint_name
 
+from gradlab import backend
 from gradlab.real.bert_config import BertConfig, PoolingConfig
 from gradlab.real.packing import Packed
 
@@ -51,7 +52,7 @@ def _column_sum(a: Array, dtype) -> Array:
     """
     acc = jnp.promote_types(a.dtype, jnp.float32)
     flat = a.reshape(-1, a.shape[-1])
-    if jax.default_backend() == "cpu":
+    if backend.current() == "cpu":
         ones = jnp.ones((1, flat.shape[0]), a.dtype)
         return jnp.matmul(ones, flat, precision=jax.lax.Precision.HIGHEST, preferred_element_type=acc)[0].astype(dtype)
     return jnp.sum(flat, axis=0, dtype=acc).astype(dtype)
@@ -97,7 +98,7 @@ _layer_norm.defvjp(_ln_fwd, _ln_bwd)
 def _dense(x: Array, w: Array, b: Array) -> Array:
     """``x @ w + b`` over the last axis of ``x``. On XLA's CPU backend its bias gradient is a
     :func:`_column_sum` (a matrix-vector product); elsewhere autodiff's, as measured on GPUs."""
-    return _dense_cpu(x, w, b) if jax.default_backend() == "cpu" else x @ w + b
+    return _dense_cpu(x, w, b) if backend.current() == "cpu" else x @ w + b
 
 
 @jax.custom_vjp
@@ -325,7 +326,7 @@ def _feed_keeps_activation() -> bool:
     off a CPU. Compiled for an H100, the bfloat16 SimCSE step of BERT-base then moves 0.16 GB less
     and holds 0.15 GB more; at batch 512, 4.8 GB less and 0.92 GB more, with 12 kernels fewer
     (benchmarks/gpu_aot.py). On a CPU the memory is the cost (page faults)."""
-    return jax.default_backend() != "cpu"
+    return backend.current() != "cpu"
 
 
 def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *, config: BertConfig,
@@ -436,7 +437,7 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
         layer = jax.checkpoint(layer, policy=jax.checkpoint_policies.save_only_these_names("dropout_keep"))
     stacked = _fuse_qkv(params["layers"])
     n_scanned = n_layers if first is None else n_layers - 1  # a [CLS] pooling's last layer apart
-    if jax.default_backend() == "gpu" if unroll is None else unroll:
+    if backend.current() == "gpu" if unroll is None else unroll:
         # one layer after another, each with its own entries of the stack, whose gradients are
         # stacked once (_unstack); no zero-filled stack, no in-place writes for XLA to fuse
         entries = _unstack(stacked)

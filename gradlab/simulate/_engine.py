@@ -31,6 +31,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from gradlab import backend
 from gradlab._cache import stored_program, stored_value
 from gradlab.simulate._sampling import CellDraws, CommonDraws, cell_draws, draws_for, normal_bound
 from gradlab.simulate._trig import cos_for
@@ -50,17 +51,19 @@ _CELL_GROUP = {"gpu": 128}
 
 
 def _budget() -> int:
-    return _BUDGET_BYTES.get(jax.default_backend(), _BUDGET_BYTES["cpu"])
+    return _BUDGET_BYTES.get(backend.current(), _BUDGET_BYTES["cpu"])
 
 
 def neg_chunk() -> int:
-    """μ_neg columns one step of the common mode's table stage computes on this backend (4 on a CPU)."""
-    return _NEG_CHUNK.get(jax.default_backend(), _NEG_CHUNK["cpu"])
+    """μ_neg columns one step of the common mode's table stage computes for the backend traced for
+    (``gradlab.backend.current``; 4 on a CPU)."""
+    return _NEG_CHUNK.get(backend.current(), _NEG_CHUNK["cpu"])
 
 
 def cell_group() -> int:
-    """Cells one independent-mode program computes side by side on this backend (1 on a CPU)."""
-    return _CELL_GROUP.get(jax.default_backend(), 1)
+    """Cells one independent-mode program computes side by side for the backend traced for
+    (``gradlab.backend.current``; 1 on a CPU)."""
+    return _CELL_GROUP.get(backend.current(), 1)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

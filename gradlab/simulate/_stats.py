@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradlab import defaults
+from gradlab import backend, defaults
 from gradlab.io import Result
 from gradlab.lemma1 import lemma1_bounds, sphere_cosines, summarize_min_ratio
 from gradlab.losses import BUILTIN, Loss, get_spec, list_losses
@@ -91,14 +91,15 @@ def _effective_neg(kind: str, c_neg, p):
 
 
 def table_logsumexp(x):
-    """log Σ exp(x) over the last axis, as the negatives' tables take it on this backend.
+    """log Σ exp(x) over the last axis, as the negatives' tables take it on the backend traced
+    for (``gradlab.backend.current``).
 
     A GPU takes it in one pass (:func:`logsumexp_one_pass`): in two (the max, then the sum) XLA
     writes x to memory between the passes where x is costly to recompute, as in the independent
     mode, whose x comes from fresh random draws (compiled for an H100, that map's kernels then move
     24.0 GB instead of 34.4: ``benchmarks/gpu_aot.py --engine``). A CPU takes two: its XLA ran a
     reduction with a combiner of its own 7–10 times slower than the two built-in ones."""
-    if jax.default_backend() == "gpu":
+    if backend.current() == "gpu":
         return logsumexp_one_pass(x)
     return jax.nn.logsumexp(x, axis=-1)
 
