@@ -23,8 +23,10 @@ without a GPU, which tells a slow host from slow code).
   also from a NumPy batch (``sync_numpy_s``), and pipelined (``pipelined_s``: 20 steps
   dispatched back to back, one wait at the end, as a training loop runs); peak memory from
   JAX's allocator after the timed steps, before the dev evaluation (``peak_bytes``; with it:
-  ``peak_bytes_with_eval``), training the loaded weights themselves as the torch rows do;
-  JAX's own account of the first step's compilation (``compile_log``).
+  ``peak_bytes_with_eval``), training the loaded weights themselves as the torch rows do; the
+  allocator's counts after the compiling step and after the timed ones (``memory_first_step``,
+  ``memory_steps``: in use, peak, largest allocation, allocations), which say whether the peak
+  is the compilation's or the steps'; JAX's own account of the first step's compilation (``compile_log``).
   ``gradlab_bf16_rolled`` keeps the loop over the 12 layers a ``lax.scan``
   (``MiniLM.unroll=False``; on a GPU the default unrolls it); ``gradlab_bf16_batch512`` is not
   the recipe's batch: how much of the chip a larger one fills. Every gradlab row times the
@@ -179,6 +181,18 @@ def compile_log():
         logger.removeHandler(handler)
 
 
+#: What JAX's allocator reports of the device's memory (``Device.memory_stats``; a CPU reports none).
+MEMORY_KEYS = ("bytes_in_use", "peak_bytes_in_use", "largest_alloc_size", "num_allocs", "bytes_limit")
+
+
+def device_memory() -> dict:
+    """:data:`MEMORY_KEYS` of the first device's ``memory_stats`` now (empty on a CPU)."""
+    import jax
+
+    stats = jax.devices()[0].memory_stats() or {}
+    return {k: stats[k] for k in MEMORY_KEYS if k in stats}
+
+
 def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
     """A jitted step of ``loop`` timed five ways after the compiling one (median of TIMED each):
 
@@ -202,7 +216,8 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
     with compile_log() as phases:
         params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch_of(1), loop.key(1))
         jax.block_until_ready(aux["loss"])
-    out = {"first_s": time.perf_counter() - t0, "compile_log": phases}
+    # the peak so far is the compiling step's (its autotuning included), against the timed steps' after
+    out = {"first_s": time.perf_counter() - t0, "compile_log": phases, "memory_first_step": device_memory()}
     sync = []
     for k in range(2, TIMED + 2):
         batch = jax.device_get(batch_of(k))
@@ -340,13 +355,14 @@ def _gradlab(name: str) -> dict:
 
     run, loop, params, opt_state = gradlab_row_loop(name)
     out, (params, opt_state) = step_timings(loop, params, opt_state)
-    step_peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")  # the steps' alone, as torch's
+    memory = device_memory()
+    step_peak = memory.get("peak_bytes_in_use")  # the steps' alone, as torch's
     run.dev(params)  # compiles the evaluation forward
     t0 = time.perf_counter()
     run.dev(params)
     dev_eval = time.perf_counter() - t0
     stats = jax.devices()[0].memory_stats() or {}
-    return {**out, "flops": step_flops(run.encoder, loop.batches), "peak_bytes": step_peak,
+    return {**out, "flops": step_flops(run.encoder, loop.batches), "peak_bytes": step_peak, "memory_steps": memory,
             "peak_bytes_with_eval": stats.get("peak_bytes_in_use"),
             "device": f"{jax.device_count()} x {jax.devices()[0].device_kind}", "sentences": 2 * GRADLAB_ROWS[name][1],
             "dev_eval_s": dev_eval, "rows_x_width": [loop.batches.rows, loop.batches.width]}
