@@ -296,17 +296,20 @@ def _resident_and_plain(view, padded: bool = False):
     return tv, opt, steps, batches, keys
 
 
-@pytest.mark.parametrize("padded", [False, True])
-def test_the_resident_step_gives_the_plain_steps_numbers_bit_for_bit(view, padded):
+@pytest.mark.parametrize("padded, choices", [(False, "cpu"), (True, "cpu"), (False, "gpu")])
+def test_the_resident_step_gives_the_plain_steps_numbers_bit_for_bit(view, padded, choices):
+    """Also with the GPU's choices (``gradlab.backend``: the layers unrolled, the activation kept),
+    the program the GPU rows run."""
     tv, opt, (plain, resident), batches, keys = _resident_and_plain(view, padded)
     runs = []
-    for step in (plain, resident):
-        params = jax.tree_util.tree_map(jnp.copy, tv.params)
-        state, outs = opt.init(params), []
-        for batch, key in zip(batches, keys, strict=True):
-            params, state, aux = step(params, state, None, batch, key)
-            outs.append(aux)  # every step's outputs held, as a loop that keeps a step in flight does
-        runs.append(jax.device_get((params, state, outs)))
+    with backend.choices_for(choices):
+        for step in (plain, resident):
+            params = jax.tree_util.tree_map(jnp.copy, tv.params)
+            state, outs = opt.init(params), []
+            for batch, key in zip(batches, keys, strict=True):
+                params, state, aux = step(params, state, None, batch, key)
+                outs.append(aux)  # every step's outputs held, as a loop that keeps a step in flight does
+            runs.append(jax.device_get((params, state, outs)))
     for got, want in zip(jax.tree_util.tree_leaves(runs[1]), jax.tree_util.tree_leaves(runs[0]), strict=True):
         np.testing.assert_array_equal(got, want)
     losses = [float(aux["loss"]) for aux in runs[0][2]]
@@ -360,13 +363,16 @@ def test_the_resident_step_keeps_one_set_of_buffers_per_batch_shape(view, caplog
     assert len(compiled) == 2  # one program per shape, each compiled once (not again at its second call)
 
 
-def test_every_argument_of_the_resident_program_is_donated_and_aliased(view):
+@pytest.mark.parametrize("choices", ["cpu", "gpu"])
+def test_every_argument_of_the_resident_program_is_donated_and_aliased(view, choices):
     """XLA's buffer assignment of the compiled resident program: every byte of its arguments
-    (parameters, optimizer state, batch, key and the outputs' buffers) is an output's too."""
+    (parameters, optimizer state, batch, key and the outputs' buffers) is an output's too, with
+    either backend's choices (``gradlab.backend``)."""
     tv, opt, (plain, resident), batches, keys = _resident_and_plain(view)
     args = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                                   (tv.params, opt.init(tv.params), None, batches[0], keys[0]))
-    ours = resident.lower(*args).compile().memory_analysis()
+    with backend.choices_for(choices):
+        ours = resident.lower(*args).compile().memory_analysis()
+        theirs = plain.lower(*args).compile().memory_analysis()  # the plain step: parameters and optimizer state only
     assert ours.alias_size_in_bytes == ours.argument_size_in_bytes
-    theirs = plain.lower(*args).compile().memory_analysis()  # the plain step: parameters and optimizer state only
     assert theirs.alias_size_in_bytes < theirs.argument_size_in_bytes
