@@ -84,6 +84,34 @@ def standard_normal(key, shape, dtype):
     return normal_from_bits(bits.reshape(shape), dtype)
 
 
+def standard_normal_parts(key, shape, dtype) -> tuple:
+    """:func:`standard_normal` of ``shape``, in parts along the first axis whose concatenation it
+    is bit for bit, the parts drawn side by side from one pass over the Threefry blocks.
+
+    In float32 the flat draws' element i and element i + m (m: half their count) are the two
+    words of block i, so rows r and r + shape[0]/2 share their blocks: with an even first axis,
+    two halves, each computed from one of the blocks' outputs. A program that reduces each half's
+    rows apart then hashes each block once and concatenates nothing of the draws' size. Compiled
+    for an H100, XLA wrote three arrays of half the draws' size between the hash and the
+    reductions, and now two (the independent mode's InfoNCE map: 16.2 GB moved instead of 24.0,
+    ``benchmarks/gpu_aot.py --engine``).
+    Otherwise (float64, whose 64-bit word is one block already; an odd first axis; another PRNG
+    implementation) one part.
+    """
+    dtype = jnp.dtype(dtype)
+    rows = shape[0] if shape else 0
+    if dtype.itemsize == 8 or rows % 2 or str(jax.random.key_impl(key)) != "threefry2x32":
+        return (standard_normal(key, shape, dtype),)
+    from jax.extend.random import threefry2x32_p
+
+    m = math.prod(shape) // 2
+    i = jnp.arange(m, dtype=jnp.uint32)
+    k0, k1 = jax.random.key_data(key)
+    words = threefry2x32_p.bind(k0, k1, i, i + np.uint32(m))  # the counters threefry_2x32 gives 2m words
+    half = (rows // 2, *shape[1:])
+    return tuple(normal_from_bits(w.reshape(half), dtype) for w in words)
+
+
 @functools.cache
 def normal_bound(dtype_name: str) -> float:
     """The largest |z| ``normal_from_bits`` can return for ``dtype_name`` (its extreme words)."""
@@ -91,13 +119,6 @@ def normal_bound(dtype_name: str) -> float:
     uint = jnp.uint64 if dtype.itemsize == 8 else jnp.uint32
     extremes = jnp.asarray([0, np.iinfo(uint).max], uint)
     return float(jnp.max(jnp.abs(normal_from_bits(extremes, dtype))))
-
-
-def _split_draws(key, shape, n, dtype):
-    k_angle, k_alpha = jax.random.split(key)
-    z = standard_normal(k_angle, (*shape, n), dtype)
-    u = jax.random.uniform(k_alpha, shape, dtype)
-    return z, u
 
 
 # --- the common draws on the host ------------------------------------------------------------
@@ -253,11 +274,20 @@ def draws_for(protocol) -> CommonDraws | CellDraws:
 
 def cell_draws(seed_or_root, cell, batches: int, n: int, dtype):
     """Independent-mode draws of one cell (traceable): z_pos (B,), z_neg (B, N−1), u (B,)."""
+    (z,), u = cell_draw_parts(seed_or_root, cell, batches, n, dtype, parts=False)
+    return z[:, 0], z[:, 1:], u
+
+
+def cell_draw_parts(seed_or_root, cell, batches: int, n: int, dtype, *, parts: bool = True):
+    """:func:`cell_draws`' normals (B, N), in parts along the batches with ``parts``
+    (:func:`standard_normal_parts`; a part's z[:, 0] are its positives', z[:, 1:] its negatives'),
+    else whole (one part), and u (B,)."""
     root = seed_or_root
     if isinstance(root, (int, np.integer)):
         root = jax.random.key(int(root))
-    z, u = _split_draws(jax.random.fold_in(root, cell), (batches,), n, dtype)
-    return z[:, 0], z[:, 1:], u
+    k_angle, k_alpha = jax.random.split(jax.random.fold_in(root, cell))
+    z = standard_normal_parts(k_angle, (batches, n), dtype) if parts else (standard_normal(k_angle, (batches, n), dtype),)
+    return z, jax.random.uniform(k_alpha, (batches,), dtype)
 
 
 def apply_law(theta, law: str):
