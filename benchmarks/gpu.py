@@ -402,29 +402,44 @@ def gradlab_bf16_batch512() -> dict:
     return _gradlab("gradlab_bf16_batch512")
 
 
+def _map_ms(loss: str, protocol, repeats: int) -> dict:
+    """``gd_map(loss, protocol)``: the first call's seconds, then the median of ``repeats`` after one more."""
+    from gradlab.simulate import gd_map
+
+    t0 = time.perf_counter()
+    gd_map(loss, protocol)
+    first = time.perf_counter() - t0
+    gd_map(loss, protocol)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        gd_map(loss, protocol)
+        times.append(time.perf_counter() - t0)
+    return {"ms": 1e3 * statistics.median(times), "ms_all": [round(1e3 * t, 3) for t in times], "first_s": first}
+
+
 def engine() -> dict:
-    """Full paper maps (100 × 100 cells, 1,000 batches of 128): ms per map, host copy included."""
+    """Full paper maps (100 × 100 cells, 1,000 batches of 128): ms per map, host copy included.
+    ``infonce_independent_whole_draws``: the independent map with each cell's normals drawn whole,
+    as a CPU draws them, against the GPU's halves (``infonce_independent``): the A/B of that choice
+    on one machine (it instruments ``gradlab.simulate._engine``'s table of choices)."""
     import jax
 
-    from gradlab.simulate import Protocol, gd_map
+    from gradlab.simulate import Protocol, _engine
 
     grid = int(os.environ.get(GRID_ENV, "100"))
     out = {"device": jax.devices()[0].device_kind, "grid": grid}
     for mode, losses, repeats in (("common", ENGINE_LOSSES, 20), ("independent", ("infonce", "arccon"), 5)):
         p = Protocol(grid=grid, batches=1000, batch_size=128, mode=mode)
         for loss in losses:
-            t0 = time.perf_counter()
-            gd_map(loss, p)
-            first = time.perf_counter() - t0
-            gd_map(loss, p)
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                gd_map(loss, p)
-                times.append(time.perf_counter() - t0)
-            key = loss if mode == "common" else f"{loss}_independent"
-            out[key] = {"ms": 1e3 * statistics.median(times), "ms_all": [round(1e3 * t, 3) for t in times],
-                        "first_s": first}
+            out[loss if mode == "common" else f"{loss}_independent"] = _map_ms(loss, p, repeats)
+    saved = dict(_engine._DRAW_PARTS)
+    _engine._DRAW_PARTS.clear()
+    try:
+        out["infonce_independent_whole_draws"] = _map_ms(
+            "infonce", Protocol(grid=grid, batches=1000, batch_size=128, mode="independent"), 5)
+    finally:
+        _engine._DRAW_PARTS.update(saved)
     return out
 
 

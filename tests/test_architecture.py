@@ -137,6 +137,9 @@ INSTRUMENTS = {
     ("benchmarks.gpu_aot", "gradlab.simulate._engine"):
         "compiles a map's programs for a GPU that is not attached (compile_engine): the engine's stages "
         "built on that device's mesh, its program store replaced by the compilation",
+    ("benchmarks.gpu", "gradlab.simulate._engine"):
+        "times the independent mode with one of the GPU's choices undone (its draws whole, as a CPU's), "
+        "beside the choice, on one machine",
 }
 
 
