@@ -25,10 +25,10 @@ program's own identity (statistic, registered loss, stage, chunk), the shapes an
 its arguments, the backend whose choices it was traced with (``gradlab.backend``), and a
 fingerprint of gradlab's source files (size and modification time), of JAX, jaxlib and their
 configuration, of the devices and of the host CPU, so that a new version, an edited checkout or
-another machine reads nothing stale. A user's loss (a file
-or a module) has no such identity and always goes through ``jax.jit`` and JAX's cache. An
-entry that cannot be read is a miss (it is compiled again and rewritten), never a failure;
-the directory keeps at most ``PROGRAMS_MAX`` entries (least recently used removed).
+another machine reads nothing stale. A user's loss (a file or a module) has no such identity
+and always goes through ``jax.jit`` and JAX's cache. An entry that cannot be read is a miss (it
+is compiled again and rewritten), never a failure; the directory keeps at most
+``PROGRAMS_MAX`` entries (least recently used removed).
 """
 
 from __future__ import annotations

@@ -378,9 +378,9 @@ def _cell_stage(stat: Stat, chunk: int, nd: int, batches: int, n: int, dtype_nam
         root, mu_pos, mu_neg, sp, sn, p = rep
         q = mu_neg.shape[0]
         parts, u = cell_draw_parts(root, c, batches, n, dtype, parts=in_parts)
-        # each part's tables apart (a statistic's tables are per batch): parts that share their
-        # random words need not write them out (cell_draw_parts). The sampling law does not
-        # enter: cos of a reflected angle is cos of the raw one
+        # each part's tables apart (a statistic's tables are per batch), so that nothing of the
+        # draws' size is concatenated (cell_draw_parts). The sampling law does not enter: cos of
+        # a reflected angle is cos of the raw one
         c_pos = jnp.concatenate([cos(mu_pos[c // q] + sp * z[:, 0]) for z in parts])
         tables = [stat.neg(cos(mu_neg[c % q] + sn * z[:, 1:]), p) for z in parts]
         tables = jax.tree.map(lambda *t: jnp.concatenate(t), *tables)
