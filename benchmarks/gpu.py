@@ -86,6 +86,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from real import cpu_model  # noqa: E402 - real.py's reading of /proc/cpuinfo (no JAX, no torch)
+
 ROOT = HERE.parent
 BATCH, MAX_LEN, TAU, LR, TIMED, TORCH_WARM, PIPELINED = 64, 32, 0.05, 3e-5, 20, 8, 20
 LOOP_STEPS = 300
@@ -849,9 +853,6 @@ def host() -> dict:
     """The host's processor, cores, load and kernel (the lent machines run under gVisor, whose
     kernel says 4.4.0, or Firecracker)."""
     import platform
-
-    sys.path.insert(0, str(HERE))
-    from real import cpu_model  # real.py's reading of /proc/cpuinfo
 
     return {"cpu": cpu_model(), "cores": os.cpu_count(), "kernel": platform.release(),
             "load_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
