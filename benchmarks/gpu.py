@@ -425,7 +425,7 @@ def _map_ms(loss: str, protocol, repeats: int) -> dict:
 def engine() -> dict:
     """Full paper maps (100 × 100 cells, 1,000 batches of 128): ms per map, host copy included.
     ``infonce_independent_whole_draws``: the independent map with each cell's normals drawn whole,
-    as a CPU draws them, against the GPU's halves (``infonce_independent``): the A/B of that choice
+    as a CPU draws them, against the GPU's pieces (``infonce_independent``): the A/B of that choice
     on one machine (it instruments ``gradlab.simulate._engine``'s table of choices)."""
     import jax
 
@@ -437,13 +437,13 @@ def engine() -> dict:
         p = Protocol(grid=grid, batches=1000, batch_size=128, mode=mode)
         for loss in losses:
             out[loss if mode == "common" else f"{loss}_independent"] = _map_ms(loss, p, repeats)
-    saved = dict(_engine._DRAW_PARTS)
-    _engine._DRAW_PARTS.clear()
+    saved = dict(_engine._DRAW_PIECES)
+    _engine._DRAW_PIECES.clear()
     try:
         out["infonce_independent_whole_draws"] = _map_ms(
             "infonce", Protocol(grid=grid, batches=1000, batch_size=128, mode="independent"), 5)
     finally:
-        _engine._DRAW_PARTS.update(saved)
+        _engine._DRAW_PIECES.update(saved)
     return out
 
 

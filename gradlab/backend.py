@@ -8,7 +8,7 @@ The choice is made while JAX traces, from :func:`current`; each is documented wh
   layers and column sums as products with a vector of ones (XLA's CPU reductions are slow);
 * ``gradlab.simulate``'s engine on a GPU: one step of the common mode's table stage takes a whole
   paper grid of μ_neg columns (a CPU takes 4), independent-mode cells are computed 128 side by
-  side (a CPU takes one) with their normals drawn in two halves (a CPU draws them whole), and the
+  side (a CPU takes one) with their normals drawn in pieces (a CPU draws them whole), and the
   tables' log-sum-exp is one pass (a CPU takes two);
 * the training batches' planned compile cost per row (``gradlab.real.batches``).
 

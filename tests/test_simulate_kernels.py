@@ -25,7 +25,7 @@ from gradlab.simulate._sampling import (
     normal_bound,
     normal_from_bits,
     standard_normal,
-    standard_normal_parts,
+    standard_normal_pieces,
     threefry2x32,
 )
 from gradlab.simulate._stats import logsumexp_one_pass
@@ -168,38 +168,39 @@ def test_standard_normal_other_prng_falls_back_to_jax():
 @pytest.mark.x64
 @pytest.mark.parametrize("shape, dtype, n_parts", [((1000, 128), jnp.float32, 2), ((6, 5), jnp.float32, 2),
                                                    ((7, 4), jnp.float32, 1), ((8, 3), jnp.float64, 1)])
-def test_standard_normal_parts_are_the_draws_in_parts(shape, dtype, n_parts):
-    """The parts are the whole draws bit for bit, concatenated along the first axis; float32 with
-    an even first axis takes two halves from one Threefry pass over half as many blocks as words
-    (its jaxpr: one hash, on counters of half the draws' size, and no concatenation)."""
+def test_standard_normal_pieces_are_the_draws_in_pieces(shape, dtype, n_parts):
+    """The pieces are the whole draws bit for bit: per part of the rows, its first column and its
+    others. float32 with an even first axis hashes each block once, for two pieces of two halves
+    (its jaxpr: two hashes on counters of half the draws' size together, and no concatenation)."""
     key = jax.random.key(21)
-    parts = standard_normal_parts(key, shape, dtype)
-    assert len(parts) == n_parts
-    np.testing.assert_array_equal(np.concatenate([np.asarray(p) for p in parts]),
-                                  np.asarray(standard_normal(key, shape, dtype)))
+    pieces = standard_normal_pieces(key, shape, dtype)
+    assert len(pieces) == n_parts
+    got = np.concatenate([np.concatenate([np.asarray(a), np.asarray(b)], axis=1) for a, b in pieces])
+    np.testing.assert_array_equal(got, np.asarray(standard_normal(key, shape, dtype)))
     if n_parts == 2:
-        jaxpr = jax.make_jaxpr(lambda k: standard_normal_parts(k, shape, dtype))(key).jaxpr
+        jaxpr = jax.make_jaxpr(lambda k: standard_normal_pieces(k, shape, dtype))(key).jaxpr
         hashes = [e for e in jaxpr.eqns if e.primitive.name == "threefry2x32"]
-        assert len(hashes) == 1 and hashes[0].invars[2].aval.shape == (math.prod(shape) // 2,)
+        assert len(hashes) == 2 and sum(math.prod(e.invars[2].aval.shape) for e in hashes) == math.prod(shape) // 2
         assert not [e for e in jaxpr.eqns if e.primitive.name == "concatenate"]
 
 
-def test_standard_normal_parts_other_prng_is_one_part():
+def test_standard_normal_pieces_other_prng_is_one_part():
     key = jax.random.key(0, impl="rbg")
-    (z,) = standard_normal_parts(key, (6, 3), jnp.float32)
-    np.testing.assert_array_equal(np.asarray(z), np.asarray(jax.random.normal(key, (6, 3), jnp.float32)))
+    ((first, rest),) = standard_normal_pieces(key, (6, 3), jnp.float32)
+    np.testing.assert_array_equal(np.concatenate([np.asarray(first), np.asarray(rest)], axis=1),
+                                  np.asarray(jax.random.normal(key, (6, 3), jnp.float32)))
 
 
-def test_independent_maps_from_draws_in_parts_are_the_whole_draws_maps(monkeypatch):
-    """A GPU draws each cell's normals in two halves (``_engine.draws_in_parts``): the same draws,
-    so on this CPU the maps are the whole draws' to float32 rounding (XLA's programs for the halves
+def test_independent_maps_from_draws_in_pieces_are_the_whole_draws_maps(monkeypatch):
+    """A GPU draws each cell's normals in pieces (``_engine.draws_in_pieces``): the same draws, so
+    on this CPU the maps are the whole draws' to float32 rounding (XLA's programs for the pieces
     may round a reduction otherwise), for a log-sum-exp table, a max table and ArcCon's."""
     from gradlab.simulate import _engine
 
     p = Protocol(grid=(3, 4), batches=30, batch_size=9, mode="independent")
     whole = {loss: gd_map(loss, p) for loss in ("infonce", "mpt", "arccon")}
-    monkeypatch.setitem(_engine._DRAW_PARTS, gradlab.backend.current(), True)
-    assert _engine.draws_in_parts()
+    monkeypatch.setitem(_engine._DRAW_PIECES, gradlab.backend.current(), True)
+    assert _engine.draws_in_pieces()
     for loss, want in whole.items():
         got = gd_map(loss, p)
         np.testing.assert_allclose(got.mean, want.mean, rtol=1e-6, atol=1e-12)

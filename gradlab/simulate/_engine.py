@@ -36,7 +36,7 @@ from gradlab._cache import stored_program, stored_value
 from gradlab.simulate._sampling import (
     CellDraws,
     CommonDraws,
-    cell_draw_parts,
+    cell_draw_pieces,
     draws_for,
     normal_bound,
 )
@@ -54,12 +54,14 @@ _NEG_CHUNK = {"cpu": 4, "gpu": 128}
 #: per backend, so part of the numerics there; a CPU takes one cell at a time, a GPU needs
 #: many to fill it).
 _CELL_GROUP = {"gpu": 128}
-#: Independent mode: a cell's normals drawn in two halves that share their random words
-#: (``_sampling.standard_normal_parts``), by backend: the same draws, the maps the same to
-#: rounding. Compiled for an H100, the independent InfoNCE map then moves 16.2 GB instead of
-#: 24.0 (``benchmarks/gpu_aot.py --engine``); a CPU's map took 12 % longer that way (InfoNCE and
-#: ArcCon, 50 × 50 cells: 1.10 against 0.97 s; ad hoc, 3 rounds of fresh processes).
-_DRAW_PARTS = {"gpu": True}
+#: Independent mode: a cell's normals drawn in pieces (``_sampling.standard_normal_pieces``: two
+#: halves of the batches sharing their Threefry blocks, each with its positives and its negatives
+#: apart), by backend: the same draws, the maps the same to rounding. Compiled for an H100, the
+#: hash then fuses into the reductions: the independent InfoNCE map moves 0.48 GB instead of 24.0
+#: (``benchmarks/gpu_aot.py --engine``). A CPU draws whole: its map took 15–20 % longer in pieces
+#: (50 × 50 cells, InfoNCE and ArcCon: 1.11–1.16 against 0.95 s; ad hoc, 3 rounds of fresh
+#: processes, alternating).
+_DRAW_PIECES = {"gpu": True}
 
 
 def _budget() -> int:
@@ -72,10 +74,10 @@ def neg_chunk() -> int:
     return _NEG_CHUNK.get(backend.current(), _NEG_CHUNK["cpu"])
 
 
-def draws_in_parts() -> bool:
-    """Whether an independent-mode cell draws its normals in parts for the backend traced for
+def draws_in_pieces() -> bool:
+    """Whether an independent-mode cell draws its normals in pieces for the backend traced for
     (``gradlab.backend.current``; whole on a CPU)."""
-    return _DRAW_PARTS.get(backend.current(), False)
+    return _DRAW_PIECES.get(backend.current(), False)
 
 
 def cell_group() -> int:
@@ -371,18 +373,18 @@ def run_common(stat: Stat, draws: CommonDraws, mu_pos, mu_neg, params, *, chunk=
 # --- independent mode ------------------------------------------------------------------------
 @functools.lru_cache(maxsize=64)
 def _cell_stage(stat: Stat, chunk: int, nd: int, batches: int, n: int, dtype_name: str, cos: Callable,
-                group: int = 1, in_parts: bool = False):
+                group: int = 1, in_pieces: bool = False):
     dtype = jnp.dtype(dtype_name)
 
     def cell(c, rep):
         root, mu_pos, mu_neg, sp, sn, p = rep
         q = mu_neg.shape[0]
-        parts, u = cell_draw_parts(root, c, batches, n, dtype, parts=in_parts)
+        pieces, u = cell_draw_pieces(root, c, batches, n, dtype, pieces=in_pieces)
         # each part's tables apart (a statistic's tables are per batch), so that nothing of the
-        # draws' size is concatenated (cell_draw_parts). The sampling law does not enter: cos of
-        # a reflected angle is cos of the raw one
-        c_pos = jnp.concatenate([cos(mu_pos[c // q] + sp * z[:, 0]) for z in parts])
-        tables = [stat.neg(cos(mu_neg[c % q] + sn * z[:, 1:]), p) for z in parts]
+        # draws' size is concatenated or read twice (cell_draw_pieces). The sampling law does not
+        # enter: cos of a reflected angle is cos of the raw one
+        c_pos = jnp.concatenate([cos(mu_pos[c // q] + sp * z_pos[:, 0]) for z_pos, _ in pieces])
+        tables = [stat.neg(cos(mu_neg[c % q] + sn * z_neg), p) for _, z_neg in pieces]
         tables = jax.tree.map(lambda *t: jnp.concatenate(t), *tables)
         return _reduce(stat.pair(c_pos, tables, u, p))
 
@@ -419,10 +421,10 @@ def run_independent(stat: Stat, draws: CellDraws, mu_pos, mu_neg, params, *, chu
     z = normal_bound(dtype.name)
     bound = max(np.max(np.abs(mu_pos)) + draws.sigma_pos * z, np.max(np.abs(mu_neg)) + draws.sigma_neg * z)
     cos = cos_for(dtype, float(bound))
-    in_parts = draws_in_parts()
-    compiled = _cell_stage(stat, chunk, nd, draws.batches, draws.batch_size, dtype.name, cos, group, in_parts)
+    in_pieces = draws_in_pieces()
+    compiled = _cell_stage(stat, chunk, nd, draws.batches, draws.batch_size, dtype.name, cos, group, in_pieces)
     key = stat.program_key("cell", chunk, nd, f"{cos.__module__}.{cos.__qualname__}", *(("group", group),) * (group > 1),
-                           *("parts",) * in_parts)
+                           *("pieces",) * in_pieces)
     cells = np.arange(n_groups * group, dtype=np.uint32)
     cells = np.minimum(cells, n_cells - 1)  # the last group padded with the last cell
     items = cells if group == 1 else cells.reshape(n_groups, group)

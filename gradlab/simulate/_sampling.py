@@ -84,32 +84,39 @@ def standard_normal(key, shape, dtype):
     return normal_from_bits(bits.reshape(shape), dtype)
 
 
-def standard_normal_parts(key, shape, dtype) -> tuple:
-    """:func:`standard_normal` of ``shape``, in parts along the first axis whose concatenation it
-    is bit for bit, the parts drawn side by side from one pass over the Threefry blocks.
+def standard_normal_pieces(key, shape, dtype, first: int = 1) -> tuple:
+    """:func:`standard_normal` of ``shape`` (R, C) in pieces, bit for bit: per part of its rows,
+    the part's first ``first`` columns and its other columns, each drawn from its own counters.
 
-    In float32 the flat draws' element i and element i + m (m: half their count) are the two
-    words of block i, so rows r and r + shape[0]/2 share their blocks: with an even first axis,
-    two halves, each computed from one of the blocks' outputs. A program that reduces each half's
-    rows apart then hashes each block once and concatenates nothing of the draws' size. Compiled
-    for an H100, XLA wrote three arrays of half the draws' size between the hash and the
-    reductions, and now two (the independent mode's InfoNCE map: 16.2 GB moved instead of 24.0,
-    ``benchmarks/gpu_aot.py --engine``).
-    Otherwise (float64, whose 64-bit word is one block already; an odd first axis; another PRNG
-    implementation) one part.
+    In float32 the flat draws' elements i and i + m (m: half their count) are the two words of
+    Threefry block i, so rows r and r + R/2 share their blocks. With R even there are two parts,
+    the halves of the rows: each piece hashes its blocks once and keeps one word of each, the
+    other half's piece the other word. A program that reduces each piece apart then needs no
+    array of the draws' size in memory: no concatenation of the words, and no piece with two
+    consumers (the positives' column and the negatives' reduction) for XLA to keep. Compiled for
+    an H100, the independent mode's InfoNCE map moved 24.0 GB with the whole draws and 0.48 GB in
+    pieces (``benchmarks/gpu_aot.py --engine``). Otherwise (float64, whose 64-bit word is one
+    block already; R odd; another PRNG implementation) one part, the whole draws' columns.
+
+    Returns:
+      ``((first columns (R/k, first), other columns (R/k, C - first)), ...)`` for the k parts, in
+      row order: concatenated along the rows, each is the draws' columns.
     """
     dtype = jnp.dtype(dtype)
-    rows = shape[0] if shape else 0
+    rows, cols = shape
     if dtype.itemsize == 8 or rows % 2 or str(jax.random.key_impl(key)) != "threefry2x32":
-        return (standard_normal(key, shape, dtype),)
+        z = standard_normal(key, shape, dtype)
+        return ((z[:, :first], z[:, first:]),)
     from jax.extend.random import threefry2x32_p
 
-    m = math.prod(shape) // 2
-    i = jnp.arange(m, dtype=jnp.uint32)
+    m = np.uint32(rows * cols // 2)
     k0, k1 = jax.random.key_data(key)
-    words = threefry2x32_p.bind(k0, k1, i, i + np.uint32(m))  # the counters threefry_2x32 gives 2m words
-    half = (rows // 2, *shape[1:])
-    return tuple(normal_from_bits(w.reshape(half), dtype) for w in words)
+    starts = jnp.arange(rows // 2, dtype=jnp.uint32)[:, None] * np.uint32(cols)
+    words = []
+    for lo, hi in ((0, first), (first, cols)):  # the blocks of threefry_2x32(k, arange(2m)): counters (j, j + m)
+        j = starts + jnp.arange(lo, hi, dtype=jnp.uint32)
+        words.append(threefry2x32_p.bind(k0, k1, j, j + m))
+    return tuple(tuple(normal_from_bits(w[half], dtype) for w in words) for half in (0, 1))
 
 
 @functools.cache
@@ -274,19 +281,23 @@ def draws_for(protocol) -> CommonDraws | CellDraws:
 
 def cell_draws(seed_or_root, cell, batches: int, n: int, dtype):
     """Independent-mode draws of one cell (traceable): z_pos (B,), z_neg (B, N−1), u (B,)."""
-    (z,), u = cell_draw_parts(seed_or_root, cell, batches, n, dtype, parts=False)
-    return z[:, 0], z[:, 1:], u
+    ((z_pos, z_neg),), u = cell_draw_pieces(seed_or_root, cell, batches, n, dtype, pieces=False)
+    return z_pos[:, 0], z_neg, u
 
 
-def cell_draw_parts(seed_or_root, cell, batches: int, n: int, dtype, *, parts: bool = True):
-    """:func:`cell_draws`' normals (B, N), in parts along the batches with ``parts``
-    (:func:`standard_normal_parts`; a part's z[:, 0] are its positives', z[:, 1:] its negatives'),
-    else whole (one part), and u (B,)."""
+def cell_draw_pieces(seed_or_root, cell, batches: int, n: int, dtype, *, pieces: bool = True):
+    """:func:`cell_draws`' normals as ``((z_pos (B', 1), z_neg (B', N−1)), ...)`` per part of the
+    batches (B' rows each; :func:`standard_normal_pieces` with ``pieces``, else one part from the
+    whole draws), and u (B,)."""
     root = seed_or_root
     if isinstance(root, (int, np.integer)):
         root = jax.random.key(int(root))
     k_angle, k_alpha = jax.random.split(jax.random.fold_in(root, cell))
-    z = standard_normal_parts(k_angle, (batches, n), dtype) if parts else (standard_normal(k_angle, (batches, n), dtype),)
+    if pieces:
+        z = standard_normal_pieces(k_angle, (batches, n), dtype)
+    else:
+        whole = standard_normal(k_angle, (batches, n), dtype)
+        z = ((whole[:, :1], whole[:, 1:]),)
     return z, jax.random.uniform(k_alpha, (batches,), dtype)
 
 
