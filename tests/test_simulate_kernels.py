@@ -184,6 +184,13 @@ def test_standard_normal_pieces_are_the_draws_in_pieces(shape, dtype, n_parts):
         assert not [e for e in jaxpr.eqns if e.primitive.name == "concatenate"]
 
 
+def test_standard_normal_pieces_without_halves_is_one_part_of_the_whole_draws():
+    key = jax.random.key(2)
+    ((first, rest),) = standard_normal_pieces(key, (6, 5), jnp.float32, halves=False)
+    np.testing.assert_array_equal(np.concatenate([np.asarray(first), np.asarray(rest)], axis=1),
+                                  np.asarray(standard_normal(key, (6, 5), jnp.float32)))
+
+
 def test_standard_normal_pieces_other_prng_is_one_part():
     key = jax.random.key(0, impl="rbg")
     ((first, rest),) = standard_normal_pieces(key, (6, 3), jnp.float32)

@@ -84,9 +84,9 @@ def standard_normal(key, shape, dtype):
     return normal_from_bits(bits.reshape(shape), dtype)
 
 
-def standard_normal_pieces(key, shape, dtype, first: int = 1) -> tuple:
+def standard_normal_pieces(key, shape, dtype, *, halves: bool = True) -> tuple:
     """:func:`standard_normal` of ``shape`` (R, C) in pieces, bit for bit: per part of its rows,
-    the part's first ``first`` columns and its other columns, each drawn from its own counters.
+    the part's first column and its other columns, each drawn from its own counters.
 
     In float32 the flat draws' elements i and i + m (m: half their count) are the two words of
     Threefry block i, so rows r and r + R/2 share their blocks. With R even there are two parts,
@@ -95,25 +95,26 @@ def standard_normal_pieces(key, shape, dtype, first: int = 1) -> tuple:
     array of the draws' size in memory: no concatenation of the words, and no piece with two
     consumers (the positives' column and the negatives' reduction) for XLA to keep. Compiled for
     an H100, the independent mode's InfoNCE map moved 24.0 GB with the whole draws and 0.48 GB in
-    pieces (``benchmarks/gpu_aot.py --engine``). Otherwise (float64, whose 64-bit word is one
-    block already; R odd; another PRNG implementation) one part, the whole draws' columns.
+    pieces (``benchmarks/gpu_aot.py --engine``). Otherwise (``halves=False``; float64, whose
+    64-bit word is one block already; R odd; another PRNG implementation) one part, the whole
+    draws' columns.
 
     Returns:
-      ``((first columns (R/k, first), other columns (R/k, C - first)), ...)`` for the k parts, in
-      row order: concatenated along the rows, each is the draws' columns.
+      ``((first column (R/k, 1), other columns (R/k, C - 1)), ...)`` for the k parts, in row
+      order: concatenated along the rows, each is the draws' columns.
     """
     dtype = jnp.dtype(dtype)
     rows, cols = shape
-    if dtype.itemsize == 8 or rows % 2 or str(jax.random.key_impl(key)) != "threefry2x32":
+    if not halves or dtype.itemsize == 8 or rows % 2 or str(jax.random.key_impl(key)) != "threefry2x32":
         z = standard_normal(key, shape, dtype)
-        return ((z[:, :first], z[:, first:]),)
+        return ((z[:, :1], z[:, 1:]),)
     from jax.extend.random import threefry2x32_p
 
     m = np.uint32(rows * cols // 2)
     k0, k1 = jax.random.key_data(key)
     starts = jnp.arange(rows // 2, dtype=jnp.uint32)[:, None] * np.uint32(cols)
     words = []
-    for lo, hi in ((0, first), (first, cols)):  # the blocks of threefry_2x32(k, arange(2m)): counters (j, j + m)
+    for lo, hi in ((0, 1), (1, cols)):  # the blocks of threefry_2x32(k, arange(2m)): counters (j, j + m)
         j = starts + jnp.arange(lo, hi, dtype=jnp.uint32)
         words.append(threefry2x32_p.bind(k0, k1, j, j + m))
     return tuple(tuple(normal_from_bits(w[half], dtype) for w in words) for half in (0, 1))
@@ -287,17 +288,12 @@ def cell_draws(seed_or_root, cell, batches: int, n: int, dtype):
 
 def cell_draw_pieces(seed_or_root, cell, batches: int, n: int, dtype, *, pieces: bool = True):
     """:func:`cell_draws`' normals as ``((z_pos (B', 1), z_neg (B', N−1)), ...)`` per part of the
-    batches (B' rows each; :func:`standard_normal_pieces` with ``pieces``, else one part from the
-    whole draws), and u (B,)."""
+    batches (B' rows each; :func:`standard_normal_pieces`, in halves with ``pieces``), and u (B,)."""
     root = seed_or_root
     if isinstance(root, (int, np.integer)):
         root = jax.random.key(int(root))
     k_angle, k_alpha = jax.random.split(jax.random.fold_in(root, cell))
-    if pieces:
-        z = standard_normal_pieces(k_angle, (batches, n), dtype)
-    else:
-        whole = standard_normal(k_angle, (batches, n), dtype)
-        z = ((whole[:, :1], whole[:, 1:]),)
+    z = standard_normal_pieces(k_angle, (batches, n), dtype, halves=pieces)
     return z, jax.random.uniform(k_alpha, (batches,), dtype)
 
 
