@@ -95,6 +95,8 @@ BATCH, MAX_LEN, TAU, LR, TIMED, TORCH_WARM, PIPELINED = 64, 32, 0.05, 3e-5, 20, 
 LOOP_STEPS = 300
 DATASHEET_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense, FLOP/s
 ENGINE_LOSSES = ("infonce", "arccon", "mpt", "met")
+#: Independent mode: cells side by side in one program, timed against the GPU's default (128).
+ENGINE_GROUPS = (64, 256)
 ENV_DIR = "GRADLAB_GPU_BENCH_DIR"
 GRID_ENV = "GRADLAB_GPU_BENCH_GRID"  # the engine rows' grid side (100: the paper's); smaller for a trial
 LOOP_ENV = "GRADLAB_GPU_BENCH_LOOP_STEPS"  # the train_loop row's steps (300); fewer for a trial
@@ -425,8 +427,10 @@ def _map_ms(loss: str, protocol, repeats: int) -> dict:
 def engine() -> dict:
     """Full paper maps (100 × 100 cells, 1,000 batches of 128): ms per map, host copy included.
     ``infonce_independent_whole_draws``: the independent map with each cell's normals drawn whole,
-    as a CPU draws them, against the GPU's pieces (``infonce_independent``): the A/B of that choice
-    on one machine (it instruments ``gradlab.simulate._engine``'s table of choices)."""
+    as a CPU draws them, against the GPU's pieces (``infonce_independent``); and
+    ``infonce_independent_group<G>``: G cells side by side in a program instead of the GPU's
+    default. The A/Bs of those choices on one machine (they instrument
+    ``gradlab.simulate._engine``'s tables of choices)."""
     import jax
 
     from gradlab.simulate import Protocol, _engine
@@ -437,13 +441,17 @@ def engine() -> dict:
         p = Protocol(grid=grid, batches=1000, batch_size=128, mode=mode)
         for loss in losses:
             out[loss if mode == "common" else f"{loss}_independent"] = _map_ms(loss, p, repeats)
-    saved = dict(_engine._DRAW_PIECES)
-    _engine._DRAW_PIECES.clear()
-    try:
-        out["infonce_independent_whole_draws"] = _map_ms(
-            "infonce", Protocol(grid=grid, batches=1000, batch_size=128, mode="independent"), 5)
-    finally:
-        _engine._DRAW_PIECES.update(saved)
+    independent = Protocol(grid=grid, batches=1000, batch_size=128, mode="independent")
+    for name, table, choice in [("whole_draws", _engine._DRAW_PIECES, {})] + [
+            (f"group{g}", _engine._CELL_GROUP, {"gpu": g}) for g in ENGINE_GROUPS]:
+        saved = dict(table)
+        table.clear()
+        table.update(choice)
+        try:
+            out[f"infonce_independent_{name}"] = _map_ms("infonce", independent, 5)
+        finally:
+            table.clear()
+            table.update(saved)
     return out
 
 

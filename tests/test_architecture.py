@@ -138,8 +138,8 @@ INSTRUMENTS = {
         "compiles a map's programs for a GPU that is not attached (compile_engine): the engine's stages "
         "built on that device's mesh, its program store replaced by the compilation",
     ("benchmarks.gpu", "gradlab.simulate._engine"):
-        "times the independent mode with one of the GPU's choices undone (its draws whole, as a CPU's), "
-        "beside the choice, on one machine",
+        "times the independent mode with one of the GPU's choices changed (its draws whole, as a CPU's; "
+        "another number of cells side by side), beside the choice, on one machine",
 }
 
 
