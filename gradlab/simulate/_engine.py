@@ -202,7 +202,7 @@ def _run_steps(compiled, items: np.ndarray, rep, step: int, progress, key: tuple
     compiled = stored_program(compiled, (padded[:step], rep), key)
     n_steps = total // step
     if on_device and n_steps == 1 and progress is None and jax.process_count() == 1:
-        return jax.tree.map(lambda a: a[:n], compiled(padded, rep))
+        return compiled(padded, rep)  # padded: the caller reads the first n inside its next program
     outs = []
     for i in range(n_steps):
         outs.append(_fetch(compiled(padded[i * step : (i + 1) * step], rep)))
@@ -331,7 +331,7 @@ def _neg_stage(stat: Stat, chunk: int, nd: int):
 
 
 @functools.lru_cache(maxsize=64)
-def _pair_stage(stat: Stat, chunk: int, nd: int):
+def _pair_stage(stat: Stat, chunk: int, nd: int, n_neg: int):
     def row(mu_p, rep):
         cz, sz, u, tables, p = rep
         c_pos = jnp.cos(mu_p) * cz - jnp.sin(mu_p) * sz
@@ -340,13 +340,16 @@ def _pair_stage(stat: Stat, chunk: int, nd: int):
 
     def prep(rep):
         sigma, z, u, tables, p = rep
+        tables = jax.tree.map(lambda t: t[:n_neg], tables)  # the table stage's columns, less its padding
         return (*_cos_sin(sigma, z), u, tables, p)
 
     return _sharded_map(row, chunk, nd, prep=prep)
 
 
 def neg_tables(stat: Stat, draws: CommonDraws, mu_neg: np.ndarray, params):
-    """Common-mode tables of every μ_neg column: pytree with leading axes (Q, B)."""
+    """Common-mode tables of every μ_neg column, on the device: pytree with leading axes (Q', B),
+    the Q columns padded to Q' ≥ Q by repeating the last (the pair stage reads the first Q inside
+    its program: a slice here would be one more dispatch per map)."""
     dtype = draws.dtype
     rep = (np.asarray(draws.sigma_neg, dtype), draws.z_neg, params)
     nd = _n_devices()
@@ -367,7 +370,9 @@ def run_common(stat: Stat, draws: CommonDraws, mu_pos, mu_neg, params, *, chunk=
     nd = _n_devices()
     chunk = plan.chunk
     step = _step_size(chunk, nd, len(mu_pos), progress)
-    return _run_steps(_pair_stage(stat, chunk, nd), mu_pos, rep, step, progress, stat.program_key("pair", chunk, nd))
+    q = len(mu_neg)
+    return _run_steps(_pair_stage(stat, chunk, nd, q), mu_pos, rep, step, progress,
+                      stat.program_key("pair", chunk, nd, ("columns", q)))
 
 
 # --- independent mode ------------------------------------------------------------------------
@@ -410,12 +415,12 @@ def run_independent(stat: Stat, draws: CellDraws, mu_pos, mu_neg, params, *, chu
     chunk = max(1, plan.chunk // group)  # groups per chunk
     n_groups = -(-n_cells // group)
     step = _step_size(chunk, nd, n_groups, progress)
-    rep = (
+    rep = (  # host arrays: the program takes them as arguments, without a dispatch each
         jax.random.key(draws.seed),
-        jnp.asarray(mu_pos, dtype),
-        jnp.asarray(mu_neg, dtype),
-        jnp.asarray(draws.sigma_pos, dtype),
-        jnp.asarray(draws.sigma_neg, dtype),
+        np.asarray(mu_pos, dtype),
+        np.asarray(mu_neg, dtype),
+        np.asarray(draws.sigma_pos, dtype),
+        np.asarray(draws.sigma_neg, dtype),
         params,
     )
     z = normal_bound(dtype.name)

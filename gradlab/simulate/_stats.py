@@ -74,8 +74,10 @@ def _path(loss: Loss, method: str) -> str:
 
 
 def _params(loss: Loss, dtype, **extra):
-    p = {k: jnp.asarray(v, dtype) for k, v in loss.params.items()}
-    p.update({k: jnp.asarray(v, dtype) for k, v in extra.items()})
+    """The loss's parameters (and ``extra``) as host scalars of ``dtype``: the programs take them
+    as arguments (a device array made here would be one more dispatch per map)."""
+    p = {k: np.asarray(v, dtype) for k, v in loss.params.items()}
+    p.update({k: np.asarray(v, dtype) for k, v in extra.items()})
     return p
 
 
