@@ -459,7 +459,7 @@ def lemma1_map(
     alpha_key, alpha = _alpha_fn(alpha_law)
     dtype = protocol.jnp_dtype()
     stat = _stat(("lemma1",) + alpha_key, lambda: _lemma_stat(alpha_key, alpha))
-    p = {"lam": jnp.asarray(lam, dtype), "ratios": jnp.asarray(r, dtype)}
+    p = {"lam": np.asarray(lam, dtype), "ratios": np.asarray(r, dtype)}  # host arrays: no dispatch of their own
     out = run(stat, protocol, protocol.mu_pos, protocol.mu_neg, p, chunk=protocol.chunk, progress=progress)
     low, low_se, n_feas = out["low"]
     mask = n_feas == 0
