@@ -327,6 +327,27 @@ def test_first_fit_places_every_sentence_once_inside_its_row():
         packing.first_fit([3, 40], width=32, rows=2, slots=4)
 
 
+def test_packed_calls_of_several_sizes_compile_nothing_but_the_forward(caplog):
+    """``encode_packed`` reads each call's sentences on the host: calls holding different numbers of
+    sentences compile the forward once and no program of their own (a slice per count did, each
+    a compilation in an evaluation's first call), and every sentence gets its own row back."""
+    import logging
+
+    lengths = [31, 30, 29, 28, 27]  # calls of 2 rows of 32 tokens: 2, 2 and 1 sentences
+    ids = [[k + 1] * n for k, n in enumerate(lengths)]
+    embed = jax.jit(lambda p: jnp.stack([p.lengths.astype(jnp.float32),
+                                         jax.ops.segment_sum(p.input_ids.ravel().astype(jnp.float32),
+                                                             p.segment_ids.ravel(), p.lengths.shape[0] + 1)[1:]], 1))
+    calls = packing.packed_calls(ids, rows=2, max_len=32)
+    assert len({len(index) for _, index in calls}) > 1
+    caplog.set_level(logging.WARNING, logger="jax")
+    with jax.log_compiles(True):
+        out = packing.run_packed_calls(embed, calls, len(ids), 2)
+    compiled = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Finished XLA compilation")]
+    assert len(compiled) == 1 and "<lambda>" in compiled[0], compiled
+    np.testing.assert_array_equal(out, [[n, (k + 1) * n] for k, n in enumerate(lengths)])
+
+
 def test_pack_layout(model):
     toks = [[101, 5, 6, 102], [101, 7, 102], [101, 8, 9, 10, 11, 102]]
     packed = model.pack(toks, rows=2, width=8)

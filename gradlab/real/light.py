@@ -125,7 +125,7 @@ class LightEncoder:
                 tok[r, : len(ids[i])] = ids[i]
                 mask[r, : len(ids[i])] = 1
             emb = self._apply_jit(params, self.embeddings, tok, mask)
-            out[idx] = np.asarray(emb[: len(idx)], dtype=np.float32)
+            out[idx] = np.asarray(emb, dtype=np.float32)[: len(idx)]  # sliced on the host: no program per length
         return out
 
 

@@ -162,8 +162,9 @@ def run_packed_calls(embed, calls: list[tuple[Packed, np.ndarray]], n: int, dim:
     dispatched before the first result is read."""
     out = np.zeros((n, dim), dtype=np.float32)
     results = [(embed(packed), index) for packed, index in calls]
-    for emb, index in results:
-        out[index] = np.asarray(emb[: len(index)], dtype=np.float32)
+    for emb, index in results:  # the whole call to the host, then its sentences' slots: a slice on
+        # the device would be one more program per call (and one more compilation per length)
+        out[index] = np.asarray(emb, dtype=np.float32)[: len(index)]
     return out
 
 
