@@ -294,7 +294,7 @@ def gradlab_loop(precision: str = "bf16", batch: int = BATCH, encoder=None):
     # rows train their model's own: the peak is the training state's and the step's; gradlab train
     # trains a copy and keeps the loaded weights for its records, one f32 copy of BERT-base more
     params = run.encoder.params
-    return run, loop, params, loop.optimizer.init(params)
+    return run, loop, params, loop.optimizer_state(params)
 
 
 def stable_inputs(view):

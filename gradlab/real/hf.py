@@ -124,7 +124,8 @@ def export_weights(params: dict, config: BertConfig) -> dict[str, np.ndarray]:
     def f32(a) -> np.ndarray:
         return np.ascontiguousarray(np.asarray(a, dtype=np.float32))
 
-    emb, lay = params["embeddings"], params["layers"]
+    emb = params["embeddings"]
+    lay = {k: np.asarray(v) for k, v in params["layers"].items()}  # each stack copied once, indexed on the host
     state = {
         "embeddings.word_embeddings.weight": f32(emb["word"]),
         "embeddings.position_embeddings.weight": f32(emb["position"]),

@@ -22,7 +22,14 @@ from gradlab.real.config import TrainConfig
 from gradlab.real.step import data_mesh, make_train_step, shard, views_fn
 
 __all__ = ["Loop", "State", "Log", "Watch", "make_loop", "monitor_steps", "initial_state", "eval_due", "evaluate",
-           "run_steps", "attach_monitor", "TRACKED"]
+           "run_steps", "attach_monitor", "copy_on_device", "TRACKED"]
+
+
+@jax.jit
+def copy_on_device(tree: Any) -> Any:
+    """A copy of ``tree``'s arrays, made by one compiled program (``jnp.copy`` leaf by leaf
+    compiles a small program for each distinct shape)."""
+    return jax.tree_util.tree_map(jnp.copy, tree)
 
 
 def attach_monitor(trained, out_dir: Path | None, tracker: Callable[[dict], None] | None = None):
@@ -84,6 +91,11 @@ class Loop:
 
     def key(self, step: int) -> Any:
         return jax.random.fold_in(self.root, step)
+
+    def optimizer_state(self, params) -> Any:
+        """The optimizer's initial state for ``params``, made by one compiled program (optax's
+        ``init`` run eagerly compiles a small program for each distinct parameter shape)."""
+        return jax.jit(self.optimizer.init)(params)
 
 
 @dataclasses.dataclass
@@ -220,12 +232,12 @@ def initial_state(config: TrainConfig, loop: Loop, dev, log: Log, test=None, *,
     log({"step": 0, "event": "eval", "dev_spearman": dev_before, "test_spearman": test_before,
          "seconds": time.perf_counter() - t0})
     if keep_encoder_params:
-        params, best = jax.tree_util.tree_map(jnp.copy, params0), params0
+        params, best = copy_on_device(params0), params0
     else:
         params, best = params0, jax.tree_util.tree_map(np.array, params0)
     if loop.mesh is not None:  # device_put may share the buffers: they are the run's, so that is fine
         params = shard(params, loop.mesh, jax.sharding.PartitionSpec())
-    return State(step=0, params=params, opt_state=loop.optimizer.init(params), best_params=best,
+    return State(step=0, params=params, opt_state=loop.optimizer_state(params), best_params=best,
                   best_step=0, best_dev=dev_before, losses=np.zeros(config.steps, dtype=np.float64),
                   evals=[{"step": 0, "dev_spearman": dev_before}], dev_before=dev_before, test_before=test_before)
 

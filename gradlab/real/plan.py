@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from gradlab.real.bert import first_only_fits
@@ -73,7 +72,7 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
       scoring is not counted), ``device`` and ``precision`` (``config.precision``, the one the
       steps were measured in).
     """
-    from gradlab.real.loop import eval_due, make_loop
+    from gradlab.real.loop import copy_on_device, eval_due, make_loop
     from gradlab.real.run import Run, resolve_run
 
     run = config if isinstance(config, Run) else resolve_run(config, encoder=encoder, sentences=sentences,
@@ -83,8 +82,8 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
     leaves = jax.tree_util.tree_leaves((encoder.params, encoder.frozen))
     parameter_counts = {"parameters": int(sum(np.size(x) for x in leaves)),
                         "trainable_parameters": int(sum(np.size(x) for x in jax.tree_util.tree_leaves(encoder.params)))}
-    params = jax.tree_util.tree_map(jnp.copy, encoder.params) if keep_encoder_params else encoder.params
-    opt_state = loop.optimizer.init(params)
+    params = copy_on_device(encoder.params) if keep_encoder_params else encoder.params
+    opt_state = loop.optimizer_state(params)
     n = max(2, int(measure_steps))
     widest = loop.batches.rows if loop.batches.packed else None  # every measured step in one shape
     times = []

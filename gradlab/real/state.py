@@ -73,7 +73,7 @@ def load_state(path: Path, config: TrainConfig, loop: Loop) -> State:
     params = tree("params/")
     if loop.mesh is not None:
         params = shard(params, loop.mesh, jax.sharding.PartitionSpec())
-    like = loop.optimizer.init(params)
+    like = jax.eval_shape(loop.optimizer.init, params)  # the state's structure and dtypes
     leaves = [jnp.asarray(arrays[f"opt/{i}"], dtype=leaf.dtype)
               for i, leaf in enumerate(jax.tree_util.tree_leaves(like))]
     opt_state = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
