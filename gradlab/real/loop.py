@@ -13,23 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from gradlab.real._deps import require
 from gradlab.real.batches import Batches, StreamBatches, batch_order
 from gradlab.real.config import TrainConfig
-from gradlab.real.step import data_mesh, make_train_step, shard, views_fn
+from gradlab.real.step import copy_on_device, data_mesh, make_train_step, shard, views_fn
 
 __all__ = ["Loop", "State", "Log", "Watch", "make_loop", "monitor_steps", "initial_state", "eval_due", "evaluate",
-           "run_steps", "attach_monitor", "copy_on_device", "TRACKED"]
-
-
-@jax.jit
-def copy_on_device(tree: Any) -> Any:
-    """A copy of ``tree``'s arrays, made by one compiled program (``jnp.copy`` leaf by leaf
-    compiles a small program for each distinct shape)."""
-    return jax.tree_util.tree_map(jnp.copy, tree)
+           "run_steps", "attach_monitor", "TRACKED"]
 
 
 def attach_monitor(trained, out_dir: Path | None, tracker: Callable[[dict], None] | None = None):

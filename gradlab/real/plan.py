@@ -72,8 +72,9 @@ def plan(config, *, encoder: Any = None, sentences: Sequence[str] | None = None,
       scoring is not counted), ``device`` and ``precision`` (``config.precision``, the one the
       steps were measured in).
     """
-    from gradlab.real.loop import copy_on_device, eval_due, make_loop
+    from gradlab.real.loop import eval_due, make_loop
     from gradlab.real.run import Run, resolve_run
+    from gradlab.real.step import copy_on_device
 
     run = config if isinstance(config, Run) else resolve_run(config, encoder=encoder, sentences=sentences,
                                                                  token_ids=token_ids)

@@ -13,7 +13,14 @@ import numpy as np
 from gradlab.real._deps import require
 
 __all__ = ["compute_dtype", "cast_floats", "views_fn", "train_update", "make_train_step", "Resident", "ResidentStep",
-           "data_mesh", "shard"]
+           "data_mesh", "shard", "copy_on_device"]
+
+
+@jax.jit
+def copy_on_device(tree: Any) -> Any:
+    """A copy of ``tree``'s arrays, made by one compiled program (``jnp.copy`` leaf by leaf
+    compiles a small program for each distinct shape)."""
+    return jax.tree_util.tree_map(jnp.copy, tree)
 
 
 def compute_dtype(precision: str) -> Any:
@@ -187,7 +194,7 @@ class ResidentStep:
             return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), info)
 
         aux = jax.jit(zeros, out_shardings=self._aux_sharding())()
-        return Resident(jax.tree_util.tree_map(jnp.copy, batch), jnp.copy(key), aux)
+        return Resident(*copy_on_device((batch, key)), aux)
 
     def _aux_sharding(self):
         """The outputs' buffers: replicated over the mesh, else JAX's default (None: placed as the
