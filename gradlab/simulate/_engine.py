@@ -195,7 +195,8 @@ def _run_steps(compiled, items: np.ndarray, rep, step: int, progress, key: tuple
     ``key`` (the program's identity as plain data, or None) reads the compiled program from the
     program store instead of tracing it (``gradlab._cache.stored_program``). ``on_device``: the
     outputs of a single step stay device arrays (an intermediate the next stage takes), in
-    one process; otherwise they are fetched to the host."""
+    one process, padded to the step (the next stage reads its first n rows); otherwise they are
+    fetched to the host, n rows."""
     n = items.shape[0]
     total = _pad(n, step)
     padded = np.concatenate([items, np.repeat(items[-1:], total - n, axis=0)]) if total > n else items
