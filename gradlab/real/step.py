@@ -3,6 +3,7 @@ jitted once per run; data parallelism over a 1-D device mesh; mixed precision.""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -131,6 +132,14 @@ class Resident(NamedTuple):
     aux: Any
 
 
+@functools.partial(jax.jit, donate_argnums=0, keep_unused=True)
+def _load(slots: Resident, batch, key) -> Resident:
+    """``slots`` with copies of ``batch`` and ``key`` in its buffers (a returned argument would be
+    the caller's own buffer). One function for every step, so that runs in one process share
+    its programs."""
+    return Resident(jax.tree_util.tree_map(jnp.copy, batch), jnp.copy(key), slots.aux)
+
+
 class ResidentStep:
     """A jitted step whose per-call inputs and outputs keep their device buffers from call to call.
 
@@ -160,15 +169,7 @@ class ResidentStep:
             params, opt_state, aux = self.plain(params, opt_state, frozen, slots.batch, slots.key)
             return params, opt_state, slots._replace(aux=aux)
 
-        def load(slots, batch, key):  # copies: a returned argument would be the caller's own buffer
-            return Resident(jax.tree_util.tree_map(jnp.copy, batch), jnp.copy(key), slots.aux)
-
-        def outputs(aux):
-            return jax.tree_util.tree_map(jnp.copy, aux)
-
         self.step = jax.jit(step, donate_argnums=(0, 1, 3), keep_unused=True)
-        self._load = jax.jit(load, donate_argnums=0, keep_unused=True)
-        self._outputs = jax.jit(outputs)
 
     @property
     def buffers(self) -> dict[Any, Resident]:
@@ -181,10 +182,10 @@ class ResidentStep:
         if slots is None:
             slots = self._fresh(params, opt_state, frozen, batch, key)
         else:
-            slots = self._load(slots, batch, key)
+            slots = _load(slots, batch, key)
         params, opt_state, slots = self.step(params, opt_state, frozen, slots)
         self._slots[signature] = slots
-        return params, opt_state, self._outputs(slots.aux)
+        return params, opt_state, copy_on_device(slots.aux)
 
     def _fresh(self, params, opt_state, frozen, batch, key) -> Resident:
         """The first call's buffers for ``batch``'s shape: copies of batch and key, zero outputs."""
