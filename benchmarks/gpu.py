@@ -437,11 +437,11 @@ def engine() -> dict:
 
     grid = int(os.environ.get(GRID_ENV, "100"))
     out = {"device": jax.devices()[0].device_kind, "grid": grid}
-    for mode, losses, repeats in (("common", ENGINE_LOSSES, 20), ("independent", ("infonce", "arccon"), 5)):
-        p = Protocol(grid=grid, batches=1000, batch_size=128, mode=mode)
-        for loss in losses:
-            out[loss if mode == "common" else f"{loss}_independent"] = _map_ms(loss, p, repeats)
-    independent = Protocol(grid=grid, batches=1000, batch_size=128, mode="independent")
+    common, independent = (Protocol(grid=grid, batches=1000, batch_size=128, mode=m) for m in ("common", "independent"))
+    for loss in ENGINE_LOSSES:
+        out[loss] = _map_ms(loss, common, 20)
+    for loss in ("infonce", "arccon"):
+        out[f"{loss}_independent"] = _map_ms(loss, independent, 5)
     for name, table, choice in [("whole_draws", _engine._DRAW_PIECES, {})] + [
             (f"group{g}", _engine._CELL_GROUP, {"gpu": g}) for g in ENGINE_GROUPS]:
         saved = dict(table)

@@ -137,7 +137,7 @@ def _load(slots: Resident, batch, key) -> Resident:
     """``slots`` with copies of ``batch`` and ``key`` in its buffers (a returned argument would be
     the caller's own buffer). One function for every step, so that runs in one process share
     its programs."""
-    return Resident(jax.tree_util.tree_map(jnp.copy, batch), jnp.copy(key), slots.aux)
+    return Resident(*copy_on_device((batch, key)), slots.aux)
 
 
 class ResidentStep:
