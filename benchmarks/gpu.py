@@ -49,7 +49,8 @@ without a GPU, which tells a slow host from slow code).
 * ``engine``: ``gradlab.simulate.gd_map`` of the full paper map (100 × 100 cells, 1,000
   batches of 128) for InfoNCE, ArcCon, MPT and MET in common mode (median of 20 after two
   warm-up maps; the copy to the host included), and InfoNCE and ArcCon in independent mode
-  (median of 5).
+  (median of 5); then 5 common maps of InfoNCE and of ArcCon under ``jax.profiler``
+  (``engine.trace``: the device's busy time and span a map, its kernels, the host's events).
 * ``train_loop``: ``gradlab train --recipe simcse-unsup --precision bf16 --steps 300`` in a
   process of its own, as a user runs it (STS-B dev at state 0 and every 250 steps, the
   ParadigmMonitor every 10 steps, the JAX cache on): steps per second between the first and
@@ -97,6 +98,7 @@ DATASHEET_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense, FLOP
 ENGINE_LOSSES = ("infonce", "arccon", "mpt", "met")
 #: Independent mode: cells side by side in one program, timed against the GPU's default (128).
 ENGINE_GROUPS = (64, 256)
+TRACED_MAPS = 5  # the engine row's maps under jax.profiler, InfoNCE's and ArcCon's
 ENV_DIR = "GRADLAB_GPU_BENCH_DIR"
 GRID_ENV = "GRADLAB_GPU_BENCH_GRID"  # the engine rows' grid side (100: the paper's); smaller for a trial
 LOOP_ENV = "GRADLAB_GPU_BENCH_LOOP_STEPS"  # the train_loop row's steps (300); fewer for a trial
@@ -452,7 +454,33 @@ def engine() -> dict:
         finally:
             table.clear()
             table.update(saved)
+    out["trace"] = {loss: _map_trace(loss, common, TRACED_MAPS) for loss in ("infonce", "arccon")}
     return out
+
+
+def _map_trace(loss: str, protocol, maps: int) -> dict:
+    """``jax.profiler`` over ``maps`` compiled maps: per map, the device's busy time and span, its
+    kernels and the host's events (``gpu_profile.summarize``): whether a map's milliseconds are
+    the device's work or the host's."""
+    import gzip
+
+    import gpu_profile  # imports this module: imported here, when both are loaded
+    import jax
+
+    from gradlab.simulate import gd_map
+
+    gd_map(loss, protocol)
+    folder = Path(os.environ.get(ENV_DIR) or tempfile.mkdtemp(prefix="gradlab-gpu-")) / f"trace-{loss}"
+    t0 = time.perf_counter()
+    with jax.profiler.trace(str(folder), create_perfetto_trace=True):
+        for _ in range(maps):
+            gd_map(loss, protocol)
+    wall = time.perf_counter() - t0
+    found = sorted(folder.rglob("perfetto_trace.json.gz"))
+    if not found:
+        return {"error": "no perfetto_trace.json.gz written"}
+    summary = gpu_profile.summarize(json.loads(gzip.open(found[-1]).read()), maps, top=12)
+    return summary | {"traced_wall_ms_per_map": 1e3 * wall / maps}
 
 
 def _log_records(path: Path) -> list[dict]:
@@ -736,6 +764,11 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
                      f"{ratio('gradlab_bf16_stable', 'gradlab_bf16', 'pipelined_s')}")
     if results["engine_ms"]:
         lines.append("engine, full paper map (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in results["engine_ms"].items()))
+    for loss, t in results.get("engine", {}).get("trace", {}).items():
+        if "device_busy_ms_per_step" in t:
+            lines.append(f"engine, {loss} traced: the device busy {t['device_busy_ms_per_step']:.3f} ms a map "
+                         f"(span {t['device_span_ms_per_step']:.3f} ms, {t['device_events_per_step']:.0f} events) "
+                         f"of {t['traced_wall_ms_per_map']:.3f} ms under the profiler")
     loop = results["train_loop"]
     if "steps_per_s" in loop:
         pure = rows_.get("gradlab_bf16", {}).get("step_s")
