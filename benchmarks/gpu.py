@@ -3,6 +3,7 @@
     python benchmarks/gpu.py --json benchmarks/results/gpu.json       # every row, about 4 minutes on an H200
     python benchmarks/gpu.py --rows gradlab_bf16 torch_compile_cudagraphs
     python benchmarks/gpu.py --after gpu.json --json gpu.json --rows engine train_loop  # a second call, same machine
+    python benchmarks/gpu.py --report benchmarks/results/gpu.json  # measure nothing: the table and the goals
 
 Everything large is made here, on the GPU machine: a BERT-base-shaped HF checkpoint with
 random weights (seed 0; 12 layers, hidden 768, MiniLM's WordPiece vocabulary, which is
@@ -781,6 +782,76 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
     return lines
 
 
+#: The targets a results file is read against (``goals``): the SimCSE step against
+#: torch.compile, the engine, the training loop and batch 512's share of the chip.
+GOALS = {"cudagraphs": 1.0, "cudagraphs_stretch": 1.5, "default_mode": 1.3, "tf32": 1.0, "engine_ms": 3.0,
+         "independent_ms": 20.0, "loop": 0.8, "dev_eval_s": 0.25, "warm_compile_s": 10.0, "batch512": 0.30}
+#: The step's protocols (keys of a gradlab row), each against the torch row's protocol that matches it:
+#: held and released against torch's synchronous step (which keeps nothing of a step), pipelined
+#: against pipelined.
+PROTOCOLS = {"held": ("step_s", "step_s"), "released": ("step_s_released", "step_s"),
+             "pipelined": ("pipelined_s", "pipelined_s")}
+
+
+def goals(results: dict, peak: float | None = None) -> list[dict]:
+    """Each target of ``GOALS`` read off a results file: ``{"goal", "measured", "met"}``, ``met``
+    None where a row it needs is missing. A step's goal against torch is met only in every
+    protocol (``PROTOCOLS``); the loop is read against the released synchronous step (the faster
+    synchronous protocol), batch 512 pipelined (steps in flight, as training runs them); every
+    protocol measured is shown."""
+    rows, engine, loop = results.get("rows", {}), results.get("engine", {}), results.get("train_loop", {})
+    peak = peak or results.get("peak_flops")
+    out = []
+
+    def add(goal: str, measured: str, met: bool | None) -> None:
+        out.append({"goal": goal, "measured": measured, "met": met})
+
+    def speedups(ours: str, theirs: str) -> dict[str, float]:
+        a, b = rows.get(ours, {}), rows.get(theirs, {})
+        return {p: b[tk] / a[ok] for p, (ok, tk) in PROTOCOLS.items() if a.get(ok) and b.get(tk)}
+
+    def against(ours: str, theirs: str, target: float, what: str) -> None:
+        x = speedups(ours, theirs)
+        add(f"{what} >= {target:g}x", ", ".join(f"{p} {v:.2f}x" for p, v in x.items()) or "not measured",
+            (len(x) == len(PROTOCOLS) and min(x.values()) >= target) if x else None)
+
+    against("gradlab_bf16", "torch_compile_cudagraphs", GOALS["cudagraphs"], "bf16 against torch.compile + CUDA graphs")
+    against("gradlab_bf16", "torch_compile_cudagraphs", GOALS["cudagraphs_stretch"], "bf16 against torch.compile + CUDA graphs (stretch)")
+    against("gradlab_bf16", "torch_compile", GOALS["default_mode"], "bf16 against torch.compile's default mode")
+    against("gradlab_float32", "torch_compile_tf32_cudagraphs", GOALS["tf32"], "float32 against torch.compile TF32 + CUDA graphs")
+    for ours, theirs in (("gradlab_bf16", "torch_compile_cudagraphs"), ("gradlab_float32", "torch_compile_tf32_cudagraphs")):
+        a, b = rows.get(ours, {}).get("peak_bytes"), rows.get(theirs, {}).get("peak_bytes")
+        add(f"{ours} peak memory <= {theirs}'s", f"{a / 1e6:,.0f} against {b / 1e6:,.0f} MB" if a and b else "not measured",
+            (a <= b) if a and b else None)
+    for mode, names, target in (("common", ENGINE_LOSSES, GOALS["engine_ms"]),
+                                ("independent", ("infonce_independent", "arccon_independent"), GOALS["independent_ms"])):
+        ms = {n: engine[n]["ms"] for n in names if isinstance(engine.get(n), dict) and "ms" in engine[n]}
+        add(f"engine, {mode} mode, <= {target:g} ms a paper map", ", ".join(f"{n} {v:.2f}" for n, v in ms.items())
+            or "not measured", (len(ms) == len(names) and max(ms.values()) <= target) if ms else None)
+    rates = {p: loop["steps_per_s"] * rows["gradlab_bf16"][k] for p, (k, _) in PROTOCOLS.items()
+             if loop.get("steps_per_s") and rows.get("gradlab_bf16", {}).get(k)}
+    add(f"gradlab train >= {GOALS['loop']:g} of the pure step rate (the released synchronous step's)",
+        ", ".join(f"{v:.2f} of the {p} step's" for p, v in rates.items()) or "not measured",
+        rates["released"] >= GOALS["loop"] if "released" in rates else None)
+    for key, what in (("dev_eval_s", "one STS-B dev evaluation"), ("warm_compile_s", "a warm start's first step")):
+        v = loop.get(key)
+        add(f"{what} <= {GOALS[key]:g} s", f"{v:.3f} s" if v is not None else "not measured",
+            (v <= GOALS[key]) if v is not None else None)
+    r = rows.get("gradlab_bf16_batch512", {})
+    shares = {p: r["flops"] / r[k] / peak for p, (k, _) in PROTOCOLS.items() if r.get(k) and r.get("flops") and peak}
+    add(f"batch 512 >= {GOALS['batch512']:.0%} of the dense bf16 peak (pipelined, as training runs)",
+        ", ".join(f"{p} {v:.1%}" for p, v in shares.items()) or "not measured",
+        shares["pipelined"] >= GOALS["batch512"] if "pipelined" in shares else None)
+    return out
+
+
+def goals_markdown(rows: list[dict]) -> list[str]:
+    """``goals``' rows as a Markdown table."""
+    mark = {True: "met", False: "**missed**", None: "not measured"}
+    return ["| goal | measured | |", "|---|---|---|"] + [f"| {g['goal']} | {g['measured']} | {mark[g['met']]} |"
+                                                       for g in rows]
+
+
 def _collect(rows: dict) -> dict:
     """The results file: ``device``, ``rows.<name>``, ``engine_ms.<loss>``, ``train_loop``."""
     flat, engine_ms, loop = {}, {}, {}
@@ -830,7 +901,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--after", metavar="JSON",
                     help="an earlier call's results on this machine: its rows are kept (a row measured again is "
                          "replaced), its host factor scales the caps, and --json gets both calls (``calls``)")
+    ap.add_argument("--report", metavar="JSON", help="measure nothing: print a results file's table and its goals")
     args = ap.parse_args(argv)
+    if args.report:
+        results = json.loads(Path(args.report).read_text())
+        print("\n".join(_table(results, results.get("peak_flops"), results.get("tokens_per_sentence") or 0.0)))
+        print("\n" + "\n".join(goals_markdown(goals(results))))
+        return
     t_start = time.perf_counter()
     earlier = json.loads(Path(args.after).read_text()) if args.after else None
     rows: dict[str, dict] = rows_of(earlier) if earlier else {}
@@ -869,6 +946,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\n{results['device']}; datasheet dense bf16 peak: {peak / 1e12:.0f} TFLOP/s" if peak else
           f"\n{results['device']}")
     print("\n".join(_table(results, peak, tokens_per_sentence)))
+    print("\n" + "\n".join(goals_markdown(goals(results, peak))))
     print(f"whole run: {time.perf_counter() - t_start:.0f} s")
 
 
