@@ -34,9 +34,12 @@ without a GPU, which tells a slow host from slow code).
   step of the loop, a ``ResidentStep`` (its batch, key and outputs in buffers of its own, in
   place from step to step: XLA re-records a CUDA graph whose recorded addresses changed), but
   ``gradlab_bf16_plain``: the plain jitted step, new buffers every call, the A/B of that.
-  ``gradlab_bf16_stable`` (last) copies the step's per-call inputs (the packed batch, the
+  ``gradlab_bf16_stable`` copies the step's per-call inputs (the packed batch, the
   dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
-  experiment that came before ``ResidentStep``.
+  experiment that came before ``ResidentStep``. ``gradlab_bf16_never_update`` (last) is
+  ``gradlab_bf16`` under ``XLA_FLAGS=--xla_gpu_command_buffer_update_mode=NEVER_UPDATE``
+  (``XLA_ROWS``): the graphs recorded once, every buffer at a fixed virtual address, the
+  temporaries too; its 20 pipelined losses beside the default's (``losses_pipelined``).
 * ``torch_compile`` / ``torch_compile_cudagraphs`` / ``torch_compile_tf32_cudagraphs``: the
   same step as a careful PyTorch user writes it: transformers' ``BertModel`` of the same
   checkpoint with sdpa attention and the MLP, both views in one forward and the InfoNCE loss
@@ -266,14 +269,18 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
         params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, key)
         losses.append(aux["loss"])
     jax.block_until_ready(losses)
+    pipelined_s = (time.perf_counter() - t0) / PIPELINED
     out.update(step_s=statistics.median(sync_dev), sync_numpy_s=statistics.median(sync),
                # the unrolled step has alternated between a fast and a slow synchronous step:
                # the medians of the odd and the even steps say whether it still does
                step_s_odd_even=[statistics.median(sync_dev[0::2]), statistics.median(sync_dev[1::2])],
                step_s_released=statistics.median(released), dispatch_s_released=statistics.median(released_dispatch),
                step_s_released_odd_even=[statistics.median(released[0::2]), statistics.median(released[1::2])],
-               dispatch_s=statistics.median(dispatch), pipelined_s=(time.perf_counter() - t0) / PIPELINED,
-               times_ms=[round(1e3 * t, 2) for t in sync_dev], dispatch_ms=[round(1e3 * t, 2) for t in dispatch])
+               dispatch_s=statistics.median(dispatch), pipelined_s=pipelined_s,
+               times_ms=[round(1e3 * t, 2) for t in sync_dev], dispatch_ms=[round(1e3 * t, 2) for t in dispatch],
+               # the same steps from the same state in every row of one recipe: a row that
+               # changes how XLA runs the step (``XLA_ROWS``) is compared with the default's
+               losses_pipelined=[float(x) for x in losses])
     return out, (params, opt_state)
 
 
@@ -404,6 +411,14 @@ def gradlab_bf16_stable() -> dict:
     """``gradlab_bf16`` with the step's per-call inputs copied into the program's own buffers
     (``stable_inputs``): whether new input addresses make XLA re-record its CUDA graphs every step."""
     return _gradlab("gradlab_bf16_stable")
+
+
+def gradlab_bf16_never_update() -> dict:
+    """``gradlab_bf16`` under ``XLA_ROWS``' flag: XLA's command buffers (CUDA graphs) recorded once
+    and never updated, their buffers kept at fixed virtual addresses (XLA's VMM allocator), the
+    remedy XLA offers if a held step's host time is its graphs' updates for buffers that moved,
+    the step's temporaries among them, which ``ResidentStep`` cannot hold in place."""
+    return _gradlab("gradlab_bf16")
 
 
 def gradlab_bf16_batch512() -> dict:
@@ -670,7 +685,11 @@ ROWS = {
     "matmul": (matmul, False, 30),
     "gradlab_bf16_rolled": (gradlab_bf16_rolled, False, 120),
     "gradlab_bf16_stable": (gradlab_bf16_stable, False, 120),
+    "gradlab_bf16_never_update": (gradlab_bf16_never_update, False, 120),
 }
+
+#: Rows run under XLA flags of their own (added to ``XLA_FLAGS``; each compiles its own step).
+XLA_ROWS = {"gradlab_bf16_never_update": "--xla_gpu_command_buffer_update_mode=NEVER_UPDATE"}
 
 #: ``gradlab_bf16``'s first step (compiling included) on the H200 of ``results/gpu_unrolled.json``;
 #: ``gpu_aot.py`` compiles that commit's step and today's in about the same time on one CPU.
@@ -707,7 +726,11 @@ def run_python(call: str, timeout: float, env: dict | None = None) -> tuple[dict
 
 
 def _run_worker(name: str, timeout: float) -> dict:
-    return run_python(f"gpu.{name}()", timeout)[0]
+    env = None
+    if name in XLA_ROWS:
+        env = cli_env()
+        env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS"), XLA_ROWS[name]]))
+    return run_python(f"gpu.{name}()", timeout, env)[0]
 
 
 def torch_missing() -> str | None:
@@ -759,6 +782,16 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
         lines.append(f"gradlab bf16, the loop's resident step against the plain jitted step: "
                      f"{ratio('gradlab_bf16', 'gradlab_bf16_plain')} (synchronous, the step before held); pipelined: "
                      f"{ratio('gradlab_bf16', 'gradlab_bf16_plain', 'pipelined_s')}")
+    for name, flags in XLA_ROWS.items():
+        r, base = rows_.get(name, {}), rows_.get("gradlab_bf16", {})
+        if r.get("step_s") and base.get("step_s"):
+            a, b = r.get("losses_pipelined") or [], base.get("losses_pipelined") or []
+            agree = (f"; its losses against the default's: {max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True)):.1e} (relative)"
+                     if a and len(a) == len(b) else "")
+            lines.append(f"{name} ({flags}): held {1e3 * r['step_s']:.2f} ms (dispatch {1e3 * r['dispatch_s']:.2f}), "
+                         f"released {1e3 * r['step_s_released']:.2f} ms, pipelined {1e3 * r['pipelined_s']:.2f} ms, "
+                         f"against the default's {1e3 * base['step_s']:.2f} ({1e3 * base['dispatch_s']:.2f}), "
+                         f"{1e3 * base['step_s_released']:.2f} and {1e3 * base['pipelined_s']:.2f} ms{agree}")
     if rows_.get("gradlab_bf16_stable", {}).get("step_s"):
         lines.append(f"gradlab bf16 with its inputs copied into the program's buffers against the default: "
                      f"{ratio('gradlab_bf16_stable', 'gradlab_bf16')}; pipelined: "
