@@ -1012,7 +1012,8 @@ def host() -> dict:
 
 def _write(path: str, rows: dict, tokens_per_sentence: float, peak_tflops: float | None, seconds: float,
            factor: float, names: list[str], earlier: dict | None = None) -> None:
-    """The results so far, with this call (its command, seconds, host and rows) after ``earlier``'s calls."""
+    """The results so far, with this call (its command, seconds, host and rows) after ``earlier``'s
+    calls, and the targets read off them (``goals``)."""
     import jax
 
     results = _collect(rows)
@@ -1023,6 +1024,7 @@ def _write(path: str, rows: dict, tokens_per_sentence: float, peak_tflops: float
     results.update({"peak_flops": peak, "tokens_per_sentence": tokens_per_sentence, "jax": jax.__version__,
                     "gradlab_commit": library_commit(), "date": time.strftime("%Y-%m-%d"),
                     "calls": (calls_of(earlier) if earlier else []) + [call]})
+    results["goals"] = goals(results, peak)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(path).with_suffix(".tmp")
     tmp.write_text(json.dumps(results, indent=1))
