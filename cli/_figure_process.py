@@ -5,24 +5,49 @@ imports JAX and computes.
 CPU) as importing JAX and computing a paper map (a warm run); both are mostly Python, which one
 process runs one at a time. So the command forks before it imports JAX: the child imports
 matplotlib and waits; the parent computes, writes the data, and hands the child the map and the
-paths to draw; the child draws, saves each figure atomically and answers. Where ``fork`` is not
+paths to draw; the child draws, saves each figure atomically and answers. While it waits it
+may draw a small figure of the same kind (``warm_up``), so that the first drawing's one-time
+work (fonts, mathtext, the colour bar) is done before the map arrives. Where ``fork`` is not
 a start method (Windows), or when anything goes wrong in the child, the figure is drawn in the
 command's own process, as before.
 """
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FigureProcess"]
+__all__ = ["FigureProcess", "component_warm_up"]
+
+#: The warm-up figure's resolution: its pixels are thrown away, only the one-time work counts.
+_WARM_UP_DPI = 30
 
 
-def _child(conn) -> None:
-    """Import matplotlib, then draw and save the one job sent (None: nothing to draw)."""
+def component_warm_up(component: str, part: str = "pos") -> Callable[[], Any]:
+    """A small figure of ``gradlab.figures.draw_component``'s kind ``component``, on a 2 × 2 map:
+    the warm-up of a child that will draw a ``gradlab heatmap``."""
+
+    def draw():
+        import numpy as np
+
+        from gradlab.figures import draw_component
+        from gradlab.io import Result
+
+        grid = np.array([0.5, 1.0])
+        tiny = Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": grid, "mu_neg": grid + 1.0},
+                      mean=np.array([[0.2, 0.8], [0.4, 0.6]]), meta={"loss": "infonce", "params": {"tau": 0.1}})
+        return draw_component(tiny, "infonce", component=component, part=part, label="InfoNCE")
+
+    return draw
+
+
+def _child(conn, warm_up) -> None:
+    """Import matplotlib, draw ``warm_up()`` (if given, and no job has come yet), then draw and save
+    the one job sent (None: nothing to draw)."""
     try:
         import matplotlib
 
@@ -32,6 +57,11 @@ def _child(conn) -> None:
         from matplotlib.font_manager import FontProperties, findfont
 
         findfont(FontProperties())  # the font manager's cache read, the default font found
+        if warm_up is not None and not conn.poll():
+            try:
+                warm_up().savefig(io.BytesIO(), format="png", dpi=_WARM_UP_DPI)
+            except Exception:  # noqa: BLE001 - a warm-up only saves time; the job is drawn all the same
+                pass
         job = conn.recv()
         if job is None:
             return
@@ -55,16 +85,18 @@ class FigureProcess:
     Args:
       enabled: False forks nothing (no figure will be drawn, or JAX is already imported, which
         a fork must not copy).
+      warm_up: returns a figure like the one to come (``component_warm_up``), drawn by the child
+        while it waits, its pixels thrown away.
     """
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True, warm_up: Callable[[], Any] | None = None):
         self._conn = self._proc = None
         if not enabled or "jax" in sys.modules or "fork" not in multiprocessing.get_all_start_methods():
             return
         try:
             ctx = multiprocessing.get_context("fork")
             self._conn, child = ctx.Pipe()
-            self._proc = ctx.Process(target=_child, args=(child,), daemon=True)
+            self._proc = ctx.Process(target=_child, args=(child, warm_up), daemon=True)
             self._proc.start()
             child.close()
         except OSError:  # no process to spare: draw here

@@ -301,9 +301,10 @@ def heatmap(
         raise fail("--exact applies to --component gd only (quadrature of MPT, MET, MAT)")
     if exact and mode is Mode.independent:
         raise fail("--exact computes by quadrature: --mode does not apply")
-    from gradlab_cli._figure_process import FigureProcess
+    from gradlab_cli._figure_process import FigureProcess, component_warm_up
 
-    with FigureProcess(enabled=not no_plot) as figures:  # matplotlib's import overlaps JAX's and the map
+    # matplotlib's import and first drawing overlap JAX's import and the map
+    with FigureProcess(enabled=not no_plot, warm_up=component_warm_up(component.value, part.value)) as figures:
         from gradlab.simulate import Protocol
 
         protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,

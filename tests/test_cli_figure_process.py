@@ -83,3 +83,73 @@ def test_heatmap_figure_is_the_one_drawn_in_process(tmp_path):
     save_figure(draw_component(Result.load(tmp_path / "heatmap_infonce_gd"), "infonce"), tmp_path / "here.png")
     a, b = (matplotlib.image.imread(tmp_path / n) for n in ("heatmap_infonce_gd.png", "here.png"))
     assert a.shape == b.shape and np.array_equal(a, b)
+
+
+WARM_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from gradlab_cli._figure_process import FigureProcess, component_warm_up
+
+    folder, component, fail = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "fail"
+    inner = component_warm_up(component)
+
+    def warm_up():  # in the child: leaves a mark once it has drawn (or failed), so the job comes after it
+        try:
+            if fail:
+                raise RuntimeError("a warm-up that fails")
+            return inner()
+        finally:
+            (folder / "warmed").write_text("yes")
+
+    def draw(folder):
+        from gradlab.figures import draw_component
+        from gradlab.io import Result
+        return draw_component(Result.load(folder / "map"), "infonce", component=component)
+
+    with FigureProcess(enabled=True, warm_up=warm_up) as figures:
+        assert figures.forked
+        t0 = time.monotonic()
+        while not (folder / "warmed").exists() and time.monotonic() - t0 < 60:
+            time.sleep(0.02)
+        paths = figures.save(draw, (folder,), {}, [(folder / "child.png", "png")])
+    print(" ".join(p.name for p in paths))
+""")
+
+
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+@pytest.mark.parametrize("component, fail", [("gd", False), ("ratio", False), ("gd", True)])
+def test_a_figure_drawn_after_the_warm_up_is_the_one_drawn_without_it(tmp_path, component, fail):
+    """The child draws ``component_warm_up``'s small figure first (or fails to), then the job: the
+    job's PNG equals, pixel for pixel, the same figure drawn in a fresh process of its own."""
+    import matplotlib.image
+
+    from gradlab.io import Result
+
+    rng = np.random.default_rng(0)
+    grid = np.linspace(0.1, 3.0, 7)
+    Result(dims=("mu_pos", "mu_neg"), coords={"mu_pos": grid, "mu_neg": grid}, mean=rng.uniform(0, 2.5, (7, 7)),
+           meta={"loss": "infonce", "params": {"tau": 0.05}}).save(tmp_path / "map")
+    proc = subprocess.run([sys.executable, "-c", WARM_SCRIPT, str(tmp_path), component, "fail" if fail else "ok"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["child.png"] and (tmp_path / "warmed").exists()
+    here = textwrap.dedent(f"""
+        from pathlib import Path
+        from gradlab.figures import draw_component
+        from gradlab.io import Result
+        from gradlab.outputs import save_figure
+        folder = Path({str(tmp_path)!r})
+        save_figure(draw_component(Result.load(folder / "map"), "infonce", component={component!r}), folder / "alone.png")
+    """)
+    alone = subprocess.run([sys.executable, "-c", here], capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 0, alone.stderr
+    a, b = (matplotlib.image.imread(tmp_path / n) for n in ("child.png", "alone.png"))
+    assert a.shape == b.shape and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("component", ["gd", "ratio", "weight", "norm"])
+def test_the_warm_up_draws_each_components_kind_of_figure(component):
+    from gradlab_cli._figure_process import component_warm_up
+
+    fig = component_warm_up(component)()
+    assert fig.axes and fig.axes[0].get_title()
