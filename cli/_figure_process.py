@@ -1,4 +1,4 @@
-"""A command's figure drawn in a forked process that imports matplotlib while the command
+"""A command's figures drawn in forked processes that import matplotlib while the command
 imports JAX and computes.
 
 ``gradlab heatmap`` spends about as long importing and running matplotlib (0.5 s on a 2-core
@@ -10,6 +10,9 @@ may draw a small figure of the same kind (``warm_up``), so that the first drawin
 work (fonts, mathtext, the colour bar) is done before the map arrives. Where ``fork`` is not
 a start method (Windows), or when anything goes wrong in the child, the figure is drawn in the
 command's own process, as before.
+
+``gradlab figures`` hands each paper figure's drawing to one of several such children as soon as
+its data are computed, and computes the next figure meanwhile (``submit``, then ``wait``).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def component_warm_up(component: str, part: str = "pos") -> Callable[[], Any]:
 
 def _child(conn, warm_up) -> None:
     """Import matplotlib, draw ``warm_up()`` (if given, and no job has come yet), then draw and save
-    the one job sent (None: nothing to draw)."""
+    each job sent, answering each with the paths written, until None (or the parent's end)."""
     try:
         import matplotlib
 
@@ -62,15 +65,13 @@ def _child(conn, warm_up) -> None:
                 warm_up().savefig(io.BytesIO(), format="png", dpi=_WARM_UP_DPI)
             except Exception:  # noqa: BLE001 - a warm-up only saves time; the job is drawn all the same
                 pass
-        job = conn.recv()
-        if job is None:
-            return
-        draw, args, kwargs, paths = job
         from gradlab.outputs import save_figure
 
-        fig = draw(*args, **kwargs)
-        conn.send([str(save_figure(fig, path, fmt)) for path, fmt in paths])
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which draws itself
+        while (job := conn.recv()) is not None:
+            draw, args, kwargs, paths = job
+            fig = draw(*args, **kwargs)
+            conn.send([str(save_figure(fig, path, fmt)) for path, fmt in paths])
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which draws the job itself
         try:
             conn.send(f"{type(exc).__name__}: {exc}")
         except Exception:  # noqa: BLE001 - the parent sees the pipe closed
@@ -80,66 +81,131 @@ def _child(conn, warm_up) -> None:
 
 
 class FigureProcess:
-    """Draw one figure in a child forked now (see the module docstring); a context manager.
+    """Draw figures in children forked now (see the module docstring); a context manager.
+
+    ``save`` draws one figure and waits for it; ``submit`` hands one to an idle child (waiting for
+    one only when all are busy) and returns, and ``wait`` collects every figure submitted, in
+    order. A job a child could not draw is drawn in this process.
 
     Args:
       enabled: False forks nothing (no figure will be drawn, or JAX is already imported, which
         a fork must not copy).
-      warm_up: returns a figure like the one to come (``component_warm_up``), drawn by the child
-        while it waits, its pixels thrown away.
+      warm_up: returns a figure like the ones to come (``component_warm_up``), drawn by each
+        child while it waits for its first job, its pixels thrown away.
+      workers: how many children draw side by side.
     """
 
-    def __init__(self, enabled: bool = True, warm_up: Callable[[], Any] | None = None):
-        self._conn = self._proc = None
+    def __init__(self, enabled: bool = True, warm_up: Callable[[], Any] | None = None, workers: int = 1):
+        self._idle: list = []  # (connection, process) of each child waiting for a job
+        self._busy: dict = {}  # connection -> (process, the index of the job it draws)
+        self._jobs: list[tuple] = []
+        self._done: dict[int, list[Path] | None] = {}  # job index -> paths (None: to draw here)
         if not enabled or "jax" in sys.modules or "fork" not in multiprocessing.get_all_start_methods():
             return
-        try:
-            ctx = multiprocessing.get_context("fork")
-            self._conn, child = ctx.Pipe()
-            self._proc = ctx.Process(target=_child, args=(child, warm_up), daemon=True)
-            self._proc.start()
-            child.close()
-        except OSError:  # no process to spare: draw here
-            self._conn = self._proc = None
+        ctx = multiprocessing.get_context("fork")
+        for _ in range(max(1, int(workers))):
+            try:
+                conn, child = ctx.Pipe()
+                proc = ctx.Process(target=_child, args=(child, warm_up), daemon=True)
+                proc.start()
+                child.close()
+            except OSError:  # no process to spare: the others (or this process) draw
+                break
+            self._idle.append((conn, proc))
 
     @property
     def forked(self) -> bool:
-        """Whether a child waits to draw (False: the figure is drawn in this process)."""
-        return self._proc is not None
+        """Whether a child waits to draw (False: the figures are drawn in this process)."""
+        return bool(self._idle or self._busy)
 
     def save(self, draw: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
              paths: Sequence[tuple[Path, str]]) -> list[Path]:
         """``draw(*args, **kwargs)`` saved as each ``(path, format)``; the paths written."""
+        self.submit(draw, args, kwargs, paths)
+        written = self.wait()
+        self.close()
+        return written
+
+    def submit(self, draw: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
+               paths: Sequence[tuple[Path, str]]) -> None:
+        """Hand ``draw(*args, **kwargs)``, to be saved as each ``(path, format)``, to an idle child."""
+        index = len(self._jobs)
+        self._jobs.append((draw, tuple(args), dict(kwargs), [(str(p), f) for p, f in paths]))
+        if not paths:
+            self._done[index] = []
+            return
+        while not self._idle and self._busy:
+            self._collect()
+        if not self._idle:
+            self._done[index] = None
+            return
+        conn, proc = self._idle.pop()
+        try:
+            conn.send(self._jobs[index])
+        except OSError:  # the child is gone: this process draws the job
+            self._done[index] = None
+            self._retire(conn, proc)
+            return
+        self._busy[conn] = (proc, index)
+
+    def wait(self) -> list[Path]:
+        """Every figure submitted, saved (by a child or, where it failed, here): their paths, in order."""
         from gradlab.outputs import save_figure
 
-        if self._conn is not None and paths:
+        while self._busy:
+            self._collect()
+        written = []
+        for index, (draw, args, kwargs, paths) in enumerate(self._jobs):
+            done = self._done.get(index)
+            if done is None:
+                fig = draw(*args, **kwargs)
+                done = [save_figure(fig, Path(path), fmt) for path, fmt in paths]
+            written.extend(done)
+        self._jobs, self._done = [], {}
+        return written
+
+    def _collect(self) -> None:
+        """Wait for a busy child's answer: its paths, or (a failure) its job left to this process."""
+        from multiprocessing.connection import wait
+
+        for conn in wait(list(self._busy)):
+            proc, index = self._busy.pop(conn)
             try:
-                self._conn.send((draw, tuple(args), dict(kwargs), [(str(p), f) for p, f in paths]))
-                answer = self._conn.recv()
+                answer = conn.recv()
             except (OSError, EOFError) as exc:
                 answer = f"{type(exc).__name__}: {exc}"
-            self.close()
             if isinstance(answer, list):
-                return [Path(p) for p in answer]
-        fig = draw(*args, **kwargs)  # no child, or it failed: draw here
-        return [save_figure(fig, path, fmt) for path, fmt in paths]
+                self._done[index] = [Path(p) for p in answer]
+                self._idle.append((conn, proc))
+            else:
+                self._done[index] = None
+                self._retire(conn, proc)
 
-    def close(self) -> None:
-        """Let the child go (it exits when told there is nothing to draw)."""
-        if self._conn is None:
-            return
+    @staticmethod
+    def _retire(conn, proc) -> None:
+        """Let a child go (it exits when told there is nothing to draw, or when its pipe closes)."""
         try:
-            self._conn.send(None)
+            conn.send(None)
         except OSError:
             pass
-        self._conn.close()
-        self._proc.join(timeout=5)
-        if self._proc.is_alive():
-            self._proc.terminate()
-        self._conn = self._proc = None
+        conn.close()
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.terminate()
+
+    def close(self, *, drain: bool = True) -> None:
+        """Let every child go. ``drain``: a figure submitted and not collected is saved first
+        (``wait``); else it is dropped (the command failed or was interrupted)."""
+        if drain and self._jobs:
+            self.wait()
+        for conn, (proc, _) in self._busy.items():
+            self._retire(conn, proc)
+        for conn, proc in self._idle:
+            self._retire(conn, proc)
+        self._idle, self._busy, self._jobs, self._done = [], {}, [], {}
 
     def __enter__(self) -> FigureProcess:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        self.close(drain=exc_type is None)

@@ -582,17 +582,33 @@ def figures(
 
       gradlab figures --only li2024_fig2 --only nie2023_fig4
     """
-    from gradlab.figures import figure_ids, paper_figure
+    from gradlab_cli._figure_process import FigureProcess, component_warm_up
 
-    ids = figure_ids(only)
-    writer = make_writer(out, fmt, no_plot, "figures", quick=quick, only=ids, seed=seed)
-    with progress_bar("figures") as cb:
-        for n, fid in enumerate(ids):
-            fig, data = paper_figure(fid, quick=quick, seed=seed, plot=writer.plot)
-            writer.result(fid, data, fig)
-            if cb:
-                cb(n + 1, len(ids))
+    # the figures are drawn in forked processes, beside the next figure's computation
+    from gradlab.experiments import default_jobs  # the cores this process may use (no JAX)
+
+    with FigureProcess(enabled=not no_plot, warm_up=component_warm_up("gd"),
+                       workers=min(FIGURE_WORKERS, default_jobs())) as figures:
+        from gradlab.figures import figure_ids, paper_drawing
+
+        ids = figure_ids(only)
+        writer = make_writer(out, fmt, no_plot, "figures", quick=quick, only=ids, seed=seed)
+        with progress_bar("figures") as cb:
+            for n, fid in enumerate(ids):
+                drawing, data = paper_drawing(fid, quick=quick, seed=seed)
+                if writer.plot and writer.primary:
+                    figures.submit(drawing.fn, drawing.args, drawing.kwargs,
+                                   [(writer.out / f"{fid}.{f}", f) for f in writer.formats])
+                writer.result(fid, data)
+                if cb:
+                    cb(n + 1, len(ids))
+            writer.written.extend(figures.wait())
     writer.report()
+
+
+#: The most processes drawing ``gradlab figures``' figures side by side (fewer on fewer cores: on
+#: 2 cores, 12 figures took 8.2 s warm with one, 6.8 s with two, 7.0 s with three).
+FIGURE_WORKERS = 4
 
 
 # --- plug-ins ------------------------------------------------------------------------------------

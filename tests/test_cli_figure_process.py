@@ -153,3 +153,92 @@ def test_the_warm_up_draws_each_components_kind_of_figure(component):
 
     fig = component_warm_up(component)()
     assert fig.axes and fig.axes[0].get_title()
+
+
+POOL_SCRIPT = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    from gradlab_cli._figure_process import FigureProcess
+
+    PARENT = os.getpid()
+
+    def draw(folder, n, fail_in_child):
+        if n == fail_in_child and os.getpid() != PARENT:
+            raise RuntimeError("a child that cannot draw this one")
+        Path(folder, f"drawn_by_{n}").write_text(str(os.getpid()))
+        from matplotlib.figure import Figure
+        fig = Figure(figsize=(2, 2))
+        fig.add_subplot().plot([0, 1], [n, 0])
+        return fig
+
+    folder, fail, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    try:
+        with FigureProcess(enabled=True, workers=2) as figures:
+            for n in range(5):
+                figures.submit(draw, (folder, n, fail), {}, [(Path(folder, f"f{n}.png"), "png")])
+            if mode == "interrupt":
+                raise KeyboardInterrupt
+            paths = figures.wait()
+    except KeyboardInterrupt:
+        paths = []
+    print(" ".join(p.name for p in paths))
+    print(PARENT)
+""")
+
+
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+@pytest.mark.parametrize("fail", [-1, 2])
+def test_figures_submitted_to_two_children_come_back_in_order(tmp_path, fail):
+    """Five figures handed to two children: every one saved, the paths in the order submitted, drawn
+    by both children; a figure a child fails to draw is drawn by the command's own process."""
+    proc = subprocess.run([sys.executable, "-c", POOL_SCRIPT, str(tmp_path), str(fail), "wait"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    names, parent = proc.stdout.split("\n")[:2]
+    assert names.split() == [f"f{n}.png" for n in range(5)]
+    assert all((tmp_path / f"f{n}.png").stat().st_size > 0 for n in range(5))
+    drawn_by = {n: (tmp_path / f"drawn_by_{n}").read_text() for n in range(5)}
+    children = {pid for n, pid in drawn_by.items() if pid != parent}
+    if fail == 2:
+        assert drawn_by[2] == parent and all(drawn_by[n] != parent for n in (0, 1, 3, 4))
+    else:
+        assert parent not in drawn_by.values() and len(children) == 2
+
+
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+def test_an_interrupted_command_leaves_its_children_and_draws_nothing_more(tmp_path):
+    """Interrupted after handing out five figures, one of which its child fails to draw: the command
+    neither waits for the children nor draws that figure itself (it would, finishing normally)."""
+    proc = subprocess.run([sys.executable, "-c", POOL_SCRIPT, str(tmp_path), "4", "interrupt"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[0] == ""
+    parent = proc.stdout.split("\n")[1]
+    assert not (tmp_path / "drawn_by_4").exists()
+    assert all((tmp_path / f"drawn_by_{n}").read_text() != parent for n in range(4)
+               if (tmp_path / f"drawn_by_{n}").exists())
+
+
+def test_gradlab_figures_draws_each_paper_figure_as_paper_figure_does(tmp_path):
+    """``gradlab figures`` (its own process: the figures drawn by two forked children, beside the
+    next figure's computation) against ``paper_figure`` drawn here, pixel for pixel and array for array."""
+    import matplotlib.image
+
+    from gradlab.figures import paper_figure
+    from gradlab.io import Result
+    from gradlab.outputs import save_figure
+
+    ids = ["li2024_fig2", "li2024_fig3", "nie2023_fig2b", "rho2023_fig1"]
+    code = "import sys; from gradlab_cli.app import main; sys.argv[0] = 'gradlab'; main()"
+    proc = subprocess.run([sys.executable, "-c", code, "figures", "--quick", *(a for i in ids for a in ("--only", i)),
+                           "--out", str(tmp_path / "cli")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "GRADLAB_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    printed = proc.stdout.split()
+    assert sorted(printed) == sorted(str(tmp_path / "cli" / f"{i}.{e}") for i in ids for e in ("png", "npz", "json"))
+    for fid in ids:
+        fig, data = paper_figure(fid, quick=True)
+        save_figure(fig, tmp_path / f"{fid}.png")
+        a, b = (matplotlib.image.imread(p) for p in (tmp_path / "cli" / f"{fid}.png", tmp_path / f"{fid}.png"))
+        assert a.shape == b.shape and np.array_equal(a, b), fid
+        np.testing.assert_array_equal(Result.load(tmp_path / "cli" / fid).mean, data.mean)

@@ -193,3 +193,37 @@ def test_component_figure_calls_the_engine_statistic_of_each_component():
         component_figure("infonce", proto, component="w")
     with pytest.raises(ValueError, match="exact applies to the gd component only"):
         component_figure("infonce", proto, component="ratio", exact=True)
+
+
+def test_paper_drawing_pickles_and_draws_the_paper_figure():
+    """``paper_drawing``: the data of ``paper_figure`` and a ``Drawing`` that survives pickling (its
+    arguments host arrays, so a process without JAX can draw it) and draws the same figure."""
+    import io
+    import pickle
+
+    import matplotlib.image
+
+    from gradlab.figures import paper_drawing, paper_figure
+
+    for fid in ("rho2023_fig2", "nie2023_fig2b"):
+        drawing, data = paper_drawing(fid, grid=9)
+        fig, want = paper_figure(fid, grid=9)
+        np.testing.assert_array_equal(data.mean, want.mean)
+        assert data.meta["figure"] == fid and data.meta["figure_params"] == want.meta["figure_params"]
+        again = pickle.loads(pickle.dumps(drawing))
+        assert all(type(a).__module__ != "jaxlib" and "jax" not in type(a).__module__ for a in _leaves(again.args))
+        pngs = []
+        for f in (again(), fig):
+            buf = io.BytesIO()
+            f.savefig(buf, format="png", dpi=40)
+            buf.seek(0)
+            pngs.append(matplotlib.image.imread(buf))
+        assert pngs[0].shape == pngs[1].shape and np.array_equal(*pngs)
+
+
+def _leaves(x):
+    if isinstance(x, dict):
+        return [v for item in x.values() for v in _leaves(item)]
+    if isinstance(x, (list, tuple)):
+        return [v for item in x for v in _leaves(item)]
+    return [x]

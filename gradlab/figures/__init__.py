@@ -7,7 +7,8 @@ gets what the ``gradlab`` command writes:
 
 * the paper figures as a registry: ``FIGURES`` (id -> ``PaperFigure``) and
   ``paper_figure(id) -> (Figure, Result)``, the figure and data ``gradlab figures --only ID``
-  writes; ``figure_ids``;
+  writes; ``paper_drawing(id) -> (Drawing, Result)``, the same computed but not drawn (a
+  ``Drawing`` pickles, and is drawn where it is called); ``figure_ids``;
 * ``component_figure(loss, protocol, component=...)``: a (μ_pos, μ_neg) map of one paradigm
   component of any loss, what ``gradlab heatmap`` writes (``COMPONENTS``), and
   ``draw_component(result, loss_name, component=...)``, its figure from the computed map;
@@ -20,12 +21,14 @@ still name these, for code written before they moved here.
 
 from gradlab.figures._paper import COMPONENTS as COMPONENTS
 from gradlab.figures._paper import FIGURES as FIGURES
+from gradlab.figures._paper import Drawing as Drawing
 from gradlab.figures._paper import PaperFigure as PaperFigure
 from gradlab.figures._paper import component_figure as component_figure
 from gradlab.figures._paper import draw_component as draw_component
 from gradlab.figures._paper import figure_ids as figure_ids
+from gradlab.figures._paper import paper_drawing as paper_drawing
 from gradlab.figures._paper import paper_figure as paper_figure
 from gradlab.figures._report import report as report
 
-__all__ = ["COMPONENTS", "FIGURES", "PaperFigure", "component_figure", "draw_component", "figure_ids", "paper_figure",
-           "report"]
+__all__ = ["COMPONENTS", "FIGURES", "Drawing", "PaperFigure", "component_figure", "draw_component", "figure_ids",
+           "paper_drawing", "paper_figure", "report"]

@@ -3,9 +3,10 @@
 ``paper_figure(id)`` returns the matplotlib Figure and its data as one ``Result``: the same
 figure and the same arrays that ``gradlab figures --only ID`` writes as ``ID.png``,
 ``ID.npz`` and ``ID.json``. Each entry computes with the library (``gradlab.simulate``,
-``gradlab.norms``, ``gradlab.margins``) and draws the result with ``gradlab.plot``'s
-recipes; its ``params`` are the values it uses, and keyword overrides of ``paper_figure``
-replace them.
+``gradlab.norms``, ``gradlab.margins``) and says how ``gradlab.plot``'s recipes draw the
+result (a ``Drawing``: ``paper_drawing(id)`` computes without drawing, and the drawing can be
+made in another process); its ``params`` are the values it uses, and keyword overrides of
+``paper_figure`` replace them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import numpy as np
 
 from gradlab import defaults
 
-__all__ = ["COMPONENTS", "FIGURES", "PaperFigure", "component_figure", "figure_ids", "paper_figure"]
+__all__ = ["COMPONENTS", "FIGURES", "Drawing", "PaperFigure", "component_figure", "figure_ids", "paper_drawing",
+           "paper_figure"]
 
 #: ``quick=True``: the Monte-Carlo protocol, the θ grid of the norm maps, the grid of the margin maps.
 QUICK_PROTOCOL = {"grid": 12, "batches": 32, "batch_size": 16}
@@ -35,13 +37,27 @@ RHO2023_FIG8_TAU = (0.1, defaults.RHO2023_TAU, 0.5)
 
 
 @dataclass(frozen=True)
+class Drawing:
+    """A figure not drawn yet: a ``gradlab.plot`` recipe and its arguments (host arrays, ``Result``
+    objects, numbers), so that it pickles and is drawn in a process without JAX. ``drawing()``
+    returns the Figure."""
+
+    fn: Callable[..., Any]
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self):
+        return self.fn(*self.args, **self.kwargs)
+
+
+@dataclass(frozen=True)
 class PaperFigure:
     """One registry entry.
 
     Attributes:
       paper: the figure it reproduces, e.g. ``"Li et al. 2024 Fig. 2"``.
       shows: what it shows, in words.
-      build: ``build(params, quick=, seed=, plot=) -> (Figure | None, Result)``.
+      build: ``build(params, quick=, seed=) -> (Drawing, Result)``.
       params: the parameters ``build`` uses (``paper_figure``'s overrides replace them).
     """
 
@@ -66,49 +82,49 @@ def _stack(results, key: str, labels=None, meta=None):
     return Result.stack(results, key, labels, meta)
 
 
-def _gd_maps(params, *, quick, seed, plot):
+def _gd_maps(params, *, quick, seed):
     from gradlab import simulate
     from gradlab.plot import gd_maps
 
     proto = _protocol(params, quick, seed)
     results = [simulate.gd_map(name, proto) for name in params["losses"]]
-    return (gd_maps(results, suptitle=params["title"]) if plot else None), _stack(results, "loss")
+    return Drawing(gd_maps, (results,), {"suptitle": params["title"]}), _stack(results, "loss")
 
 
-def _ratio_maps(params, *, quick, seed, plot):
+def _ratio_maps(params, *, quick, seed):
     from gradlab import simulate
     from gradlab.plot import ratio_maps
 
     proto = _protocol(params, quick, seed)
     results = [simulate.ratio_map(name, proto) for name in params["losses"]]
-    return (ratio_maps(results, suptitle=params["title"]) if plot else None), _stack(results, "loss")
+    return Drawing(ratio_maps, (results,), {"suptitle": params["title"]}), _stack(results, "loss")
 
 
-def _weight_share(params, *, quick, seed, plot):
+def _weight_share(params, *, quick, seed):
     from gradlab import simulate
     from gradlab.plot import weight_share_curves
 
     r = simulate.weight_share(_protocol(params, quick, seed))
-    return (weight_share_curves(r) if plot else None), r
+    return Drawing(weight_share_curves, (r,)), r
 
 
-def _min_ratio_distribution(params, *, quick, seed, plot):
+def _min_ratio_distribution(params, *, quick, seed):
     from gradlab import simulate
     from gradlab.plot import min_ratio_distribution
 
     r = simulate.min_ratio_distribution(_protocol(params, quick, seed), lams=params["lams"])
-    return (min_ratio_distribution(r) if plot else None), r
+    return Drawing(min_ratio_distribution, (r,)), r
 
 
-def _lemma1_map(params, *, quick, seed, plot):
+def _lemma1_map(params, *, quick, seed):
     from gradlab import simulate
     from gradlab.plot import lemma1_maps
 
     r = simulate.lemma1_map(_protocol(params, quick, seed), lam=params["lam"])
-    return (lemma1_maps(r) if plot else None), r
+    return Drawing(lemma1_maps, (r,)), r
 
 
-def _norm_maps(params, *, quick, seed, plot):
+def _norm_maps(params, *, quick, seed):
     from gradlab import norms
     from gradlab.plot import norm_maps
 
@@ -116,8 +132,7 @@ def _norm_maps(params, *, quick, seed, plot):
     results = [norms.norm_result(name, part=params["part"], negatives=k, grid=grid)
                for name in params["losses"]
                for k in (params["infonce_negatives"] if name == "infonce" else (norms.DEFAULT_NEGATIVES,))]
-    fig = norm_maps(results, ncols=params["ncols"], panel=params["panel"]) if plot else None
-    return fig, norms.stack_panels(results)
+    return Drawing(norm_maps, (results,), {"ncols": params["ncols"], "panel": params["panel"]}), norms.stack_panels(results)
 
 
 def _margin_axes(params, quick):
@@ -135,36 +150,41 @@ def _grid_result(d: Mapping[str, Any], dims: Sequence[str], mean: str, meta: Map
                   extra=quantities, extra_dims={k: tuple(dims) for k in quantities}, meta=dict(meta))
 
 
-def _margin_gradients(params, *, quick, seed, plot):
+def _on_host(d: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """A dict of grids as NumPy arrays (a ``Drawing``'s arguments are drawn where JAX is not imported)."""
+    return {k: np.asarray(v) for k, v in d.items()}
+
+
+def _margin_gradients(params, *, quick, seed):
     from gradlab import margins
     from gradlab.plot import margin_gradients
 
     tau, beta = params["tau"], params["beta"]
-    d = margins.free_gradient_grid(*_margin_axes(params, quick), tau=tau, beta=beta, dtype=np.float32)
+    d = _on_host(margins.free_gradient_grid(*_margin_axes(params, quick), tau=tau, beta=beta, dtype=np.float32))
     data = _grid_result(d, ("theta", "q"), "positive", {"tau": tau, "beta": beta, "reference": "Rho et al. 2023 Fig. 1, Eq. 14"})
-    return (margin_gradients(d, tau=tau, beta=beta) if plot else None), data
+    return Drawing(margin_gradients, (d,), {"tau": tau, "beta": beta}), data
 
 
-def _margin_multipliers(params, *, quick, seed, plot):
+def _margin_multipliers(params, *, quick, seed):
     from gradlab import margins
     from gradlab.plot import margin_multipliers
 
     tau, beta, m1 = params["tau"], params["beta"], params["m1"]
-    d = margins.multiplier_grid(*_margin_axes(params, quick), tau=tau, beta=beta, m1=m1, dtype=np.float32)
+    d = _on_host(margins.multiplier_grid(*_margin_axes(params, quick), tau=tau, beta=beta, m1=m1, dtype=np.float32))
     data = _grid_result(d, ("theta_pos", "q_pos"), "total_pos",
                         {"tau": tau, "beta": beta, "m1": m1, "reference": "Rho et al. 2023 Fig. 2, Theorem 4.1"})
-    return (margin_multipliers(d, tau=tau, m1=m1) if plot else None), data
+    return Drawing(margin_multipliers, (d,), {"tau": tau, "m1": m1}), data
 
 
-def _margin_ratio_grid(params, *, quick, seed, plot):
+def _margin_ratio_grid(params, *, quick, seed):
     from gradlab import margins
     from gradlab.plot import margin_ratio_grid
 
-    d = margins.ratio_grid(*_margin_axes(params, quick), m1_values=params["m1"], tau_values=params["tau"],
-                           beta=params["beta"], dtype=np.float32)
+    d = _on_host(margins.ratio_grid(*_margin_axes(params, quick), m1_values=params["m1"], tau_values=params["tau"],
+                                    beta=params["beta"], dtype=np.float32))
     data = _grid_result(d, ("m1", "tau", "theta_pos", "q_pos"), "ratio_pos",
                         {"beta": params["beta"], "reference": "Rho et al. 2023 Fig. 8"})
-    return (margin_ratio_grid(d) if plot else None), data
+    return Drawing(margin_ratio_grid, (d,)), data
 
 
 def _norms(part: str, losses: Sequence[str], ncols: int, panel: tuple[float, float] = (4.3, 3.5)) -> dict[str, Any]:
@@ -230,6 +250,28 @@ def _jsonable_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (v.to_dict() if hasattr(v, "to_dict") else v) for k, v in params.items()}
 
 
+def paper_drawing(figure_id: str, *, quick: bool = False, seed: int = 0, **overrides: Any) -> tuple[Drawing, Any]:
+    """Compute one paper figure, drawing nothing: ``(Drawing, Result)``; ``drawing()`` is the Figure
+    of :func:`paper_figure` (``gradlab figures`` draws it in another process). Arguments as
+    :func:`paper_figure`'s.
+
+    Examples:
+      >>> drawing, data = paper_drawing("rho2023_fig2", grid=8)
+      >>> drawing.fn.__name__, data.mean.shape
+      ('margin_multipliers', (8, 8))
+    """
+    (fid,) = figure_ids([figure_id])
+    entry = FIGURES[fid]
+    unknown = sorted(set(overrides) - set(entry.params))
+    if unknown:
+        raise ValueError(f"{fid} has no parameter {unknown[0]!r}; it takes {', '.join(entry.params) or 'none'}")
+    params = {**entry.params, **overrides}
+    drawing, data = entry.build(params, quick=quick, seed=seed)
+    return drawing, dataclasses.replace(data, meta={**data.meta, "figure": fid, "paper": entry.paper,
+                                                    "shows": entry.shows, "figure_params": _jsonable_params(params),
+                                                    "quick": quick})
+
+
 def paper_figure(figure_id: str, *, quick: bool = False, seed: int = 0, plot: bool = True, **overrides: Any):
     """Compute and draw one paper figure: ``(Figure, Result)``, as ``gradlab figures --only ID`` writes it.
 
@@ -250,15 +292,8 @@ def paper_figure(figure_id: str, *, quick: bool = False, seed: int = 0, plot: bo
       >>> data.dims, data.mean.shape, data.meta["figure"]
       (('theta_pos', 'q_pos'), (8, 8), 'rho2023_fig2')
     """
-    (fid,) = figure_ids([figure_id])
-    entry = FIGURES[fid]
-    unknown = sorted(set(overrides) - set(entry.params))
-    if unknown:
-        raise ValueError(f"{fid} has no parameter {unknown[0]!r}; it takes {', '.join(entry.params) or 'none'}")
-    params = {**entry.params, **overrides}
-    fig, data = entry.build(params, quick=quick, seed=seed, plot=plot)
-    return fig, dataclasses.replace(data, meta={**data.meta, "figure": fid, "paper": entry.paper, "shows": entry.shows,
-                                                "figure_params": _jsonable_params(params), "quick": quick})
+    drawing, data = paper_drawing(figure_id, quick=quick, seed=seed, **overrides)
+    return (drawing() if plot else None), data
 
 
 #: The (μ_pos, μ_neg) maps of ``component_figure`` (``gradlab heatmap --component``).
