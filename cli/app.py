@@ -244,6 +244,16 @@ def _safe(name: str) -> str:
     return name.replace("+", "plus").replace("/", "_")
 
 
+def _figure_processes(no_plot: bool, figures: int, warm_up=None):
+    """The processes, forked now (before JAX is imported), that draw a command's ``figures`` figures
+    side by side while it computes: at most ``FIGURE_WORKERS``, and the cores this process may use."""
+    from gradlab_cli._figure_process import FigureProcess
+
+    from gradlab.experiments import default_jobs  # no JAX
+
+    return FigureProcess(enabled=not no_plot, warm_up=warm_up, workers=min(figures, FIGURE_WORKERS, default_jobs()))
+
+
 def _param_tag(params: dict) -> str:
     """The parameters given on the command line, for file names: ``_tau0.1_u0.17453292519943295``
     (so that a sweep into one --out does not overwrite itself; defaults add nothing). Short
@@ -323,11 +333,9 @@ def heatmap(
                                          part=part.value, progress=cb, plot=False)
         variant = ("_neg" if comp == "norm" and part is Part.neg else "") + ("_exact" if exact else "")
         stem = f"heatmap_{_safe(the_loss.name)}{_param_tag(params)}_{comp}{variant}"
-        if writer.plot and writer.primary:
-            writer.written.extend(figures.save(draw_component, (result, the_loss.name),
-                                               {"component": comp, "gd_threshold": gd_threshold, "part": part.value,
-                                                "label": loss_title(the_loss.name)},
-                                               [(writer.out / f"{stem}.{f}", f) for f in writer.formats]))
+        writer.written.extend(figures.save(draw_component, (result, the_loss.name),
+                                           {"component": comp, "gd_threshold": gd_threshold, "part": part.value,
+                                            "label": loss_title(the_loss.name)}, writer.figure_paths(stem)))
         writer.result(stem, result)
     writer.report()
 
@@ -368,23 +376,22 @@ def weight(
     params = parse_params(param)
     if "tau" in params:
         raise fail("weight sweeps τ with --tau; do not also give --param tau")
-    from gradlab.simulate import Protocol
+    with _figure_processes(no_plot, 1) as figures:  # matplotlib's import beside JAX's and the curves
+        from gradlab import plot, simulate
+        from gradlab.simulate import Protocol
 
-    protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
-                        sigma_neg=sigma_neg, mu_neg_range=mu_neg_range, seed=seed, mode=mode.value)
-    the_loss = _loss(loss, params)
-    writer = make_writer(out, fmt, no_plot, "weight", loss=the_loss.name, taus=taus, mu_pos=mu_pos, gd_gate=gd_gate,
-                     params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed)
-    from gradlab import simulate
-
-    with progress_bar("weight share") as cb:
-        result = simulate.weight_share(protocol, taus=taus, mu_pos=mu_pos, loss=the_loss, gd_gate=gd_gate, progress=cb)
-    fig = None
-    if not no_plot:
-        from gradlab import plot
-
-        fig = plot.weight_share_curves(result)
-    writer.result(f"weight_{_safe(the_loss.name)}{_param_tag(params)}", result, fig)
+        protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
+                            sigma_neg=sigma_neg, mu_neg_range=mu_neg_range, seed=seed, mode=mode.value)
+        the_loss = _loss(loss, params)
+        writer = make_writer(out, fmt, no_plot, "weight", loss=the_loss.name, taus=taus, mu_pos=mu_pos,
+                             gd_gate=gd_gate, params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed)
+        with progress_bar("weight share") as cb:
+            result = simulate.weight_share(protocol, taus=taus, mu_pos=mu_pos, loss=the_loss, gd_gate=gd_gate,
+                                           progress=cb)
+        stem = f"weight_{_safe(the_loss.name)}{_param_tag(params)}"
+        figures.submit(plot.weight_share_curves, (result,), {}, writer.figure_paths(stem))
+        writer.result(stem, result)
+        writer.written.extend(figures.wait())
     writer.report()
 
 
@@ -429,38 +436,38 @@ def lemma1(
     if not all(math.isfinite(r) for r in ratios):
         raise fail("--ratio must be finite")
     law = alpha_law
-    from gradlab.simulate import Protocol
-
-    protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
-                        sigma_neg=sigma_neg, mu_pos_range=mu_pos_range, mu_neg_range=mu_neg_range, seed=seed,
-                        mode=mode.value)
     views = None
     if embeddings is not None:
         from gradlab.io import load_views
 
         views = load_views(embeddings)
     mp, mn = dist_mu_pos, dist_mu_neg
-    writer = make_writer(out, fmt, no_plot, "lemma1", lams=lams, ratios=ratios, alpha_law=law, protocol=protocol.to_dict(),
-                     seed=seed, embeddings=None if embeddings is None else str(embeddings),
-                     dist_mu_pos=mp, dist_mu_neg=mn)
-    from gradlab import simulate
+    with _figure_processes(no_plot, 2) as figures:  # matplotlib beside JAX, the two figures side by side
+        from gradlab import plot, simulate
+        from gradlab.simulate import Protocol
 
-    with progress_bar("Lemma-1 map") as cb:
-        lmap = simulate.lemma1_map(protocol, lam=lams[0], ratios=ratios, alpha_law=law, progress=cb)
-    if views is not None:
-        from gradlab import monitor
+        protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
+                            sigma_neg=sigma_neg, mu_pos_range=mu_pos_range, mu_neg_range=mu_neg_range, seed=seed,
+                            mode=mode.value)
+        writer = make_writer(out, fmt, no_plot, "lemma1", lams=lams, ratios=ratios, alpha_law=law,
+                             protocol=protocol.to_dict(), seed=seed,
+                             embeddings=None if embeddings is None else str(embeddings), dist_mu_pos=mp, dist_mu_neg=mn)
+        with progress_bar("Lemma-1 map") as cb:
+            lmap = simulate.lemma1_map(protocol, lam=lams[0], ratios=ratios, alpha_law=law, progress=cb)
+        figures.submit(plot.lemma1_maps, (lmap,), {}, writer.figure_paths("lemma1_map"))
+        writer.result("lemma1_map", lmap)
+        if views is not None:
+            from gradlab import monitor
 
-        dist = monitor.min_ratio_distribution(*views, lams=lams, ratios=ratios)
-    else:
-        dist = simulate.min_ratio_distribution(protocol, lams=lams, mu_pos=mp, mu_neg=mn, alpha_law=law, ratios=ratios)
-    figs = (None, None)
-    if not no_plot:
-        from gradlab import plot
-
-        figs = (plot.lemma1_maps(lmap), plot.min_ratio_distribution(
-            dist, ratio=ratios[0], title="distribution of the minimum ratio (embeddings)" if views is not None else None))
-    writer.result("lemma1_map", lmap, figs[0])
-    writer.result("lemma1_distribution", dist, figs[1])
+            dist = monitor.min_ratio_distribution(*views, lams=lams, ratios=ratios)
+        else:
+            dist = simulate.min_ratio_distribution(protocol, lams=lams, mu_pos=mp, mu_neg=mn, alpha_law=law,
+                                                   ratios=ratios)
+        title = "distribution of the minimum ratio (embeddings)" if views is not None else None
+        figures.submit(plot.min_ratio_distribution, (dist,), {"ratio": ratios[0], "title": title},
+                       writer.figure_paths("lemma1_distribution"))
+        writer.result("lemma1_distribution", dist)
+        writer.written.extend(figures.wait())
     import numpy as np
 
     sat = np.asarray(lmap.extra["satisfied"])
@@ -494,11 +501,6 @@ def norms(
 
       gradlab norms --loss my_losses.py:focal --loss infonce --part pos
     """
-    from gradlab import design
-    from gradlab import norms as gn
-
-    names = list(loss) if loss else list(gn.NORM_LOSSES)
-    losses = [design.resolve_loss(n) if ":" in n else n for n in names]  # a user loss: its own defaults, then --param
     ks = list(negatives) if negatives else None
     if ks is not None and any(k < 1 for k in ks):
         raise fail(f"--negatives must be >= 1; got {min(ks)}")
@@ -506,18 +508,23 @@ def norms(
         raise fail(f"--grid must be >= 2; got {grid}")
     params = parse_params(param)
     parts = [part.value] if part else ["pos", "neg"]
-    panels = gn.norm_panels(losses, parts=parts, negatives=ks, grid=grid, **params)
-    writer = make_writer(out, fmt, no_plot, "norms", losses=names, parts=parts, negatives=ks, params=params, grid=grid)
-    for p in parts:
-        rs = [r for r in panels if r.meta["part"] == p]
-        if not rs:
-            continue
-        fig = None
-        if not no_plot:
-            from gradlab import plot
+    with _figure_processes(no_plot, len(parts)) as figures:  # matplotlib beside JAX, the parts' figures side by side
+        from gradlab import design, plot
+        from gradlab import norms as gn
 
-            fig = plot.norm_maps(rs, ncols=min(4, len(rs)))
-        writer.result(f"norms_{p}{_param_tag(params)}", gn.stack_panels(rs), fig)
+        names = list(loss) if loss else list(gn.NORM_LOSSES)
+        losses = [design.resolve_loss(n) if ":" in n else n for n in names]  # a user loss: its defaults, then --param
+        panels = gn.norm_panels(losses, parts=parts, negatives=ks, grid=grid, **params)
+        writer = make_writer(out, fmt, no_plot, "norms", losses=names, parts=parts, negatives=ks, params=params,
+                             grid=grid)
+        for p in parts:
+            rs = [r for r in panels if r.meta["part"] == p]
+            if not rs:
+                continue
+            stem = f"norms_{p}{_param_tag(params)}"
+            figures.submit(plot.norm_maps, (rs,), {"ncols": min(4, len(rs))}, writer.figure_paths(stem))
+            writer.result(stem, gn.stack_panels(rs))
+        writer.written.extend(figures.wait())
     writer.report()
 
 
@@ -582,23 +589,18 @@ def figures(
 
       gradlab figures --only li2024_fig2 --only nie2023_fig4
     """
-    from gradlab_cli._figure_process import FigureProcess, component_warm_up
+    from gradlab_cli._figure_process import component_warm_up
 
-    # the figures are drawn in forked processes, beside the next figure's computation
-    from gradlab.experiments import default_jobs  # the cores this process may use (no JAX)
+    from gradlab.figures import figure_ids, paper_drawing  # no JAX
 
-    with FigureProcess(enabled=not no_plot, warm_up=component_warm_up("gd"),
-                       workers=min(FIGURE_WORKERS, default_jobs())) as figures:
-        from gradlab.figures import figure_ids, paper_drawing
-
-        ids = figure_ids(only)
+    ids = figure_ids(only)
+    # each figure drawn in a forked process while the next is computed
+    with _figure_processes(no_plot, len(ids), component_warm_up("gd")) as figures:
         writer = make_writer(out, fmt, no_plot, "figures", quick=quick, only=ids, seed=seed)
         with progress_bar("figures") as cb:
             for n, fid in enumerate(ids):
                 drawing, data = paper_drawing(fid, quick=quick, seed=seed)
-                if writer.plot and writer.primary:
-                    figures.submit(drawing.fn, drawing.args, drawing.kwargs,
-                                   [(writer.out / f"{fid}.{f}", f) for f in writer.formats])
+                figures.submit(drawing.fn, drawing.args, drawing.kwargs, writer.figure_paths(fid))
                 writer.result(fid, data)
                 if cb:
                     cb(n + 1, len(ids))

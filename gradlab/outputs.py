@@ -285,6 +285,14 @@ class Writer:
         self.written.extend(paths)
         return paths
 
+    def figure_paths(self, stem: str) -> list[tuple[Path, str]]:
+        """``(out/STEM.FMT, FMT)`` for every format: where :meth:`figure` would save ``stem``, for a
+        figure saved elsewhere (another process); none when ``plot`` is off or this process is not
+        the one that writes."""
+        if not self.plot or not self.primary:
+            return []
+        return [(self.out / f"{stem}.{fmt}", fmt) for fmt in self.formats]
+
     def data(self, stem: str, arrays: Mapping[str, Any], *, result_meta: Mapping | None = None,
              dims: Mapping | None = None, extra_meta: Mapping | None = None) -> tuple[Path, Path]:
         """Arrays that are not one ``Result`` (curves, per-batch statistics): flat ``.npz`` + ``.json``."""

@@ -242,3 +242,29 @@ def test_gradlab_figures_draws_each_paper_figure_as_paper_figure_does(tmp_path):
         a, b = (matplotlib.image.imread(p) for p in (tmp_path / "cli" / f"{fid}.png", tmp_path / f"{fid}.png"))
         assert a.shape == b.shape and np.array_equal(a, b), fid
         np.testing.assert_array_equal(Result.load(tmp_path / "cli" / fid).mean, data.mean)
+
+
+def test_lemma1_and_norms_draw_their_figures_in_forked_processes_as_here(tmp_path):
+    """``gradlab lemma1`` and ``gradlab norms`` (their own processes: two figures each, drawn by two
+    forked children while the command computes) against ``gradlab.plot`` drawing the arrays they wrote."""
+    import matplotlib.image
+
+    from gradlab import plot
+    from gradlab.io import Result
+    from gradlab.outputs import save_figure
+
+    code = "import sys; from gradlab_cli.app import main; sys.argv[0] = 'gradlab'; main()"
+    env = {**os.environ, "GRADLAB_CACHE_DIR": str(tmp_path / "cache")}
+    for args in (["lemma1", "--grid", "5", "--batches", "16", "--batch-size", "16"], ["norms", "--grid", "12"]):
+        proc = subprocess.run([sys.executable, "-c", code, *args, "--out", str(tmp_path / args[0])], capture_output=True,
+                              text=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr
+    mine = {"lemma1_map": plot.lemma1_maps(Result.load(tmp_path / "lemma1" / "lemma1_map")),
+            "lemma1_distribution": plot.min_ratio_distribution(Result.load(tmp_path / "lemma1" / "lemma1_distribution"),
+                                                               ratio=1.0)}
+    for stem, fig in mine.items():
+        save_figure(fig, tmp_path / f"{stem}.png")
+        a, b = (matplotlib.image.imread(p) for p in (tmp_path / "lemma1" / f"{stem}.png", tmp_path / f"{stem}.png"))
+        assert a.shape == b.shape and np.array_equal(a, b), stem
+    written = sorted(p.name for p in (tmp_path / "norms").iterdir())
+    assert written == [f"norms_{p}.{e}" for p in ("neg", "pos") for e in ("json", "npz", "png")]
