@@ -227,3 +227,14 @@ def _leaves(x):
     if isinstance(x, (list, tuple)):
         return [v for item in x for v in _leaves(item)]
     return [x]
+
+
+def test_figure_paths_are_where_figure_would_save(tmp_path):
+    from matplotlib.figure import Figure
+
+    from gradlab.outputs import Writer
+
+    w = Writer(tmp_path / "on", formats=["png", "svg"])
+    saved = w.figure("f", Figure(figsize=(1, 1)))
+    assert [p for p, _ in w.figure_paths("f")] == saved and [f for _, f in w.figure_paths("f")] == ["png", "svg"]
+    assert Writer(tmp_path / "off", plot=False).figure_paths("f") == []
