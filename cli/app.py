@@ -244,6 +244,11 @@ def _safe(name: str) -> str:
     return name.replace("+", "plus").replace("/", "_")
 
 
+#: The most processes drawing a command's figures side by side (fewer on fewer cores: on 2 cores,
+#: ``gradlab figures``' 12 took 8.2 s warm with one, 6.8 s with two, 7.0 s with three).
+FIGURE_WORKERS = 4
+
+
 def _figure_processes(no_plot: bool, figures: int, warm_up=None):
     """The processes, forked now (before JAX is imported), that draw a command's ``figures`` figures
     side by side while it computes: at most ``FIGURE_WORKERS``, and the cores this process may use."""
@@ -311,10 +316,10 @@ def heatmap(
         raise fail("--exact applies to --component gd only (quadrature of MPT, MET, MAT)")
     if exact and mode is Mode.independent:
         raise fail("--exact computes by quadrature: --mode does not apply")
-    from gradlab_cli._figure_process import FigureProcess, component_warm_up
+    from gradlab_cli._figure_process import component_warm_up
 
     # matplotlib's import and first drawing overlap JAX's import and the map
-    with FigureProcess(enabled=not no_plot, warm_up=component_warm_up(component.value, part.value)) as figures:
+    with _figure_processes(no_plot, 1, component_warm_up(component.value, part.value)) as figures:
         from gradlab.simulate import Protocol
 
         protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
@@ -606,11 +611,6 @@ def figures(
                     cb(n + 1, len(ids))
             writer.written.extend(figures.wait())
     writer.report()
-
-
-#: The most processes drawing ``gradlab figures``' figures side by side (fewer on fewer cores: on
-#: 2 cores, 12 figures took 8.2 s warm with one, 6.8 s with two, 7.0 s with three).
-FIGURE_WORKERS = 4
 
 
 # --- plug-ins ------------------------------------------------------------------------------------
