@@ -279,9 +279,9 @@ class Writer:
     def figure(self, stem: str, fig, *, dpi: float | None = None) -> list[Path]:
         """``fig`` as ``out/STEM.FMT`` for every format (``dpi``: ``save_figure``'s default when None);
         nothing when ``plot`` is off or ``fig`` is None."""
-        if not self.plot or fig is None or not self.primary:
+        if fig is None:
             return []
-        paths = [save_figure(fig, self.out / f"{stem}.{fmt}", fmt, dpi=dpi) for fmt in self.formats]
+        paths = [save_figure(fig, path, fmt, dpi=dpi) for path, fmt in self.figure_paths(stem)]
         self.written.extend(paths)
         return paths
 
