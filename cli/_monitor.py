@@ -121,6 +121,7 @@ def report_cmd(
       gradlab report exp/runs/0123abcd4567ef89 --on-map --out report/
     """
     from gradlab_cli._common import check_formats, check_out_dir, command_line
+    from gradlab_cli._figure_process import figure_processes
 
     from gradlab.outputs import removed_on_failure
 
@@ -132,9 +133,13 @@ def report_cmd(
 
             paths = write_trajectory(log, out, fmt=formats[0], command_line=command_line())
         else:
-            from gradlab.figures import report
+            # the figures drawn side by side in forked processes (inside: on a failure they stop
+            # before the folder is removed)
+            with figure_processes(no_plot, 3) as figures:
+                from gradlab.figures import report
 
-            meta = report(log, out, formats=formats, plot=not no_plot, extra_meta={"command_line": command_line()})
+                meta = report(log, out, formats=formats, plot=not no_plot, extra_meta={"command_line": command_line()},
+                              figures=figures)
             paths = meta["files"]
     for path in paths:
         typer.echo(str(path))

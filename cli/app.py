@@ -244,21 +244,6 @@ def _safe(name: str) -> str:
     return name.replace("+", "plus").replace("/", "_")
 
 
-#: The most processes drawing a command's figures side by side (fewer on fewer cores: on 2 cores,
-#: ``gradlab figures``' 12 took 8.2 s warm with one, 6.8 s with two, 7.0 s with three).
-FIGURE_WORKERS = 4
-
-
-def _figure_processes(no_plot: bool, figures: int, warm_up=None):
-    """The processes, forked now (before JAX is imported), that draw a command's ``figures`` figures
-    side by side while it computes: at most ``FIGURE_WORKERS``, and the cores this process may use."""
-    from gradlab_cli._figure_process import FigureProcess
-
-    from gradlab.experiments import default_jobs  # no JAX
-
-    return FigureProcess(enabled=not no_plot, warm_up=warm_up, workers=min(figures, FIGURE_WORKERS, default_jobs()))
-
-
 def _param_tag(params: dict) -> str:
     """The parameters given on the command line, for file names: ``_tau0.1_u0.17453292519943295``
     (so that a sweep into one --out does not overwrite itself; defaults add nothing). Short
@@ -316,10 +301,10 @@ def heatmap(
         raise fail("--exact applies to --component gd only (quadrature of MPT, MET, MAT)")
     if exact and mode is Mode.independent:
         raise fail("--exact computes by quadrature: --mode does not apply")
-    from gradlab_cli._figure_process import component_warm_up
+    from gradlab_cli._figure_process import component_warm_up, figure_processes
 
     # matplotlib's import and first drawing overlap JAX's import and the map
-    with _figure_processes(no_plot, 1, component_warm_up(component.value, part.value)) as figures:
+    with figure_processes(no_plot, 1, component_warm_up(component.value, part.value)) as figures:
         from gradlab.simulate import Protocol
 
         protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
@@ -381,7 +366,9 @@ def weight(
     params = parse_params(param)
     if "tau" in params:
         raise fail("weight sweeps τ with --tau; do not also give --param tau")
-    with _figure_processes(no_plot, 1) as figures:  # matplotlib's import beside JAX's and the curves
+    from gradlab_cli._figure_process import figure_processes
+
+    with figure_processes(no_plot, 1) as figures:  # matplotlib's import beside JAX's and the curves
         from gradlab import plot, simulate
         from gradlab.simulate import Protocol
 
@@ -447,7 +434,9 @@ def lemma1(
 
         views = load_views(embeddings)
     mp, mn = dist_mu_pos, dist_mu_neg
-    with _figure_processes(no_plot, 2) as figures:  # matplotlib beside JAX, the two figures side by side
+    from gradlab_cli._figure_process import figure_processes
+
+    with figure_processes(no_plot, 2) as figures:  # matplotlib beside JAX, the two figures side by side
         from gradlab import plot, simulate
         from gradlab.simulate import Protocol
 
@@ -513,7 +502,9 @@ def norms(
         raise fail(f"--grid must be >= 2; got {grid}")
     params = parse_params(param)
     parts = [part.value] if part else ["pos", "neg"]
-    with _figure_processes(no_plot, len(parts)) as figures:  # matplotlib beside JAX, the parts' figures side by side
+    from gradlab_cli._figure_process import figure_processes
+
+    with figure_processes(no_plot, len(parts)) as figures:  # matplotlib beside JAX, the parts' figures side by side
         from gradlab import design, plot
         from gradlab import norms as gn
 
@@ -594,13 +585,13 @@ def figures(
 
       gradlab figures --only li2024_fig2 --only nie2023_fig4
     """
-    from gradlab_cli._figure_process import component_warm_up
+    from gradlab_cli._figure_process import component_warm_up, figure_processes
 
     from gradlab.figures import figure_ids, paper_drawing  # no JAX
 
     ids = figure_ids(only)
     # each figure drawn in a forked process while the next is computed
-    with _figure_processes(no_plot, len(ids), component_warm_up("gd")) as figures:
+    with figure_processes(no_plot, len(ids), component_warm_up("gd")) as figures:
         writer = make_writer(out, fmt, no_plot, "figures", quick=quick, only=ids, seed=seed)
         with progress_bar("figures") as cb:
             for n, fid in enumerate(ids):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +77,6 @@ def test_report_data_is_what_the_report_writes_and_draws_nothing(run_log, tmp_pa
     """The monitor computes the report (``report_data``) without loading matplotlib or gradlab.plot;
     ``report`` writes exactly those arrays and counts."""
     import subprocess
-    import sys
 
     _, log = run_log
     code = ("import sys\nfrom gradlab.monitor import report_data\n"
@@ -403,3 +403,25 @@ def test_monitor_curves_draws_rankme_only_where_a_window_completed(tmp_path):
     assert 1.0 < min(v for _, v in done) <= D  # RankMe of 24 Gaussian rows in 6 dims
     assert f"{2 * N} rows" in rank_panel.get_title()
     assert len(alpha_panel.lines[0].get_xdata()) == len(done)
+
+
+def test_gradlab_report_draws_its_figures_in_forked_processes_as_report_does(run_log, tmp_path):
+    """``gradlab report`` in a process of its own (its three figures drawn by forked children)
+    writes the files ``report`` writes here, the figures pixel for pixel."""
+    import os
+    import subprocess
+
+    import matplotlib.image
+
+    _, log = run_log
+    code = "import sys; from gradlab_cli.app import main; sys.argv[0] = 'gradlab'; main()"
+    proc = subprocess.run([sys.executable, "-c", code, "report", str(log), "--out", str(tmp_path / "cli")],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "GRADLAB_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    meta = report(log, tmp_path / "here")
+    names = [Path(p).name for p in meta["files"]]
+    assert [Path(p).name for p in proc.stdout.split()] == names
+    for name in (n for n in names if n.endswith(".png")):
+        a, b = (matplotlib.image.imread(tmp_path / d / name) for d in ("cli", "here"))
+        assert a.shape == b.shape and np.array_equal(a, b), name

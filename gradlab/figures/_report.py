@@ -29,9 +29,12 @@ import time
 
 __all__ = ["report"]
 
+#: The report figures' resolution.
+REPORT_DPI = 120
+
 
 def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", plot: bool = True,
-           extra_meta: dict | None = None) -> dict:
+           extra_meta: dict | None = None, figures=None) -> dict:
     """Plot a monitor log (JSON Lines or CSV) over training steps; write figures, data and metadata.
 
     Also ``gradlab.monitor.report``.
@@ -44,6 +47,9 @@ def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", 
       prefix: file-name prefix.
       plot: ``False`` writes only the data and the metadata.
       extra_meta: more metadata to record (e.g. the command line).
+      figures: where the figures are drawn: None, here; or an object with
+        ``submit(recipe, args, kwargs, paths, dpi)`` and ``wait() -> paths written`` that draws and
+        saves them elsewhere (``gradlab report`` hands them to forked processes).
 
     Returns:
       The metadata dict (also written to ``<prefix>.json``), with ``"files"``.
@@ -62,10 +68,15 @@ def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", 
     extra = dict(extra_meta or {})
     writer = Writer(out_dir, formats=formats, plot=plot, command_line=extra.pop("command_line", None))
     if plot:
-        from gradlab.plot import monitor_figures
+        from gradlab.plot import monitor_figure_recipes
 
-        for name, fig in monitor_figures(data.series, data.first, data.last).items():
-            writer.figure(f"{prefix}_{name}", fig, dpi=120)
+        for name, (recipe, args) in monitor_figure_recipes(data.series, data.first, data.last).items():
+            if figures is None:
+                writer.figure(f"{prefix}_{name}", recipe(*args), dpi=REPORT_DPI)
+            else:
+                figures.submit(recipe, args, {}, writer.figure_paths(f"{prefix}_{name}"), REPORT_DPI)
+        if figures is not None:
+            writer.written.extend(figures.wait())
     meta = {**data.meta, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "files": [str(p) for p in writer.written] + [str(writer.out / f"{prefix}.{ext}") for ext in ("npz", "json")],
             **extra}

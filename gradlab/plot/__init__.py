@@ -51,6 +51,7 @@ from gradlab.plot._margins import margin_ratio_grid as margin_ratio_grid
 from gradlab.plot._monitor import cosine_before_after as cosine_before_after
 from gradlab.plot._monitor import lemma1_before_after as lemma1_before_after
 from gradlab.plot._monitor import monitor_curves as monitor_curves
+from gradlab.plot._monitor import monitor_figure_recipes as monitor_figure_recipes
 from gradlab.plot._monitor import monitor_figures as monitor_figures
 from gradlab.plot._monitor import track_summary as track_summary
 from gradlab.plot._real import sts_scores as sts_scores
@@ -64,8 +65,8 @@ __all__ = [
     "curves", "heatmap", "shade_mask", "gd_maps", "lemma1_maps", "loss_title", "panel_title", "margin_gradients",
     "margin_multipliers", "margin_ratio_grid", "min_ratio_distribution", "norm_maps", "ratio_maps",
     "weight_share_curves", "monitor_curves", "lemma1_before_after", "cosine_before_after", "track_summary",
-    "monitor_figures", "stsb_scatter", "sts_scores", "train_curves", "CMAPS", "LABELS", "pi_label", "save_figure",
-    "series_keys",
+    "monitor_figures", "monitor_figure_recipes", "stsb_scatter", "sts_scores", "train_curves", "CMAPS", "LABELS",
+    "pi_label", "save_figure", "series_keys",
     # several runs side by side (gradlab compare)
     "compare_curves",
     # training studies (gradlab.experiments)

@@ -240,6 +240,15 @@ def cosine_before_after(first: Mapping, last: Mapping):
     return fig
 
 
+def monitor_figure_recipes(series: Mapping[str, np.ndarray], first: Mapping, last: Mapping) -> dict:
+    """What :func:`monitor_figures` draws, not drawn: ``{name: (recipe, args)}``, each figure
+    ``recipe(*args)`` (a report's figures drawn elsewhere, in another process)."""
+    recipes = {"curves": (monitor_curves, (series,)), "lemma1": (lemma1_before_after, (first, last))}
+    if first.get("histograms") and last.get("histograms"):
+        recipes["cosines"] = (cosine_before_after, (first, last))
+    return recipes
+
+
 def monitor_figures(series: Mapping[str, np.ndarray], first: Mapping, last: Mapping) -> dict:
     """A monitor log's report figures (``gradlab report``): ``{"curves": monitor_curves(series),
     "lemma1": lemma1_before_after(first, last)}``, and ``"cosines"`` (``cosine_before_after``)
@@ -248,10 +257,7 @@ def monitor_figures(series: Mapping[str, np.ndarray], first: Mapping, last: Mapp
     Args:
       series, first, last: ``gradlab.monitor.report_data``'s series and its first and last records.
     """
-    figs = {"curves": monitor_curves(series), "lemma1": lemma1_before_after(first, last)}
-    if first.get("histograms") and last.get("histograms"):
-        figs["cosines"] = cosine_before_after(first, last)
-    return figs
+    return {name: recipe(*args) for name, (recipe, args) in monitor_figure_recipes(series, first, last).items()}
 
 
 @styled
