@@ -144,7 +144,8 @@ def table(rows: dict[str, list[float]], load: tuple[float, float]) -> str:
 
 def write_json(path: str, rows: dict[str, list[float]], load: tuple[float, float], repeat: int) -> None:
     """The rows (every time, the median, × the bare start, the target), the host and the versions."""
-    import jax
+    from importlib.metadata import version
+
     from gpu import (  # the host's facts and the checkout's commit, as gpu.py records them
         host,
         library_commit,
@@ -156,7 +157,7 @@ def write_json(path: str, rows: dict[str, list[float]], load: tuple[float, float
     bare = statistics.median(rows["bare JAX start"])
     data = {"date": time.strftime("%Y-%m-%d %H:%M"), "command": "python benchmarks/latency.py " + " ".join(sys.argv[1:]),
             "repeat": repeat, "host": host(), "load_before_after": list(load), "gradlab_commit": library_commit(),
-            "versions": {"jax": jax.__version__, "gradlab": gradlab.__version__, "python": sys.version.split()[0]},
+            "versions": {"jax": version("jax"), "gradlab": gradlab.__version__, "python": sys.version.split()[0]},
             "rows": {name: {"median_s": statistics.median(v), "times_s": v, "target": TARGETS.get(name),
                             "x_bare": None if name.startswith("import") else statistics.median(v) / bare}
                      for name, v in rows.items()}}

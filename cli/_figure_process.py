@@ -72,8 +72,8 @@ def _child(conn, warm_up) -> None:
         from gradlab.outputs import save_figure
 
         while (job := conn.recv()) is not None:
-            draw, args, kwargs, paths, dpi = job
-            fig = draw(*args, **kwargs)
+            drawing, paths, dpi = job
+            fig = drawing()
             conn.send([str(save_figure(fig, path, fmt, dpi=dpi)) for path, fmt in paths])
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which draws the job itself
         try:
@@ -122,20 +122,18 @@ class FigureProcess:
         """Whether a child waits to draw (False: the figures are drawn in this process)."""
         return bool(self._idle or self._busy)
 
-    def save(self, draw: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
-             paths: Sequence[tuple[Path, str]]) -> list[Path]:
-        """``draw(*args, **kwargs)`` saved as each ``(path, format)``; the paths written."""
-        self.submit(draw, args, kwargs, paths)
+    def save(self, drawing: Callable[[], Any], paths: Sequence[tuple[Path, str]]) -> list[Path]:
+        """``drawing()`` saved as each ``(path, format)``; the paths written."""
+        self.submit(drawing, paths)
         written = self.wait()
         self.close()
         return written
 
-    def submit(self, draw: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any],
-               paths: Sequence[tuple[Path, str]], dpi: float | None = None) -> None:
-        """Hand ``draw(*args, **kwargs)``, to be saved as each ``(path, format)`` (``save_figure``'s
-        ``dpi``), to an idle child."""
+    def submit(self, drawing: Callable[[], Any], paths: Sequence[tuple[Path, str]], dpi: float | None = None) -> None:
+        """Hand ``drawing()`` (a ``gradlab.figures.Drawing``, or any callable that pickles and returns
+        a Figure), to be saved as each ``(path, format)`` (``save_figure``'s ``dpi``), to an idle child."""
         index = len(self._jobs)
-        self._jobs.append((draw, tuple(args), dict(kwargs), [(str(p), f) for p, f in paths], dpi))
+        self._jobs.append((drawing, [(str(p), f) for p, f in paths], dpi))
         if not paths:
             self._done[index] = []
             return
@@ -160,10 +158,10 @@ class FigureProcess:
         while self._busy:
             self._collect()
         written = []
-        for index, (draw, args, kwargs, paths, dpi) in enumerate(self._jobs):
+        for index, (drawing, paths, dpi) in enumerate(self._jobs):
             done = self._done.get(index)
             if done is None:
-                fig = draw(*args, **kwargs)
+                fig = drawing()
                 done = [save_figure(fig, Path(path), fmt, dpi=dpi) for path, fmt in paths]
             written.extend(done)
         self._jobs, self._done = [], {}

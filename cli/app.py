@@ -314,7 +314,7 @@ def heatmap(
         writer = make_writer(out, fmt, no_plot, "heatmap", loss=the_loss.name, component=component.value,
                              params=dict(the_loss.params), protocol=protocol.to_dict(), seed=seed, exact=exact,
                              gd_threshold=gd_threshold, part=part.value)
-        from gradlab.figures import component_figure, draw_component
+        from gradlab.figures import Drawing, component_figure, draw_component
         from gradlab.plot import loss_title
 
         comp = component.value
@@ -323,9 +323,9 @@ def heatmap(
                                          part=part.value, progress=cb, plot=False)
         variant = ("_neg" if comp == "norm" and part is Part.neg else "") + ("_exact" if exact else "")
         stem = f"heatmap_{_safe(the_loss.name)}{_param_tag(params)}_{comp}{variant}"
-        writer.written.extend(figures.save(draw_component, (result, the_loss.name),
-                                           {"component": comp, "gd_threshold": gd_threshold, "part": part.value,
-                                            "label": loss_title(the_loss.name)}, writer.figure_paths(stem)))
+        drawing = Drawing(draw_component, (result, the_loss.name), {"component": comp, "gd_threshold": gd_threshold,
+                                                                   "part": part.value, "label": loss_title(the_loss.name)})
+        writer.written.extend(figures.save(drawing, writer.figure_paths(stem)))
         writer.result(stem, result)
     writer.report()
 
@@ -370,6 +370,7 @@ def weight(
 
     with figure_processes(no_plot, 1) as figures:  # matplotlib's import beside JAX's and the curves
         from gradlab import plot, simulate
+        from gradlab.figures import Drawing
         from gradlab.simulate import Protocol
 
         protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
@@ -381,7 +382,7 @@ def weight(
             result = simulate.weight_share(protocol, taus=taus, mu_pos=mu_pos, loss=the_loss, gd_gate=gd_gate,
                                            progress=cb)
         stem = f"weight_{_safe(the_loss.name)}{_param_tag(params)}"
-        figures.submit(plot.weight_share_curves, (result,), {}, writer.figure_paths(stem))
+        figures.submit(Drawing(plot.weight_share_curves, (result,)), writer.figure_paths(stem))
         writer.result(stem, result)
         writer.written.extend(figures.wait())
     writer.report()
@@ -438,6 +439,7 @@ def lemma1(
 
     with figure_processes(no_plot, 2) as figures:  # matplotlib beside JAX, the two figures side by side
         from gradlab import plot, simulate
+        from gradlab.figures import Drawing
         from gradlab.simulate import Protocol
 
         protocol = Protocol(grid=grid, batches=batches, batch_size=batch_size, sigma_pos=sigma_pos,
@@ -448,7 +450,7 @@ def lemma1(
                              embeddings=None if embeddings is None else str(embeddings), dist_mu_pos=mp, dist_mu_neg=mn)
         with progress_bar("Lemma-1 map") as cb:
             lmap = simulate.lemma1_map(protocol, lam=lams[0], ratios=ratios, alpha_law=law, progress=cb)
-        figures.submit(plot.lemma1_maps, (lmap,), {}, writer.figure_paths("lemma1_map"))
+        figures.submit(Drawing(plot.lemma1_maps, (lmap,)), writer.figure_paths("lemma1_map"))
         writer.result("lemma1_map", lmap)
         if views is not None:
             from gradlab import monitor
@@ -458,7 +460,7 @@ def lemma1(
             dist = simulate.min_ratio_distribution(protocol, lams=lams, mu_pos=mp, mu_neg=mn, alpha_law=law,
                                                    ratios=ratios)
         title = "distribution of the minimum ratio (embeddings)" if views is not None else None
-        figures.submit(plot.min_ratio_distribution, (dist,), {"ratio": ratios[0], "title": title},
+        figures.submit(Drawing(plot.min_ratio_distribution, (dist,), {"ratio": ratios[0], "title": title}),
                        writer.figure_paths("lemma1_distribution"))
         writer.result("lemma1_distribution", dist)
         writer.written.extend(figures.wait())
@@ -507,6 +509,7 @@ def norms(
     with figure_processes(no_plot, len(parts)) as figures:  # matplotlib beside JAX, the parts' figures side by side
         from gradlab import design, plot
         from gradlab import norms as gn
+        from gradlab.figures import Drawing
 
         names = list(loss) if loss else list(gn.NORM_LOSSES)
         losses = [design.resolve_loss(n) if ":" in n else n for n in names]  # a user loss: its defaults, then --param
@@ -518,7 +521,7 @@ def norms(
             if not rs:
                 continue
             stem = f"norms_{p}{_param_tag(params)}"
-            figures.submit(plot.norm_maps, (rs,), {"ncols": min(4, len(rs))}, writer.figure_paths(stem))
+            figures.submit(Drawing(plot.norm_maps, (rs,), {"ncols": min(4, len(rs))}), writer.figure_paths(stem))
             writer.result(stem, gn.stack_panels(rs))
         writer.written.extend(figures.wait())
     writer.report()
@@ -596,7 +599,7 @@ def figures(
         with progress_bar("figures") as cb:
             for n, fid in enumerate(ids):
                 drawing, data = paper_drawing(fid, quick=quick, seed=seed)
-                figures.submit(drawing.fn, drawing.args, drawing.kwargs, writer.figure_paths(fid))
+                figures.submit(drawing, writer.figure_paths(fid))
                 writer.result(fid, data)
                 if cb:
                     cb(n + 1, len(ids))

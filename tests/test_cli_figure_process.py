@@ -16,6 +16,7 @@ SCRIPT = textwrap.dedent("""
     import os, sys
     from pathlib import Path
     from gradlab_cli._figure_process import FigureProcess
+    from gradlab.figures import Drawing
 
     PARENT = os.getpid()
 
@@ -30,7 +31,7 @@ SCRIPT = textwrap.dedent("""
 
     folder, fail, enabled = sys.argv[1], sys.argv[2] == "fail", sys.argv[3] == "fork"
     with FigureProcess(enabled=enabled) as figures:
-        paths = figures.save(draw, (folder, fail), {}, [(Path(folder, "f.png"), "png"), (Path(folder, "f.pdf"), "pdf")])
+        paths = figures.save(Drawing(draw, (folder, fail)), [(Path(folder, "f.png"), "png"), (Path(folder, "f.pdf"), "pdf")])
     print(" ".join(p.name for p in paths))
     print("jax" in sys.modules)
 """)
@@ -89,6 +90,7 @@ WARM_SCRIPT = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from gradlab_cli._figure_process import FigureProcess, component_warm_up
+    from gradlab.figures import Drawing
 
     folder, component, fail = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "fail"
     inner = component_warm_up(component)
@@ -111,7 +113,7 @@ WARM_SCRIPT = textwrap.dedent("""
         t0 = time.monotonic()
         while not (folder / "warmed").exists() and time.monotonic() - t0 < 60:
             time.sleep(0.02)
-        paths = figures.save(draw, (folder,), {}, [(folder / "child.png", "png")])
+        paths = figures.save(Drawing(draw, (folder,)), [(folder / "child.png", "png")])
     print(" ".join(p.name for p in paths))
 """)
 
@@ -159,6 +161,7 @@ POOL_SCRIPT = textwrap.dedent("""
     import os, sys
     from pathlib import Path
     from gradlab_cli._figure_process import FigureProcess
+    from gradlab.figures import Drawing
 
     PARENT = os.getpid()
 
@@ -175,7 +178,7 @@ POOL_SCRIPT = textwrap.dedent("""
     try:
         with FigureProcess(enabled=True, workers=2) as figures:
             for n in range(5):
-                figures.submit(draw, (folder, n, fail), {}, [(Path(folder, f"f{n}.png"), "png")])
+                figures.submit(Drawing(draw, (folder, n, fail)), [(Path(folder, f"f{n}.png"), "png")])
             if mode == "interrupt":
                 raise KeyboardInterrupt
             paths = figures.wait()

@@ -48,7 +48,7 @@ def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", 
       plot: ``False`` writes only the data and the metadata.
       extra_meta: more metadata to record (e.g. the command line).
       figures: where the figures are drawn: None, here; or an object with
-        ``submit(recipe, args, kwargs, paths, dpi)`` and ``wait() -> paths written`` that draws and
+        ``submit(drawing, paths, dpi)`` (a ``Drawing``) and ``wait() -> paths written`` that draws and
         saves them elsewhere (``gradlab report`` hands them to forked processes).
 
     Returns:
@@ -68,13 +68,14 @@ def report(log_path, out_dir=".", *, formats=("png",), prefix: str = "monitor", 
     extra = dict(extra_meta or {})
     writer = Writer(out_dir, formats=formats, plot=plot, command_line=extra.pop("command_line", None))
     if plot:
+        from gradlab.figures._paper import Drawing
         from gradlab.plot import monitor_figure_recipes
 
         for name, (recipe, args) in monitor_figure_recipes(data.series, data.first, data.last).items():
             if figures is None:
                 writer.figure(f"{prefix}_{name}", recipe(*args), dpi=REPORT_DPI)
             else:
-                figures.submit(recipe, args, {}, writer.figure_paths(f"{prefix}_{name}"), REPORT_DPI)
+                figures.submit(Drawing(recipe, args), writer.figure_paths(f"{prefix}_{name}"), REPORT_DPI)
         if figures is not None:
             writer.written.extend(figures.wait())
     meta = {**data.meta, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
