@@ -18,6 +18,8 @@ tunables in ``GLIBC_TUNABLES``, read when a process starts:
 
 Per setting: the median step, its CPU seconds (user + system, every thread), its minor page
 faults, the first call (compilation, and the first touch of the step's memory) and the peak RSS.
+``gradlab train`` and ``gradlab experiment`` start with the huge pages where they apply
+(``cli/_host.py``); the workers here call the library, whose processes keep glibc's defaults.
 """
 
 from __future__ import annotations

@@ -36,10 +36,13 @@ without a GPU, which tells a slow host from slow code).
   ``gradlab_bf16_plain``: the plain jitted step, new buffers every call, the A/B of that.
   ``gradlab_bf16_stable`` copies the step's per-call inputs (the packed batch, the
   dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
-  experiment that came before ``ResidentStep``. ``gradlab_bf16_never_update`` (last) is
+  experiment that came before ``ResidentStep``. ``gradlab_bf16_never_update`` is
   ``gradlab_bf16`` under ``XLA_FLAGS=--xla_gpu_command_buffer_update_mode=NEVER_UPDATE``
   (``XLA_ROWS``): the graphs recorded once, every buffer at a fixed virtual address, the
-  temporaries too; its 20 pipelined losses beside the default's (``losses_pipelined``).
+  temporaries too; ``gradlab_bf16_separate_temp`` under
+  ``--xla_gpu_temp_buffer_use_separate_color=true``: the temporaries alone from an allocator of
+  their own, at one address; ``train_loop_separate_temp``: ``train_loop`` under the same flag.
+  Each compares its 20 pipelined losses with the default's (``losses_pipelined``).
 * ``torch_compile`` / ``torch_compile_cudagraphs`` / ``torch_compile_tf32_cudagraphs``: the
   same step as a careful PyTorch user writes it: transformers' ``BertModel`` of the same
   checkpoint with sdpa attention and the MLP, both views in one forward and the InfoNCE loss
@@ -211,8 +214,9 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
     ``step_s``: from a batch already on the device and a key made beforehand to the loss on
     the host (what the torch rows time: their batches are on the GPU before the clock starts);
     ``sync_numpy_s``: the same with the batch handed over as NumPy and the key made inside the
-    timer (``gradlab.real.plan``'s protocol); ``dispatch_s``: until the jitted call returns, the
-    device still working; ``step_s_released``: as ``step_s``, each step's batch, key and outputs
+    timer (``gradlab.real.plan``'s protocol); ``dispatch_s``: until the jitted call returns and
+    the last step's outputs are dropped, the device still working (``call_s``: until it returns);
+    ``step_s_released``: as ``step_s``, each step's batch, key and outputs
     released before the next batch is made; ``pipelined_s``: PIPELINED steps dispatched back to
     back with one wait at the end, per step (a training loop that reads its losses later).
     Returns the numbers and the updated ``(params, opt_state)``.
@@ -246,21 +250,24 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
         the same places in memory, which a CUDA graph that records addresses need not update;
         else each step's batch is made, and the step dispatched, while the last one's are held."""
         nonlocal params, opt_state
-        steps_s, dispatch_s = [], []
+        steps_s, dispatch_s, call_s = [], [], []
         for k in range(first, first + TIMED):
             batch, key = batch_of(k), loop.key(k)
             jax.block_until_ready((batch, key))
             t0 = time.perf_counter()
-            params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch, key)
+            out = loop.step_fn(params, opt_state, loop.frozen, batch, key)
+            call_s.append(time.perf_counter() - t0)
+            params, opt_state, aux = out  # held: the last step's outputs are dropped here
+            del out
             dispatch_s.append(time.perf_counter() - t0)
             float(aux["loss"])
             steps_s.append(time.perf_counter() - t0)
             if release:
                 del aux, batch, key
-        return steps_s, dispatch_s
+        return steps_s, dispatch_s, call_s
 
-    sync_dev, dispatch = device_steps(TIMED + 2, release=False)
-    released, released_dispatch = device_steps(2 * TIMED + 2, release=True)
+    sync_dev, dispatch, call = device_steps(TIMED + 2, release=False)
+    released, released_dispatch, _ = device_steps(2 * TIMED + 2, release=True)
     staged = [(batch_of(k), loop.key(k)) for k in range(3 * TIMED + 2, 3 * TIMED + 2 + PIPELINED)]
     jax.block_until_ready(staged)
     t0 = time.perf_counter()
@@ -277,6 +284,9 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
                step_s_released=statistics.median(released), dispatch_s_released=statistics.median(released_dispatch),
                step_s_released_odd_even=[statistics.median(released[0::2]), statistics.median(released[1::2])],
                dispatch_s=statistics.median(dispatch), pipelined_s=pipelined_s,
+               # held: until the call returns, without dropping the last step's outputs (on a CPU,
+               # dropping them waits while the step's threads map their temporaries)
+               call_s=statistics.median(call),
                times_ms=[round(1e3 * t, 2) for t in sync_dev], dispatch_ms=[round(1e3 * t, 2) for t in dispatch],
                # the same steps from the same state in every row of one recipe: a row that
                # changes how XLA runs the step (``XLA_ROWS``) is compared with the default's
@@ -419,6 +429,19 @@ def gradlab_bf16_never_update() -> dict:
     remedy XLA offers if a held step's host time is its graphs' updates for buffers that moved,
     the step's temporaries among them, which ``ResidentStep`` cannot hold in place."""
     return _gradlab("gradlab_bf16")
+
+
+def gradlab_bf16_separate_temp() -> dict:
+    """``gradlab_bf16`` under ``XLA_ROWS``' flag: the step's temporaries from an allocator of their
+    own (XLA's temp buffer in a memory space of its own), at the same address at every call
+    whatever the caller holds, so that no command buffer is updated for them; the other
+    remedy, without fixing every buffer's address as ``gradlab_bf16_never_update`` does."""
+    return _gradlab("gradlab_bf16")
+
+
+def train_loop_separate_temp() -> dict:
+    """``train_loop`` under ``gradlab_bf16_separate_temp``'s flag (the command inherits it)."""
+    return train_loop()
 
 
 def gradlab_bf16_batch512() -> dict:
@@ -686,10 +709,15 @@ ROWS = {
     "gradlab_bf16_rolled": (gradlab_bf16_rolled, False, 120),
     "gradlab_bf16_stable": (gradlab_bf16_stable, False, 120),
     "gradlab_bf16_never_update": (gradlab_bf16_never_update, False, 120),
+    "gradlab_bf16_separate_temp": (gradlab_bf16_separate_temp, False, 120),
+    "train_loop_separate_temp": (train_loop_separate_temp, False, 150),
 }
 
 #: Rows run under XLA flags of their own (added to ``XLA_FLAGS``; each compiles its own step).
-XLA_ROWS = {"gradlab_bf16_never_update": "--xla_gpu_command_buffer_update_mode=NEVER_UPDATE"}
+#: ``--xla_gpu_temp_buffer_use_separate_color``: JAX 0.10.2's CUDA plugin knows it (its strings).
+SEPARATE_TEMP = "--xla_gpu_temp_buffer_use_separate_color=true"
+XLA_ROWS = {"gradlab_bf16_never_update": "--xla_gpu_command_buffer_update_mode=NEVER_UPDATE",
+            "gradlab_bf16_separate_temp": SEPARATE_TEMP, "train_loop_separate_temp": SEPARATE_TEMP}
 
 #: ``gradlab_bf16``'s first step (compiling included) on the H200 of ``results/gpu_unrolled.json``;
 #: ``gpu_aot.py`` compiles that commit's step and today's in about the same time on one CPU.
@@ -749,7 +777,8 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
     lines = [f"{'row':<30}{'ms/step':>9}{'pipelined':>10}{'tokens/s':>11}{'TFLOP/s':>9}{'peak GiB':>10}{'of peak':>9}"]
     for name, r in rows.items():
         if "step_s" not in r:
-            lines.append(f"{name:<30}{'':>9} {r.get('skipped') or r.get('error')}")
+            if "steps_per_s" not in r:  # a loop's row is read below
+                lines.append(f"{name:<30}{'':>9} {r.get('skipped') or r.get('error')}")
             continue
         rate = r["flops"] / r["step_s"] if r.get("flops") else None
         tokens = f"{r['sentences'] * tokens_per_sentence / r['step_s']:,.0f}" if "sentences" in r else ""
@@ -769,15 +798,22 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
         if r.get("step_s_released"):
             odd, even = (1e3 * t for t in r["step_s_odd_even"])
             r_odd, r_even = (1e3 * t for t in r["step_s_released_odd_even"])
-            lines.append(f"{name} synchronous: {1e3 * r['step_s']:.2f} ms (odd/even steps {odd:.2f}/{even:.2f}); "
+            call = f", the call {1e3 * r['call_s']:.2f}" if r.get("call_s") else ""
+            lines.append(f"{name} synchronous: {1e3 * r['step_s']:.2f} ms (odd/even steps {odd:.2f}/{even:.2f}; "
+                         f"dispatch {1e3 * r['dispatch_s']:.2f} ms{call}); "
                          f"each step's batch, key and outputs released first: {1e3 * r['step_s_released']:.2f} ms "
-                         f"({r_odd:.2f}/{r_even:.2f})")
+                         f"({r_odd:.2f}/{r_even:.2f}; dispatch {1e3 * r['dispatch_s_released']:.2f} ms)")
     if rows_.get("gradlab_bf16_plain", {}).get("step_s"):
         lines.append(f"gradlab bf16, the loop's resident step against the plain jitted step: "
                      f"{ratio('gradlab_bf16', 'gradlab_bf16_plain')} (synchronous, the step before held); pipelined: "
                      f"{ratio('gradlab_bf16', 'gradlab_bf16_plain', 'pipelined_s')}")
     for name, flags in XLA_ROWS.items():
         r, base = rows_.get(name, {}), rows_.get("gradlab_bf16", {})
+        loop_ = results["train_loop"]
+        if r.get("steps_per_s"):
+            against = f" against the default's {loop_['steps_per_s']:.1f}" if loop_.get("steps_per_s") else ""
+            lines.append(f"{name} ({flags}): gradlab train {r['steps_per_s']:.1f} steps/s{against}; "
+                         f"warm start's first step {r['warm_compile_s']:.2f} s")
         if r.get("step_s") and base.get("step_s"):
             a, b = r.get("losses_pipelined") or [], base.get("losses_pipelined") or []
             agree = (f"; its losses against the default's: {max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True)):.1e} (relative)"

@@ -640,6 +640,10 @@ def _app_for(argv: list[str]) -> typer.Typer:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point (``gradlab``); ``_Gradlab.main`` is the one error handler."""
+    if argv is None:  # the command itself: a training command on a CPU may start again with huge pages
+        from gradlab_cli._host import start_with_huge_pages
+
+        start_with_huge_pages(sys.argv[1:])
     argv = list(sys.argv[1:] if argv is None else argv)
     command = typer.main.get_command(_app_for(argv))
     return command.main(args=argv, prog_name="gradlab", standalone_mode=True)

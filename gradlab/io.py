@@ -192,6 +192,8 @@ def runtime_meta() -> dict[str, Any]:
     from gradlab._version import __version__
 
     meta: dict[str, Any] = {"gradlab_version": __version__, "numpy_version": np.__version__}
+    if os.environ.get("GLIBC_TUNABLES"):  # how the C library served memory (gradlab train's huge pages)
+        meta["glibc_tunables"] = os.environ["GLIBC_TUNABLES"]
     try:
         import jax
 
