@@ -93,7 +93,11 @@ def start_with_huge_pages(argv: Sequence[str]) -> None:
     if _command(argv) not in COMMANDS:  # the common case: nothing read from the system
         return
     env = huge_pages_env(argv, os.environ, glibc=glibc_version(), thp=thp_mode(), on_cpu=cpu_only(os.environ))
-    if env is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
+    if env is None or not sys.executable or not sys.orig_argv:  # an embedded interpreter: run as it is
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
         os.execve(sys.executable, sys.orig_argv, env)
+    except OSError:  # huge pages are an optimization: without them the command runs all the same
+        return

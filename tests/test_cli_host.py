@@ -103,3 +103,36 @@ def test_the_runs_metadata_records_the_tunables(monkeypatch):
     assert runtime_meta()["glibc_tunables"] == HUGE_PAGES
     monkeypatch.delenv("GLIBC_TUNABLES")
     assert "glibc_tunables" not in runtime_meta()
+
+
+def _qualify(monkeypatch):
+    monkeypatch.setattr(_host, "glibc_version", lambda: (2, 36))
+    monkeypatch.setattr(_host, "thp_mode", lambda: "madvise")
+    monkeypatch.setattr(_host, "cpu_only", lambda environ: True)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv("GRADLAB_HUGE_PAGES", raising=False)
+
+
+def test_the_command_starts_again_as_it_was_started(monkeypatch):
+    _qualify(monkeypatch)
+    calls = []
+    monkeypatch.setattr(_host.os, "execve", lambda path, args, env: calls.append((path, args, env)))
+    monkeypatch.setattr(sys, "orig_argv", ["python", "-m", "x", "train", "--steps", "2"])
+    _host.start_with_huge_pages(["train", "--steps", "2"])
+    [(path, args, env)] = calls
+    assert path == sys.executable and args == ["python", "-m", "x", "train", "--steps", "2"]
+    assert env["GLIBC_TUNABLES"] == HUGE_PAGES
+
+
+def test_without_a_way_to_start_again_the_command_runs_as_it_is(monkeypatch):
+    _qualify(monkeypatch)
+
+    def refuse(*args):
+        raise PermissionError("no exec here")
+
+    monkeypatch.setattr(_host.os, "execve", refuse)
+    monkeypatch.setattr(sys, "orig_argv", ["python", "gradlab", "train"])
+    assert _host.start_with_huge_pages(["train"]) is None  # returned: the command goes on
+    monkeypatch.setattr(sys, "orig_argv", [])  # an embedded interpreter
+    monkeypatch.setattr(_host.os, "execve", lambda *a: pytest.fail("started again without an argv"))
+    assert _host.start_with_huge_pages(["train"]) is None
