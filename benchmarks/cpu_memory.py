@@ -1,9 +1,11 @@
 """Where a CPU step's memory comes from, and what that costs: gradlab's BERT-base SimCSE step on a CPU.
 
     python benchmarks/cpu_memory.py --rounds 3 --steps 6 --json benchmarks/results/cpu_memory.json
+    python benchmarks/cpu_memory.py --rounds 3 --worker minilm_step_jax --json benchmarks/results/cpu_memory_minilm.json
 
 ``benchmarks/real.py``'s gradlab BERT-base recipe step (a BERT-base-shaped checkpoint of random
-weights, 2 x 32 news sentences packed into rows, float32, AdamW), each measurement a fresh
+weights, 2 x 32 news sentences packed into rows, float32, AdamW), or its MiniLM step
+(``--worker minilm_step_jax``: all-MiniLM-L6-v2, 2 x 64 news sentences), each measurement a fresh
 process, the settings alternating round by round so that all see the same machine load. XLA's
 CPU runtime allocates each call's temporaries afresh; glibc's malloc maps blocks that large
 afresh, so the kernel zero-fills them a 4 KiB page (one fault) at a time. The settings are glibc
@@ -37,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import real  # noqa: E402 - the checkpoint, the sentences and the step worker
 
 HUGE = "glibc.malloc.hugetlb=1"
+WORKERS = ("bertbase_step_jax", "minilm_step_jax")
 REUSE = f"glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold={1 << 40}"
 
 
@@ -69,6 +72,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (a fresh process per setting)")
     ap.add_argument("--steps", type=int, default=6, help="timed steps per process, after the compiling one")
     ap.add_argument("--no-huge-pages", action="store_true", help="skip the huge-page row")
+    ap.add_argument("--worker", choices=WORKERS, default=WORKERS[0],
+                    help="real.py's step: BERT-base's recipe (default; --steps timed) or MiniLM's (its own 4)")
     ap.add_argument("--json", help="also write the table and every worker's raw numbers here")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.steps < 1:
@@ -80,11 +85,12 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[str, list[dict]] = {name: [] for name in chosen}
     real.BASE_STEPS_TIMED = args.steps  # the batches make_bert_base writes: one per step
     with tempfile.TemporaryDirectory(prefix="bert-base-") as folder:
-        real.make_bert_base(folder)
-        os.environ[real.BASE_DIR_ENV] = folder
+        if args.worker == "bertbase_step_jax":
+            real.make_bert_base(folder)
+            os.environ[real.BASE_DIR_ENV] = folder
         for rnd in range(args.rounds):
             for name, env in chosen.items():
-                results[name].append(real._run_worker("bertbase_step_jax", extra_env=env))
+                results[name].append(real._run_worker(args.worker, extra_env=env))
                 print(f"round {rnd + 1}: {name} done", file=sys.stderr)
     load = os.getloadavg()[0]
     print(f"\nload average at the end: {load:.2f} (1 min), {os.cpu_count()} CPUs\n")
@@ -101,7 +107,8 @@ def main(argv: list[str] | None = None) -> None:
               f"| {row['rss_gib']:.2f} |")
     if args.json:
         real._write_json(args.json, {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
-                                     "load_average_end": load, "rounds": args.rounds, "steps": args.steps,
+                                     "worker": args.worker, "load_average_end": load, "rounds": args.rounds,
+                                     "steps": args.steps if args.worker == "bertbase_step_jax" else real.STEPS_TIMED,
                                      "versions": real._versions(sys.executable), "rows": table, "workers": results})
 
 
