@@ -6,8 +6,9 @@ fills one 4 KiB page at a time, a page fault each: 400,000 a step for the BERT-b
 step. With the tunable ``glibc.malloc.hugetlb=1`` (glibc 2.35 and later) malloc asks for
 transparent huge pages on those mappings, 2 MiB at a fault, where the kernel's mode is
 ``madvise`` (``always`` gives them already; ``never`` none). The tunable is read when a process
-starts, so ``gradlab train`` and ``gradlab experiment`` (whose workers inherit the environment)
-start again, once, with it added to ``GLIBC_TUNABLES``, when JAX will run on the CPU.
+starts, so ``gradlab train`` and ``gradlab experiment`` (whose local workers and SLURM jobs
+inherit the environment) start again, once, with it added to ``GLIBC_TUNABLES``, when JAX will
+run on the CPU.
 ``GRADLAB_HUGE_PAGES=0`` leaves glibc as it is; a ``glibc.malloc.hugetlb`` already in
 ``GLIBC_TUNABLES`` is kept. The numbers: docs/performance.md, "A CPU step's fresh memory".
 """
