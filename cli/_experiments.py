@@ -94,6 +94,7 @@ def experiment(
     its configuration) and reused by every study and every later invocation; only missing runs
     execute. Each study writes OUT/<study>/: figure(s), Result bundles (.npz + .json) and
     results.md (table, exact command, seeds, wall time). A failed run is marked in the tables.
+    On a CPU the runs take glibc's huge pages where they apply (GRADLAB_HUGE_PAGES=0: not).
 
     Examples:
 

@@ -277,6 +277,7 @@ def train(
     On a terminal a progress bar shows; without one (a SLURM log, a pipe) a status line (step,
     loss, last dev, rate, time left) goes to stderr every
     GRADLAB_STATUS_INTERVAL_S seconds (default: gradlab.defaults.STATUS_INTERVAL_S).
+    On a CPU it runs with glibc's huge pages where they apply (GRADLAB_HUGE_PAGES=0: not).
 
     Examples:
 
