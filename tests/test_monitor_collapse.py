@@ -189,6 +189,74 @@ def test_background_window_never_waits_and_skips_while_busy(monkeypatch):
     assert w.value["rankme_step"] == 0 and w.value["rankme"] == pytest.approx(rankme(z[:8]), rel=1e-12)
 
 
+def _slow_windows(monkeypatch):
+    """Background windows that wait for the returned event (a loaded CPU's slow spectra)."""
+    import threading
+
+    from gradlab.monitor import _collapse
+
+    release = threading.Event()
+    real = _collapse._window_values
+
+    def slow(z, eps, step):
+        release.wait(120)
+        return real(z, eps, step)
+
+    monkeypatch.setattr(_collapse, "_window_values", slow)
+    return release
+
+
+def test_a_waiting_add_collects_the_window_in_flight_and_computes_its_own(monkeypatch):
+    release = _slow_windows(monkeypatch)
+    z = np.random.default_rng(6).normal(size=(24, 4)).astype(np.float32)
+    w = CollapseWindow(8, background=True)
+    assert w.add(z[:8], 0)["rankme"] is None  # window 0 in flight
+    release.set()
+    out = w.add(z[8:16], 1, wait=True)  # waits for window 0, then computes window 1 at once
+    assert out["rankme_step"] == 1 and out["rankme"] == pytest.approx(rankme(z[8:16]), rel=1e-12)
+    assert w.skipped == 0 and w._pending is None
+
+
+def _monitor_run(monkeypatch, finish):
+    """Three updates of 8 rows into windows of 8 rows whose spectra stay blocked until the run's
+    end: each update completes a window, the first is in flight, the second skipped; ``finish``
+    ends the run. Returns the records written."""
+    release = _slow_windows(monkeypatch)
+    rng = np.random.default_rng(7)
+    h = rng.normal(size=(24, 8)).astype(np.float32)
+    hp = h + 0.1 * rng.normal(size=h.shape).astype(np.float32)
+    records = []
+    mon = ParadigmMonitor(**CFG, rankme_window=8, sink=records.append)
+    for step in range(2):
+        mon.update(step, h[8 * step:8 * step + 8], hp[8 * step:8 * step + 8])
+    release.set()
+    finish(mon, h[16:], hp[16:])
+    return records, h
+
+
+@pytest.mark.parametrize("ending", ["last=True", "pending at close"])
+def test_the_runs_last_record_carries_every_window(monkeypatch, ending):
+    def finish(mon, h, hp):
+        if ending == "last=True":
+            mon.update(2, h, hp, last=True)
+        else:  # a record started with wait=False and finished by close()
+            mon.update(2, h, hp, wait=False)
+        mon.close()
+
+    records, h = _monitor_run(monkeypatch, finish)
+    assert [r["rankme_step"] for r in records] == [None, None, 2]
+    assert records[-1]["rankme"] == pytest.approx(rankme(h[16:]), rel=1e-6)
+
+
+def test_without_last_the_last_window_is_lost(monkeypatch):
+    def plain(mon, h, hp):  # what a run's end gave before ``last``: the window in flight is dropped
+        mon.update(2, h, hp)
+        mon.close()
+
+    records, _ = _monitor_run(monkeypatch, plain)
+    assert records[-1]["rankme_step"] in (None, 0)  # window 0 at most; window 2 was skipped
+
+
 def test_monitor_and_analyze_carry_the_window():
     d, w, n = 16, 48, 8
     h = _rank_k_rows(3, d, w).astype(np.float32)

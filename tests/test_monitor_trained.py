@@ -227,3 +227,18 @@ def test_distance_gap_matches_a_loop(views, block):
             for i in range(n)]
     rec = ParadigmMonitor(rankme_window=None, block=block).update(0, h, hp)
     assert rec["distance_gap"] == pytest.approx(float(np.mean(gaps)), rel=1e-5)
+
+
+def test_the_runs_last_state_is_measured_as_the_last_record(real, tmp_path, monkeypatch):
+    """The final state's update waits for the RankMe window in flight (``last=True``), no other."""
+    flags = {}
+    original = ParadigmMonitor.update
+
+    def update(self, step, h, h_prime, **kwargs):
+        flags[int(step)] = kwargs.get("last", False)
+        return original(self, step, h, h_prime, **kwargs)
+
+    monkeypatch.setattr(ParadigmMonitor, "update", update)
+    _, mon, _ = _train(real, tmp_path, loss="infonce", steps=4, monitor_every=2)
+    assert [r["step"] for r in mon] == [0, 1, 2, 4]
+    assert flags == {0: False, 1: False, 2: False, 4: True}

@@ -155,10 +155,12 @@ class CollapseWindow:
     worker thread (NumPy's LAPACK releases the GIL) while training goes on, and the
     first ``add`` that finds them done returns them; ``add`` never waits: a window
     completed while the previous one is still being computed is skipped (counted in
-    ``skipped``), so RankMe's cadence adapts to the CPU left over. ``close`` waits for
-    the window in flight. ``rankme_step`` names the step of the ``add`` that completed
-    the window, so the values are exact and placed exactly, whenever they arrive.
-    Otherwise (the default) the ``add`` that completes a window computes them itself.
+    ``skipped``), so RankMe's cadence adapts to the CPU left over. ``add(..., wait=True)``
+    (a run's last batch) waits for the window in flight and computes a window it completes
+    at once, so that its values are every window's so far; ``close`` waits for the window in
+    flight. ``rankme_step`` names the step of the ``add`` that completed the window, so the
+    values are exact and placed exactly, whenever they arrive. Otherwise (the default) the
+    ``add`` that completes a window computes them itself.
 
     Args:
       rows: the window size W (>= 2).
@@ -179,8 +181,8 @@ class CollapseWindow:
         self.skipped = 0
         self.value = dict(_EMPTY)
 
-    def _finish(self, z, step) -> None:
-        if not self.background:
+    def _finish(self, z, step, wait: bool) -> None:
+        if not self.background or wait:  # (a window in flight was collected first: add's wait)
             self.value = _window_values(z, self.eps, step)
             return
         if self._pool is None:
@@ -197,23 +199,25 @@ class CollapseWindow:
             pending, self._pending = self._pending, None
             self.value = pending.result()
 
-    def add(self, h, step=None) -> dict:
+    def add(self, h, step=None, *, wait: bool = False) -> dict:
         """Append the rows of ``h`` (N, D; host or device array); return the latest window's values.
 
         Args:
           h: the batch's anchors, as given.
           step: the training step, reported as ``rankme_step`` of a window this batch completes.
+          wait: wait for a window in flight, and compute a window this batch completes now (with
+            ``background``: a run's last batch, whose record then carries every window).
 
         Returns:
           ``{"rankme", "alpha_req", "rankme_rows", "rankme_step"}`` of the latest window
           whose values are in (all ``None`` before the first).
         """
-        self._collect(wait=False)
+        self._collect(wait=wait)
         n, d = h.shape
         if self._buf is not None and self._buf.shape[1] != d:
             self._buf, self._fill = None, 0  # the embedding width changed: start over
         if n >= self.rows:
-            self._finish(np.asarray(h[n - self.rows:], dtype=np.float32), step)
+            self._finish(np.asarray(h[n - self.rows:], dtype=np.float32), step, wait)
             self._fill = 0
             return dict(self.value)
         if self._buf is None:
@@ -223,7 +227,7 @@ class CollapseWindow:
         self._buf[self._fill:self._fill + take] = h[:take]
         self._fill += take
         if self._fill == self.rows:
-            self._finish(self._buf, step)
+            self._finish(self._buf, step, wait)
             rest = n - take
             self._buf[:rest] = h[take:]
             self._fill = rest

@@ -279,9 +279,11 @@ class ParadigmMonitor:
     complete window are computed on a worker thread while training goes on, and the
     first update that finds them done carries them, with ``rankme_rows`` = W and
     ``rankme_step``, the step whose update completed the window (all four ``None``
-    until then; ``close`` waits for a window in flight). An update never waits for
-    them: a window completed while the previous one is still computing is skipped
-    (``monitor.window.skipped`` counts them).
+    until then). An update never waits for them: a window completed while the previous
+    one is still computing is skipped (``monitor.window.skipped`` counts them). But the
+    run's last record does: ``update(..., last=True)``, or a record still pending when
+    :meth:`close` is called, waits for the window in flight and computes a window its batch
+    completes, so that the log holds every window the run completed.
 
     A record is a dict ``{"step", "time", "valid", "reason", "n", "d", <statistics>,
     "update_s"}`` (``time``: wall-clock Unix time; ``update_s``: seconds spent on the
@@ -370,11 +372,12 @@ class ParadigmMonitor:
         self._calls = 0
         self._template = None
         self._pending = None
+        self._closing = False  # close() finishes a pending record as the run's last
         self.last = None
         self.n_records = 0
 
     # --- the hook -----------------------------------------------------------------
-    def update(self, step, h, h_prime, *, wait: bool = True):
+    def update(self, step, h, h_prime, *, wait: bool = True, last: bool = False):
         """Measure one batch; write and return its record (``None`` on skipped steps).
 
         With ``wait=False`` the statistics are only started: on an accelerator they run behind the
@@ -386,6 +389,8 @@ class ParadigmMonitor:
           step: the training step (int), or ``None`` to count calls.
           h, h_prime: the two views (N, D), any array-like (see class doc).
           wait: finish the record now (the default) or later (see above).
+          last: the run's last record: it waits for the RankMe / α-ReQ window in flight and
+            computes a window this batch completes, so that it carries every window.
         """
         self.flush()
         if step is None:
@@ -394,7 +399,7 @@ class ParadigmMonitor:
         if int(step) % self.every != 0:
             return None
         t0 = time.perf_counter()
-        finish = self._begin(int(step), h, h_prime)
+        finish = self._begin(int(step), h, h_prime, last)
         begun = time.perf_counter() - t0
 
         def done():
@@ -447,8 +452,9 @@ class ParadigmMonitor:
             out["histograms"]["edges_lemma1"] = np.linspace(lo, hi, cfg.lemma1_hist_bins + 1)
         return out
 
-    def _begin(self, step, h, h_prime):
-        """Check the batch and start its statistics; returns ``() -> record``."""
+    def _begin(self, step, h, h_prime, last: bool = False):
+        """Check the batch and start its statistics; returns ``() -> record`` (``last``: see
+        :meth:`update`; a record finished by :meth:`close` is the last one too)."""
         try:
             h = to_array(h, "h")
             h_prime = to_array(h_prime, "h_prime")
@@ -476,7 +482,7 @@ class ParadigmMonitor:
             rec = {"step": step, "time": time.time(), "valid": True, "reason": None,
                    "n": int(h.shape[0]), "d": int(h.shape[1])}
             rec.update(_to_python(self._public(out)))
-            rec.update(_to_python(self.window.add(h, step)) if self.window is not None
+            rec.update(_to_python(self.window.add(h, step, wait=last or self._closing)) if self.window is not None
                        else dict.fromkeys(WINDOW_KEYS))
             rec["losses"] = self.losses
             return rec
@@ -496,10 +502,13 @@ class ParadigmMonitor:
 
     def close(self) -> None:
         """Write a record still pending (:meth:`flush`), then close the file sinks (records already
-        written stay readable either way) and the RankMe worker."""
+        written stay readable either way) and the RankMe worker. The pending record is the run's
+        last (``update``'s ``last``)."""
+        self._closing = True
         try:
             self.flush()
         finally:
+            self._closing = False
             self._close()
 
     def _close(self) -> None:

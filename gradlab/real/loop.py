@@ -153,13 +153,14 @@ class Watch:
                 warnings.warn(f"training without the ParadigmMonitor: {self.status}", RuntimeWarning, stacklevel=3)
         self.due = set(monitor_steps(config.steps, config.monitor_every)) if self.monitor is not None else set()
 
-    def __call__(self, state: int, h, h_prime, *, wait: bool = True) -> None:
+    def __call__(self, state: int, h, h_prime, *, wait: bool = True, last: bool = False) -> None:
         """Measure ``state`` if it is due; with ``wait=False`` its record comes with :meth:`flush`
-        (``ParadigmMonitor.update``'s ``wait``: the statistics queue behind the step in flight)."""
+        (``ParadigmMonitor.update``'s ``wait``: the statistics queue behind the step in flight);
+        ``last``: the run's last state (its record carries every RankMe window)."""
         if self.monitor is None or state not in self.due:
             return
         try:
-            self.monitor.update(state, h, h_prime, wait=wait)
+            self.monitor.update(state, h, h_prime, wait=wait, last=last)
         except Exception as exc:  # noqa: BLE001 - the monitor never stops training
             self._stop(f"at step {state}", exc)
 
@@ -314,4 +315,4 @@ def run_steps(config: TrainConfig, loop: Loop, state: State, dev, log: Log, watc
         # not wrapped in a new jax.jit: the encoders' forwards are jitted per configuration
         # (gradlab.real.bert.embed_packed), so the next run in this process reuses the program
         views = views_fn(loop.encoder, packed=loop.batches.packed, precision=config.precision)
-        watch(config.steps, *views(state.params, loop.frozen, batch, loop.key(config.steps + 1)))
+        watch(config.steps, *views(state.params, loop.frozen, batch, loop.key(config.steps + 1)), last=True)
