@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
             os.environ[real.BASE_DIR_ENV] = folder
         for rnd in range(args.rounds):
             for name, env in chosen.items():
-                results[name].append(real._run_worker(args.worker, extra_env=env))
+                results[name].append(real.run_worker(args.worker, extra_env=env))
                 print(f"round {rnd + 1}: {name} done", file=sys.stderr)
     load = os.getloadavg()[0]
     print(f"\nload average at the end: {load:.2f} (1 min), {os.cpu_count()} CPUs\n")
@@ -106,10 +106,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {name} | {row['step_s']:.2f} | {row['cpu_s']:.2f} | {row['faults']:,.0f} | {row['first_s']:.1f} "
               f"| {row['rss_gib']:.2f} |")
     if args.json:
-        real._write_json(args.json, {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
+        real.write_json(args.json, {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(),
                                      "worker": args.worker, "load_average_end": load, "rounds": args.rounds,
                                      "steps": args.steps if args.worker == "bertbase_step_jax" else real.STEPS_TIMED,
-                                     "versions": real._versions(sys.executable), "rows": table, "workers": results})
+                                     "versions": real.versions(sys.executable), "rows": table, "workers": results})
 
 
 if __name__ == "__main__":

@@ -423,27 +423,6 @@ def gradlab_bf16_stable() -> dict:
     return _gradlab("gradlab_bf16_stable")
 
 
-def gradlab_bf16_never_update() -> dict:
-    """``gradlab_bf16`` under ``XLA_ROWS``' flag: XLA's command buffers (CUDA graphs) recorded once
-    and never updated, their buffers kept at fixed virtual addresses (XLA's VMM allocator), the
-    remedy XLA offers if a held step's host time is its graphs' updates for buffers that moved,
-    the step's temporaries among them, which ``ResidentStep`` cannot hold in place."""
-    return _gradlab("gradlab_bf16")
-
-
-def gradlab_bf16_separate_temp() -> dict:
-    """``gradlab_bf16`` under ``XLA_ROWS``' flag: the step's temporaries from an allocator of their
-    own (XLA's temp buffer in a memory space of its own), at the same address at every call
-    whatever the caller holds, so that no command buffer is updated for them; the other
-    remedy, without fixing every buffer's address as ``gradlab_bf16_never_update`` does."""
-    return _gradlab("gradlab_bf16")
-
-
-def train_loop_separate_temp() -> dict:
-    """``train_loop`` under ``gradlab_bf16_separate_temp``'s flag (the command inherits it)."""
-    return train_loop()
-
-
 def gradlab_bf16_batch512() -> dict:
     """Not the recipe's batch: how much of the chip a larger batch fills."""
     return _gradlab("gradlab_bf16_batch512")
@@ -708,16 +687,22 @@ ROWS = {
     "matmul": (matmul, False, 30),
     "gradlab_bf16_rolled": (gradlab_bf16_rolled, False, 120),
     "gradlab_bf16_stable": (gradlab_bf16_stable, False, 120),
-    "gradlab_bf16_never_update": (gradlab_bf16_never_update, False, 120),
-    "gradlab_bf16_separate_temp": (gradlab_bf16_separate_temp, False, 120),
-    "train_loop_separate_temp": (train_loop_separate_temp, False, 150),
+    "gradlab_bf16_never_update": (gradlab_bf16, False, 120),
+    "gradlab_bf16_separate_temp": (gradlab_bf16, False, 120),
+    "train_loop_separate_temp": (train_loop, False, 150),
 }
 
-#: Rows run under XLA flags of their own (added to ``XLA_FLAGS``; each compiles its own step).
-#: ``--xla_gpu_temp_buffer_use_separate_color``: JAX 0.10.2's CUDA plugin knows it (its strings).
+#: Rows that run another row's worker (a process of their own) under XLA flags added to
+#: ``XLA_FLAGS``, each compiling its own step: the remedies XLA offers if a held step's host time
+#: is its command buffers' (CUDA graphs') updates for buffers that moved, the temporaries among
+#: them, which ``ResidentStep`` cannot hold in place. ``NEVER_UPDATE``: graphs recorded once,
+#: every buffer at a fixed virtual address (XLA's VMM allocator). The separate color: the
+#: temporaries alone from an allocator of their own, at one address (a flag JAX 0.10.2's CUDA
+#: plugin knows, read from its strings); ``train_loop`` inherits it in its command.
 SEPARATE_TEMP = "--xla_gpu_temp_buffer_use_separate_color=true"
-XLA_ROWS = {"gradlab_bf16_never_update": "--xla_gpu_command_buffer_update_mode=NEVER_UPDATE",
-            "gradlab_bf16_separate_temp": SEPARATE_TEMP, "train_loop_separate_temp": SEPARATE_TEMP}
+XLA_ROWS = {"gradlab_bf16_never_update": ("gradlab_bf16", "--xla_gpu_command_buffer_update_mode=NEVER_UPDATE"),
+            "gradlab_bf16_separate_temp": ("gradlab_bf16", SEPARATE_TEMP),
+            "train_loop_separate_temp": ("train_loop", SEPARATE_TEMP)}
 
 #: ``gradlab_bf16``'s first step (compiling included) on the H200 of ``results/gpu_unrolled.json``;
 #: ``gpu_aot.py`` compiles that commit's step and today's in about the same time on one CPU.
@@ -754,11 +739,11 @@ def run_python(call: str, timeout: float, env: dict | None = None) -> tuple[dict
 
 
 def _run_worker(name: str, timeout: float) -> dict:
-    env = None
-    if name in XLA_ROWS:
+    env, (worker, flags) = None, XLA_ROWS.get(name, (name, None))
+    if flags:
         env = cli_env()
-        env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS"), XLA_ROWS[name]]))
-    return run_python(f"gpu.{name}()", timeout, env)[0]
+        env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS"), flags]))
+    return run_python(f"gpu.{worker}()", timeout, env)[0]
 
 
 def torch_missing() -> str | None:
@@ -807,11 +792,11 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
         lines.append(f"gradlab bf16, the loop's resident step against the plain jitted step: "
                      f"{ratio('gradlab_bf16', 'gradlab_bf16_plain')} (synchronous, the step before held); pipelined: "
                      f"{ratio('gradlab_bf16', 'gradlab_bf16_plain', 'pipelined_s')}")
-    for name, flags in XLA_ROWS.items():
+    loop = results["train_loop"]
+    for name, (_, flags) in XLA_ROWS.items():
         r, base = rows_.get(name, {}), rows_.get("gradlab_bf16", {})
-        loop_ = results["train_loop"]
         if r.get("steps_per_s"):
-            against = f" against the default's {loop_['steps_per_s']:.1f}" if loop_.get("steps_per_s") else ""
+            against = f" against the default's {loop['steps_per_s']:.1f}" if loop.get("steps_per_s") else ""
             lines.append(f"{name} ({flags}): gradlab train {r['steps_per_s']:.1f} steps/s{against}; "
                          f"warm start's first step {r['warm_compile_s']:.2f} s")
         if r.get("step_s") and base.get("step_s"):
@@ -833,7 +818,6 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
             lines.append(f"engine, {loss} traced: the device busy {t['device_busy_ms_per_step']:.3f} ms a map "
                          f"(span {t['device_span_ms_per_step']:.3f} ms, {t['device_events_per_step']:.0f} events) "
                          f"of {t['traced_wall_ms_per_map']:.3f} ms under the profiler")
-    loop = results["train_loop"]
     if "steps_per_s" in loop:
         lines.append(f"gradlab train: {loop['steps_per_s']:.1f} steps/s between its first and last step (against "
                      f"the step's rates: the goals' table); "

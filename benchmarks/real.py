@@ -408,7 +408,7 @@ WORKERS = {f.__name__: f for f in (encode_jax, encode_torch, minilm_step_jax, mi
 # --------------------------------------------------------------------------- driver
 
 
-def _run_worker(name: str, python: str = sys.executable, extra_env: dict | None = None) -> dict:
+def run_worker(name: str, python: str = sys.executable, extra_env: dict | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])),
            **(extra_env or {})}
     proc = subprocess.run([python, __file__, "--worker", name], capture_output=True, text=True, env=env,
@@ -490,12 +490,12 @@ def main(argv: list[str] | None = None) -> None:
             os.environ[BASE_DIR_ENV] = base_dir
         for rnd in range(args.rounds):
             for _, _, jax_worker, torch_worker, _, _ in rows:
-                results.setdefault(jax_worker, []).append(_run_worker(jax_worker))
+                results.setdefault(jax_worker, []).append(run_worker(jax_worker))
                 print(f"round {rnd + 1}: {jax_worker} done", file=sys.stderr)
                 if torch_worker not in missing:
-                    results.setdefault(torch_worker, []).append(_run_worker(torch_worker, args.torch_python))
+                    results.setdefault(torch_worker, []).append(run_worker(torch_worker, args.torch_python))
                     print(f"round {rnd + 1}: {torch_worker} done", file=sys.stderr)
-    cli = None if args.skip_cli else _run_worker("cli_rss")
+    cli = None if args.skip_cli else run_worker("cli_rss")
 
     load = os.getloadavg()[0]
     print(f"\nload average at the end: {load:.2f} (1 min), {os.cpu_count()} CPUs\n")
@@ -524,9 +524,9 @@ def main(argv: list[str] | None = None) -> None:
               f"— | {cli['rss_mb']:.0f} / — |")
     print("\nratio > 1: gradlab faster (sentences/s and steps/s: gradlab / torch; s/step: torch / gradlab)")
     if args.json:
-        _write_json(args.json, {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(), "cpu": cpu_model(),
+        write_json(args.json, {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(), "cpu": cpu_model(),
                                 "load_average_end": load, "rounds": args.rounds,
-                                "versions": _versions(sys.executable) | _versions(args.torch_python, TORCH_SIDE),
+                                "versions": versions(sys.executable) | versions(args.torch_python, TORCH_SIDE),
                                 "rows": table, "workers": results, "cli": cli})
 
 
@@ -548,7 +548,7 @@ def cpu_model() -> dict:
             "avx512f": "avx512f" in flags, "avx512_bf16": "avx512_bf16" in flags}
 
 
-def _versions(python: str, names: tuple[str, ...] = ("jax", "jaxlib", "gradlab")) -> dict:
+def versions(python: str, names: tuple[str, ...] = ("jax", "jaxlib", "gradlab")) -> dict:
     """The installed versions of ``names`` in the interpreter ``python`` (None where absent)."""
     code = ("import importlib.metadata as m, json, sys\n"
             "def v(n):\n    try: return m.version(n)\n    except m.PackageNotFoundError: return None\n"
@@ -557,7 +557,7 @@ def _versions(python: str, names: tuple[str, ...] = ("jax", "jaxlib", "gradlab")
     return json.loads(done.stdout) if done.returncode == 0 else dict.fromkeys(names)
 
 
-def _write_json(path: str, data: dict) -> None:
+def write_json(path: str, data: dict) -> None:
     """``data`` as JSON at ``path``, whole or not at all (written beside it, then renamed)."""
     tmp = f"{path}.partial"
     with open(tmp, "w") as f:
