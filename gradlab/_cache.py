@@ -207,6 +207,12 @@ _FINGERPRINT: dict = {}
 _LOADED: dict = {}  # entry path -> the program read or compiled by this process
 
 
+def release_programs() -> None:
+    """Forget the programs this process read from the store or compiled for it (they are read
+    again when next used): :func:`gradlab._memory.relieve_mappings` lets their memory go."""
+    _LOADED.clear()
+
+
 def _programs_dir() -> Path | None:
     """``<cache>/programs``, or None where the cache is off or this process never switched it on."""
     if _ACTIVE["off"] or _ACTIVE["dir"] is None or not _ACTIVE["programs"]:

@@ -1,4 +1,5 @@
-"""Memory estimates, checked before anything is allocated: a run that cannot fit is refused at once.
+"""Memory estimates, checked before anything is allocated: a run that cannot fit is refused at once;
+and the process's memory mappings, kept below the kernel's limit (:func:`relieve_mappings`).
 
 Every entry point that allocates in proportion to its sizes (the simulate statistics, the
 norm maps, the monitor's statistics, the CLI's ``track``) estimates the bytes of its result
@@ -107,3 +108,47 @@ def check_pairwise(what: str, n: int, d: int, itemsize: int) -> None:
     """One batch of N pairs of D-dimensional views: ``PAIRWISE_TEMPORARIES`` (N, N) arrays besides the views."""
     check_fits(f"{what} of a batch of N = {n} pairs (D = {d})", 0,
                PAIRWISE_TEMPORARIES * float(n) * n * itemsize + 4.0 * n * d * itemsize)
+
+
+# --- memory mappings ---------------------------------------------------------------------------
+#: The share of the kernel's limit on one process's memory mappings past which
+#: :func:`relieve_mappings` drops the compiled programs the process keeps.
+MAPPINGS_SHARE = 0.5
+
+
+def memory_mappings() -> tuple[int, int] | None:
+    """(this process's memory mappings, the kernel's limit on them: ``vm.max_map_count``), or None
+    where the kernel does not say (not Linux)."""
+    try:
+        with open("/proc/sys/vm/max_map_count", encoding="ascii") as fh:
+            limit = int(fh.read())
+        with open("/proc/self/maps", "rb") as fh:
+            count = sum(1 for _ in fh)
+    except (OSError, ValueError):
+        return None
+    return count, limit
+
+
+def relieve_mappings(share: float = MAPPINGS_SHARE) -> bool:
+    """Drop the compiled programs this process keeps when its memory mappings pass ``share`` of the
+    kernel's limit; True if it did.
+
+    XLA on a CPU maps each program it compiles in several pieces (about six mappings), and JAX
+    keeps every program compiled in the process. A process that compiles many thousands (a
+    worker that trains configuration after configuration: each loss and each τ is a step of its
+    own; a long test session) reaches Linux's limit (``vm.max_map_count``, 65,530 by default),
+    and the next compilation crashes the process (a segmentation fault, not an error). Called
+    before each training run (:func:`gradlab.real.train`): past the share, ``jax.clear_caches()``
+    and the program store's loaded programs (:func:`gradlab._cache.release_programs`) let the
+    mappings go; what runs next compiles (or reads from the store) again.
+    """
+    counted = memory_mappings()
+    if counted is None or counted[0] <= share * counted[1]:
+        return False
+    import jax
+
+    from gradlab._cache import release_programs
+
+    release_programs()
+    jax.clear_caches()
+    return True

@@ -22,6 +22,8 @@ import contextlib  # noqa: E402
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from gradlab._memory import relieve_mappings  # noqa: E402
+
 jax.config.update("jax_enable_compilation_cache", False)
 
 
@@ -33,6 +35,15 @@ def _enabled_x64():
         yield
     finally:
         jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _mappings_module():
+    """After each file, the compiled programs are dropped if the process's memory mappings have
+    passed half the kernel's limit (``gradlab._memory.relieve_mappings``): the whole suite in one
+    process (``pytest`` without ``-n``) compiles more programs than Linux lets one process map."""
+    yield
+    relieve_mappings()
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -78,3 +78,51 @@ def test_the_quadrature_map_is_checked_too(monkeypatch):
     monkeypatch.setenv(_memory.ENV_LIMIT, "1M")
     with pytest.raises(ValueError, match="quadrature GD map on a 3 × 400 grid"):
         mean_gd_exact("mpt", 0.2, np.linspace(0.1, 1, 3), np.linspace(0.1, 3, 400), 0.05, 0.1, 127)
+
+
+# --- memory mappings: a process that compiles without end once crashed at Linux's limit ---------
+needs_proc = pytest.mark.skipif(_memory.memory_mappings() is None, reason="the kernel does not say (not Linux)")
+
+
+@needs_proc
+def test_memory_mappings_counts_the_mappings_a_process_makes():
+    import mmap
+
+    before, limit = _memory.memory_mappings()
+    assert limit > 0
+    # anonymous mappings with gaps between them cannot merge: each is one mapping of its own
+    held = [mmap.mmap(-1, 2 * mmap.PAGESIZE) for _ in range(40)]
+    try:
+        for m in held[::2]:
+            m.close()
+        after, _ = _memory.memory_mappings()
+    finally:
+        for m in held:
+            m.close()
+    assert after - before >= 15  # 20 kept; a freed neighbour may let two of them merge
+
+
+@needs_proc
+def test_relieve_mappings_drops_the_compiled_programs_past_the_share_only():
+    f = jax.jit(lambda x: x * 2 + 1)
+    f(np.arange(3.0))
+    assert f._cache_size() == 1
+    assert _memory.relieve_mappings(share=1.0) is False  # far from the limit: nothing dropped
+    assert f._cache_size() == 1
+    assert _memory.relieve_mappings(share=0.0) is True
+    assert f._cache_size() == 0
+    np.testing.assert_array_equal(f(np.arange(3.0)), [1.0, 3.0, 5.0])  # compiled again when used
+
+
+def test_a_training_run_starts_by_relieving_a_crowded_process(monkeypatch):
+    from tests._real import HF_FIXTURES, TINY_SENTENCES, require_real_extra
+
+    require_real_extra()
+    from gradlab.real import TrainConfig, train
+
+    f = jax.jit(lambda x: x - 1)
+    f(np.arange(2.0))
+    monkeypatch.setattr(_memory, "memory_mappings", lambda: (60_000, 65_530))
+    train(TrainConfig(encoder=str(HF_FIXTURES / "bert"), steps=1, batch_size=8, eval_every=0, dev_pairs=20),
+          sentences=TINY_SENTENCES)
+    assert f._cache_size() == 0  # the run began by dropping the process's programs

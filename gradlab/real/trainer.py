@@ -48,6 +48,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from gradlab._memory import relieve_mappings
 from gradlab.real.checkpoints import save_model, save_params
 from gradlab.real.config import TrainConfig
 from gradlab.real.loop import Log, Watch, initial_state, make_loop, run_steps
@@ -182,6 +183,9 @@ def train(
         starting weights wait in host memory as the best so far: one set of weights less on the
         device, for a caller that does not use the encoder afterwards (``gradlab train``).
 
+    A process whose memory mappings crowd the kernel's limit first drops the programs it has
+    compiled (:func:`gradlab._memory.relieve_mappings`): a worker may train many configurations.
+
     Returns:
       A :class:`TrainResult`; its ``files`` name what was written.
 
@@ -190,6 +194,7 @@ def train(
         or with a state written by another configuration.
     """
     t_start = time.perf_counter()
+    relieve_mappings()  # a process that trains run after run compiles each run's programs anew
     unknown = sorted(set(outputs) - set(OUTPUTS))
     if unknown:
         raise ValueError(f"unknown outputs {unknown}; choose from {', '.join(OUTPUTS)}")
