@@ -34,6 +34,9 @@ without a GPU, which tells a slow host from slow code).
   step of the loop, a ``ResidentStep`` (its batch, key and outputs in buffers of its own, in
   place from step to step: XLA re-records a CUDA graph whose recorded addresses changed), but
   ``gradlab_bf16_plain``: the plain jitted step, new buffers every call, the A/B of that.
+  The resident step hands its outputs over in the host's pinned memory on a GPU;
+  ``gradlab_bf16_device_copies`` copies them on the device instead, the A/B of that placement
+  (the same program: its pipelined losses are compared with the default's).
   ``gradlab_bf16_stable`` copies the step's per-call inputs (the packed batch, the
   dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
   experiment that came before ``ResidentStep``. ``gradlab_bf16_never_update`` is
@@ -343,14 +346,16 @@ def stable_inputs(view):
 
 #: Each gradlab row's step: (precision, batch, the layer loop unrolled (None: the backend's
 #: default), per-call inputs copied first (``stable_inputs``), the plain jitted step instead of the
-#: loop's ``ResidentStep``); ``gpu_aot.py`` compiles the same.
+#: loop's ``ResidentStep``, the resident step's outputs copied on the device instead of to the
+#: host's pinned memory); ``gpu_aot.py`` compiles the same.
 GRADLAB_ROWS = {
-    "gradlab_bf16": ("bf16", BATCH, None, False, False),
-    "gradlab_bf16_plain": ("bf16", BATCH, None, False, True),
-    "gradlab_bf16_stable": ("bf16", BATCH, None, True, False),
-    "gradlab_float32": ("float32", BATCH, None, False, False),
-    "gradlab_bf16_batch512": ("bf16", 512, None, False, False),
-    "gradlab_bf16_rolled": ("bf16", BATCH, False, False, False),
+    "gradlab_bf16": ("bf16", BATCH, None, False, False, False),
+    "gradlab_bf16_plain": ("bf16", BATCH, None, False, True, False),
+    "gradlab_bf16_device_copies": ("bf16", BATCH, None, False, False, True),
+    "gradlab_bf16_stable": ("bf16", BATCH, None, True, False, False),
+    "gradlab_float32": ("float32", BATCH, None, False, False, False),
+    "gradlab_bf16_batch512": ("bf16", 512, None, False, False, False),
+    "gradlab_bf16_rolled": ("bf16", BATCH, False, False, False, False),
 }
 
 
@@ -359,9 +364,9 @@ def gradlab_row_loop(name: str):
     import dataclasses
 
     from gradlab.real.recipe import simcse_unsup_encoder
-    from gradlab.real.step import make_train_step
+    from gradlab.real.step import copy_on_device, make_train_step
 
-    precision, batch, unroll, stable, plain = GRADLAB_ROWS[name]
+    precision, batch, unroll, stable, plain, device_copies = GRADLAB_ROWS[name]
     enc = simcse_unsup_encoder(bench_paths()[0], seed=0)
     if unroll is not None:
         enc = dataclasses.replace(enc, train_view=dataclasses.replace(enc.train_view, unroll=unroll))
@@ -371,6 +376,8 @@ def gradlab_row_loop(name: str):
     if plain:  # the step as the loop ran it before ResidentStep: new buffers for every call's batch, key and outputs
         step = make_train_step(run.encoder, run.loss, loop.optimizer, packed=loop.batches.packed, precision=precision)
         loop = dataclasses.replace(loop, step_fn=step)
+    if device_copies:  # the outputs handed over as before: device copies, which a held step's temporaries move around
+        loop.step_fn.copy_out = copy_on_device
     return run, loop, params, opt_state
 
 
@@ -415,6 +422,12 @@ def gradlab_bf16_plain() -> dict:
     """``gradlab_bf16`` with the plain jitted step (``make_train_step(resident=False)``) instead of
     the loop's ``ResidentStep``: what keeping the step's buffers in place changes."""
     return _gradlab("gradlab_bf16_plain")
+
+
+def gradlab_bf16_device_copies() -> dict:
+    """``gradlab_bf16`` with the resident step's outputs copied on the device, not to the host's
+    pinned memory: the A/B of that placement."""
+    return _gradlab("gradlab_bf16_device_copies")
 
 
 def gradlab_bf16_stable() -> dict:
@@ -678,6 +691,7 @@ ROWS = {
     "gradlab_bf16": (gradlab_bf16, False, 240),
     "torch_compile_cudagraphs": (torch_compile_cudagraphs, True, 120),
     "gradlab_bf16_plain": (gradlab_bf16_plain, False, 120),
+    "gradlab_bf16_device_copies": (gradlab_bf16_device_copies, False, 120),
     "torch_compile": (torch_compile, True, 120),
     "gradlab_float32": (gradlab_float32, False, 120),
     "torch_compile_tf32_cudagraphs": (torch_compile_tf32_cudagraphs, True, 120),
@@ -778,7 +792,7 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
         return f"{rb[key] / ra[key]:.2f}x" if ra.get(key) and rb.get(key) else "n/a"
 
     lines.append("")  # the comparisons with torch, protocol by protocol, are the goals' table (``goals``)
-    for name in ("gradlab_bf16", "gradlab_bf16_plain", "gradlab_float32"):
+    for name in ("gradlab_bf16", "gradlab_bf16_plain", "gradlab_bf16_device_copies", "gradlab_float32"):
         r = rows_.get(name, {})
         if r.get("step_s_released"):
             odd, even = (1e3 * t for t in r["step_s_odd_even"])
@@ -792,6 +806,13 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
         lines.append(f"gradlab bf16, the loop's resident step against the plain jitted step: "
                      f"{ratio('gradlab_bf16', 'gradlab_bf16_plain')} (synchronous, the step before held); pipelined: "
                      f"{ratio('gradlab_bf16', 'gradlab_bf16_plain', 'pipelined_s')}")
+    if rows_.get("gradlab_bf16_device_copies", {}).get("step_s"):
+        a, b = (rows_[n].get("losses_pipelined") or [] for n in ("gradlab_bf16", "gradlab_bf16_device_copies"))
+        same = f"; the same losses: {a == b}" if a and b else ""
+        lines.append(f"gradlab bf16, its outputs copied to the host's pinned memory against on the device: "
+                     f"{ratio('gradlab_bf16', 'gradlab_bf16_device_copies')} held, "
+                     f"{ratio('gradlab_bf16', 'gradlab_bf16_device_copies', 'step_s_released')} released, "
+                     f"{ratio('gradlab_bf16', 'gradlab_bf16_device_copies', 'pipelined_s')} pipelined{same}")
     loop = results["train_loop"]
     for name, (_, flags) in XLA_ROWS.items():
         r, base = rows_.get(name, {}), rows_.get("gradlab_bf16", {})

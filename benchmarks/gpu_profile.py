@@ -11,6 +11,10 @@ after the compiling step:
 * the step timed as ``gpu.step_timings`` does: synchronous from a device batch (``step_s``),
   synchronous from NumPy (``sync_numpy_s``), the dispatch alone, and pipelined; then
   ``same_inputs``: synchronous steps that all get the same batch and key buffers;
+* ``placements``: held and released steps with the resident step's outputs copied out to the
+  device, to the host's pinned memory (the default on a GPU), or to the device with a small array
+  kept after each copy: the call's time says whether the copies a caller holds move the
+  step's temporaries;
 * ``trace``: ``jax.profiler`` over 5 synchronous steps, summarized: device busy time per step
   (the union of the kernels' intervals), kernels per step, the kernels and host events that
   take the most time (``profile.json``; the raw trace is kept beside it, and with ``--dump``
@@ -31,7 +35,8 @@ the step's per-call inputs copied into the program's own buffers first (``stable
   (``TF_CPP_VMODULE``) and counts, per step, the updates, the microseconds XLA logs for them
   and the graphs submitted. Its timings are not kept (the log slows the host).
 * ``xla:FLAGS``: the default step under ``XLA_FLAGS=--FLAGS`` (``+`` joins several; ``xla:``
-  none), timed as above, with the losses of ``LOSSES`` further steps to compare with those of
+  none), timed as above; ``env:NAME=VALUE``: under those environment variables (``+`` joins
+  several; ``XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async``, say), timed as above, with the losses of ``LOSSES`` further steps to compare with those of
   ``xla:`` (a flag that replays a stale address shows there).
 """
 
@@ -89,6 +94,54 @@ def _same_inputs(loop, params, opt_state) -> tuple[dict, tuple]:
         float(aux["loss"])
         steps.append(time.perf_counter() - t0)
     return {"step_s": statistics.median(steps), "dispatch_s": statistics.median(dispatch)}, (params, opt_state)
+
+
+def _placements(loop, params, opt_state) -> tuple[dict, tuple]:
+    """Held synchronous steps (``gpu.step_timings``' ``step_s``: each step dispatched while the
+    last one's outputs are held) with the resident step's outputs copied out to each placement of
+    ``PLACEMENTS``: the call's and the step's medians, beside released steps. Whether the copies
+    that the caller holds move the step's temporaries (a held call re-records its graphs)."""
+    import collections
+    import statistics
+
+    import jax
+    import jax.numpy as jnp
+
+    from gradlab.real.step import copy_on_device, copy_to_host
+
+    step = loop.step_fn
+    if not hasattr(step, "copy_out"):
+        return {"skipped": "the loop's step is not a ResidentStep"}, (params, opt_state)
+    pins = collections.deque(maxlen=8)
+
+    def spacer(aux):  # a small array kept alive after each copy: a freed copy cannot merge with the free space beyond
+        out = copy_on_device(aux)
+        pins.append(jnp.zeros((64,), jnp.float32))
+        return out
+
+    placements = {"device": copy_on_device, "pinned_host": copy_to_host, "spacer": spacer}
+    out, k = {}, 100
+    for name, copy_out in placements.items():
+        step.copy_out = copy_out
+        for release in (False, True):
+            calls, steps = [], []
+            for _ in range(gpu.TIMED + 2):
+                k += 1
+                batch, key = loop.batch(k % loop.batches.order.shape[0] + 1), loop.key(k)
+                jax.block_until_ready((batch, key))
+                t0 = time.perf_counter()
+                result = step(params, opt_state, loop.frozen, batch, key)
+                calls.append(time.perf_counter() - t0)
+                params, opt_state, aux = result
+                del result
+                float(aux["loss"])
+                steps.append(time.perf_counter() - t0)
+                if release:
+                    del aux, batch, key
+            out[f"{name}_{'released' if release else 'held'}"] = {
+                "call_s": statistics.median(calls[2:]), "step_s": statistics.median(steps[2:])}
+    step.copy_out = None  # the backend's choice again
+    return out, (params, opt_state)
 
 
 def _batch() -> int:
@@ -196,7 +249,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--torch", action="store_true", help="also torch.compile with CUDA graphs, synchronous and pipelined")
     ap.add_argument("--children", nargs="*", default=[],
                     help="child runs after the rest: updates:VARIANT (command-buffer updates a step; VARIANT "
-                         "'default' or a variant's name), xla:FLAG[+FLAG] (the default step under XLA_FLAGS)")
+                         "'default' or a variant's name), xla:FLAG[+FLAG] (the default step under XLA_FLAGS), "
+                         "env:NAME=VALUE[+NAME=VALUE] (under those environment variables)")
     args = ap.parse_args(argv)
     os.environ[BATCH_ENV] = str(args.batch)
     out_dir = Path(args.out)
@@ -226,6 +280,8 @@ def main(argv: list[str] | None = None) -> None:
         print("default", json.dumps(result["default"]), flush=True)
         result["same_inputs"], (params, opt_state) = _same_inputs(loop, params, opt_state)
         print("same_inputs", json.dumps(result["same_inputs"]), flush=True)
+        result["placements"], (params, opt_state) = _placements(loop, params, opt_state)
+        print("placements", json.dumps(result["placements"]), flush=True)
         write()
         summary, raw = _trace(loop, params, opt_state, Path(folder, "trace"))
         result["trace"] = summary
@@ -282,8 +338,8 @@ def child(spec: str) -> dict:
             float(aux["loss"])
         print("@@end", file=sys.stderr, flush=True)
         return {}
-    if kind != "xla":
-        raise ValueError(f"unknown child run {spec!r} (updates:VARIANT or xla:FLAGS)")
+    if kind not in ("xla", "env"):
+        raise ValueError(f"unknown child run {spec!r} (updates:VARIANT, xla:FLAGS or env:NAME=VALUE)")
     loop, params, opt_state = _build()
     out, (params, opt_state) = gpu.step_timings(loop, params, opt_state)
     losses = []
@@ -313,6 +369,8 @@ def _child(spec: str, timeout: float) -> dict:
         env.update(TF_CPP_VMODULE=UPDATES_LOG, TF_CPP_MIN_LOG_LEVEL="0")
     elif kind == "xla":
         env["XLA_FLAGS"] = " ".join([*filter(None, [env.get("XLA_FLAGS")]), *("--" + f for f in arg.split("+") if f)])
+    elif kind == "env":
+        env.update(dict(pair.split("=", 1) for pair in arg.split("+")))
     out, log = gpu.run_python(f"gpu_profile.child({spec!r})", timeout, env)
     return out | count_updates(log) if kind == "updates" and "error" not in out else out
 

@@ -111,12 +111,18 @@ class GradTrackedOnAnotherDevice(GradTracked):
 
 
 def test_numpy_jax_array_dlpack_inputs_agree(expected):
+    import jax
     import jax.numpy as jnp
 
+    def pinned(a):  # a JAX array in the host's pinned memory, as gradlab's training step hands its views over on a GPU
+        return jax.device_put(jnp.asarray(a), jax.sharding.SingleDeviceSharding(jax.devices()[0],
+                                                                                 memory_kind="pinned_host"))
+
+    assert pinned(np.ones(2)).sharding.memory_kind == "pinned_host"
     h, hp = _batch()
     mon = _mon()
     for wrap in (np.asarray, jnp.asarray, ArrayOnly, DLPackOnly, lambda a: DLPackOnly(jnp.asarray(a)), GradTracked,
-                 GradTrackedOnAnotherDevice, lambda a: a.tolist()):
+                 GradTrackedOnAnotherDevice, lambda a: a.tolist(), pinned):
         rec = mon.update(0, wrap(h), wrap(hp))
         assert rec["valid"], rec["reason"]
         _same_stats(rec, expected)

@@ -301,7 +301,7 @@ def test_the_resident_step_gives_the_plain_steps_numbers_bit_for_bit(view, padde
     """Also with the GPU's choices (``gradlab.backend``: the layers unrolled, the activation kept),
     the program the GPU rows run."""
     tv, opt, (plain, resident), batches, keys = _resident_and_plain(view, padded)
-    runs = []
+    runs, kinds = [], []
     with backend.choices_for(choices):
         for step in (plain, resident):
             params = jax.tree_util.tree_map(jnp.copy, tv.params)
@@ -309,28 +309,35 @@ def test_the_resident_step_gives_the_plain_steps_numbers_bit_for_bit(view, padde
             for batch, key in zip(batches, keys, strict=True):
                 params, state, aux = step(params, state, None, batch, key)
                 outs.append(aux)  # every step's outputs held, as a loop that keeps a step in flight does
+            kinds.append({a.sharding.memory_kind for a in jax.tree_util.tree_leaves(outs)})
             runs.append(jax.device_get((params, state, outs)))
+    # the resident step's outputs come in the host's pinned memory on a GPU, in the device's elsewhere
+    assert kinds == [{"device"}, {"pinned_host" if choices == "gpu" else "device"}]
     for got, want in zip(jax.tree_util.tree_leaves(runs[1]), jax.tree_util.tree_leaves(runs[0]), strict=True):
         np.testing.assert_array_equal(got, want)
     losses = [float(aux["loss"]) for aux in runs[0][2]]
     assert len(set(losses)) == 4 and np.all(np.isfinite(losses))  # four different steps, trained
 
 
-def test_the_resident_steps_buffers_stay_in_place_from_step_to_step(view):
+@pytest.mark.parametrize("choices", ["cpu", "gpu"])
+def test_the_resident_steps_buffers_stay_in_place_from_step_to_step(view, choices):
     """Every buffer the resident program reads or writes (parameters, optimizer state, batch, key,
     outputs) is at the same address at every call, while the caller holds each step's outputs; the
-    outputs handed back are copies that the next call leaves as they were."""
+    outputs handed back are copies (in the host's pinned memory with a GPU's choices) that the
+    next call leaves as they were: each step's loss, read after the last step, is the one read
+    right after its own."""
     from gradlab.real.step import Resident
 
     tv, opt, (_, resident), batches, keys = _resident_and_plain(view)
     params = jax.tree_util.tree_map(jnp.copy, tv.params)
     state, held, places = opt.init(params), [], []
-    for batch, key in zip(batches, keys, strict=True):
-        params, state, aux = resident(params, state, None, batch, key)
-        held.append((aux, np.asarray(aux["loss"]).copy()))
-        (slots,) = resident.buffers.values()
-        assert isinstance(slots, Resident)
-        places.append([a.unsafe_buffer_pointer() for a in jax.tree_util.tree_leaves((params, state, slots))])
+    with backend.choices_for(choices):
+        for batch, key in zip(batches, keys, strict=True):
+            params, state, aux = resident(params, state, None, batch, key)
+            held.append((aux, np.asarray(aux["loss"]).copy()))
+            (slots,) = resident.buffers.values()
+            assert isinstance(slots, Resident)
+            places.append([a.unsafe_buffer_pointer() for a in jax.tree_util.tree_leaves((params, state, slots))])
     assert all(p == places[0] for p in places[1:])
     assert len(set(places[0])) == len(places[0])  # one buffer each
     for aux, loss in held:
@@ -376,3 +383,29 @@ def test_every_argument_of_the_resident_program_is_donated_and_aliased(view, cho
         theirs = plain.lower(*args).compile().memory_analysis()  # the plain step: parameters and optimizer state only
     assert ours.alias_size_in_bytes == ours.argument_size_in_bytes
     assert theirs.alias_size_in_bytes < theirs.argument_size_in_bytes
+
+
+def test_the_loop_with_a_gpus_choices_trains_and_monitors_from_host_copies_as_from_device_ones(tmp_path, monkeypatch):
+    """With a GPU's choices the loop's step hands its outputs over in the host's pinned memory
+    (``ResidentStep``); the losses and the monitor's statistics of the run are those of the same
+    run whose outputs are copied on the device, bit for bit."""
+    from gradlab.monitor import read_log
+    from gradlab.real import step as step_module
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(TINY_SENTENCES) + "\n")
+    cfg = TrainConfig(encoder=str(FIXTURES / "bert"), recipe="simcse-unsup", corpus=str(corpus), steps=4,
+                      batch_size=4, eval_every=0, dev_pairs=20, eval_test=False, monitor_every=2, lr=1e-4)
+    runs = []
+    for placement in ("host", "device"):
+        if placement == "device":
+            monkeypatch.setattr(step_module, "copy_to_host", step_module.copy_on_device)
+        with backend.choices_for("gpu"):
+            res = train(cfg, out_dir=tmp_path / placement)
+        assert res.monitor == "attached"
+        records = read_log(tmp_path / placement / "paradigm_monitor.jsonl")
+        runs.append((res.losses, [{k: v for k, v in r.items() if k not in ("time", "update_s")} for r in records]))
+    (losses, records), (losses_device, records_device) = runs
+    np.testing.assert_array_equal(losses, losses_device)
+    assert [r["step"] for r in records] == [0, 1, 2, 4] and all(r["valid"] for r in records)
+    assert records == records_device

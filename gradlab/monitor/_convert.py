@@ -6,7 +6,8 @@ export because it tracks gradients is retried through its own ``detach()``, and 
 that JAX cannot import from its device (a CUDA tensor with a CPU-only JAX) through
 ``detach().cpu()`` (duck typing; no import). The result never aliases the caller's memory: NumPy
 inputs are copied, so later in-place changes by the caller cannot reach the
-monitor, and the monitor never writes to the caller's array.
+monitor, and the monitor never writes to the caller's array. A JAX array in host memory (memory
+kind ``pinned_host``) is copied to its devices' default memory.
 """
 
 from __future__ import annotations
@@ -31,13 +32,26 @@ def _from_dlpack(x):
     return jax.dlpack.from_dlpack(x)
 
 
+def _in_device_memory(x):
+    """``x``, or its copy in its devices' default memory if it is held elsewhere (the host's pinned
+    memory, where ``gradlab.real``'s training step hands its outputs over on a GPU): the
+    statistics run where the device's programs read."""
+    import jax
+
+    kind = getattr(x.sharding, "memory_kind", None)
+    default = next(iter(x.devices())).default_memory().kind
+    if kind is None or kind == default:
+        return x
+    return jax.device_put(x, x.sharding.with_memory_kind(default))
+
+
 def _convert_once(x):
     import jax
 
     if isinstance(x, np.ndarray):
         return np.array(x, copy=True)
     if isinstance(x, jax.Array):
-        return x  # immutable: no copy needed, no alias possible
+        return _in_device_memory(x)  # immutable: no copy needed, no alias possible
     if hasattr(x, "__dlpack__"):
         try:
             arr = _from_dlpack(x)

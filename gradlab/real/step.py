@@ -11,10 +11,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gradlab import backend
 from gradlab.real._deps import require
 
 __all__ = ["compute_dtype", "cast_floats", "views_fn", "train_update", "make_train_step", "Resident", "ResidentStep",
-           "data_mesh", "shard", "copy_on_device"]
+           "data_mesh", "shard", "copy_on_device", "copy_to_host"]
 
 
 @jax.jit
@@ -22,6 +23,13 @@ def copy_on_device(tree: Any) -> Any:
     """A copy of ``tree``'s arrays, made by one compiled program (``jnp.copy`` leaf by leaf
     compiles a small program for each distinct shape)."""
     return jax.tree_util.tree_map(jnp.copy, tree)
+
+
+def copy_to_host(tree: Any) -> Any:
+    """A copy of ``tree``'s arrays in the host's pinned memory (memory kind ``"pinned_host"``), each
+    with its sharding otherwise; one transfer, which does not wait for the arrays to be ready."""
+    shardings = jax.tree_util.tree_map(lambda a: a.sharding.with_memory_kind("pinned_host"), tree)
+    return jax.device_put(tree, shardings)
 
 
 def compute_dtype(precision: str) -> Any:
@@ -149,8 +157,15 @@ class ResidentStep:
     outputs every call, and they move whenever the caller still holds the previous step's, as a
     loop that keeps a step in flight always does. Here a small program copies the call's batch
     and key into buffers of the step's own, the step writes its outputs into buffers it is given
-    back (all donated, so every one stays in place), and a small program copies the outputs out
-    for the caller. The same numbers as the plain step (the same function; only copies added).
+    back (all donated, so every one stays in place), and the outputs are copied out for the
+    caller. The same numbers as the plain step (the same function; only copies added).
+
+    On a GPU (``gradlab.backend.current()``, read at each call) the outputs are copied to the
+    host's pinned memory (:func:`copy_to_host`), elsewhere on the device (:func:`copy_on_device`).
+    What XLA cannot keep in place is the program's temporaries, allocated at each call from the
+    memory the last call freed: a copy the caller still holds, carved out of that memory, moves
+    them, and the graphs that read them are updated (on an H200, 3–4 ms of host time a step,
+    ``benchmarks/results/gpu_profile_placements.json``). Copies in host memory never sit there.
 
     Called as the plain step: ``(params, opt_state, frozen, batch, key) -> (params, opt_state,
     aux)``, ``params`` and ``opt_state`` donated. One set of buffers per batch shape.
@@ -158,11 +173,14 @@ class ResidentStep:
     Args:
       update: the step's pure function (:func:`train_update`).
       mesh: the run's data mesh (the outputs' buffers are then replicated over it), or None.
+      copy_out: what copies the step's outputs out of its buffers for the caller, in place of the
+        backend's choice above (a benchmark's A/B of the placements).
     """
 
-    def __init__(self, update: Callable, *, mesh=None):
+    def __init__(self, update: Callable, *, mesh=None, copy_out: Callable | None = None):
         self.plain = jax.jit(update)  # traced once: its trace gives the outputs' shapes and the step's body
         self.mesh = mesh
+        self.copy_out = copy_out
         self._slots: dict[Any, Resident] = {}
 
         def step(params, opt_state, frozen, slots):  # (named as the plain step: JAX's logs say "jit(step)")
@@ -185,7 +203,8 @@ class ResidentStep:
             slots = _load(slots, batch, key)
         params, opt_state, slots = self.step(params, opt_state, frozen, slots)
         self._slots[signature] = slots
-        return params, opt_state, copy_on_device(slots.aux)
+        copy_out = self.copy_out or (copy_to_host if backend.current() == "gpu" else copy_on_device)
+        return params, opt_state, copy_out(slots.aux)
 
     def _fresh(self, params, opt_state, frozen, batch, key) -> Resident:
         """The first call's buffers for ``batch``'s shape: copies of batch and key, zero outputs."""
