@@ -10,7 +10,9 @@ The choice is made while JAX traces, from :func:`current`; each is documented wh
   paper grid of μ_neg columns (a CPU takes 4), independent-mode cells are computed 128 side by
   side (a CPU takes one) with their normals drawn in pieces (a CPU draws them whole), and the
   tables' log-sum-exp is one pass (a CPU takes two);
-* the training batches' planned compile cost per row (``gradlab.real.batches``).
+* the training batches' planned compile cost per row (``gradlab.real.batches``);
+* the training loop's step on a GPU hands its outputs over in the host's pinned memory (a CPU
+  copies them on the device; ``gradlab.real.step.ResidentStep``, read at each call).
 
 The rule: a CPU's workaround applies where :func:`current` is ``"cpu"``, a GPU's tuning where it
 is ``"gpu"``; any other backend gets neither (the engine's sizes are then the CPU's).
