@@ -373,16 +373,19 @@ def test_the_resident_step_keeps_one_set_of_buffers_per_batch_shape(view, caplog
 @pytest.mark.parametrize("choices", ["cpu", "gpu"])
 def test_every_argument_of_the_resident_program_is_donated_and_aliased(view, choices):
     """XLA's buffer assignment of the compiled resident program: every byte of its arguments
-    (parameters, optimizer state, batch, key and the outputs' buffers) is an output's too, with
-    either backend's choices (``gradlab.backend``)."""
+    (parameters, optimizer state, batch, key and the outputs' buffers) is an output's too, but
+    the loss's parameters (read, never written: InfoNCE's τ, 4 bytes), with either backend's
+    choices (``gradlab.backend``)."""
     tv, opt, (plain, resident), batches, keys = _resident_and_plain(view)
     args = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
                                   (tv.params, opt.init(tv.params), None, batches[0], keys[0]))
     with backend.choices_for(choices):
         ours = resident.lower(*args).compile().memory_analysis()
         theirs = plain.lower(*args).compile().memory_analysis()  # the plain step: parameters and optimizer state only
-    assert ours.alias_size_in_bytes == ours.argument_size_in_bytes
-    assert theirs.alias_size_in_bytes < theirs.argument_size_in_bytes
+    loss_bytes = sum(np.asarray(leaf).nbytes for leaf in jax.tree_util.tree_leaves(resident.loss))
+    assert loss_bytes == 4
+    assert ours.alias_size_in_bytes == ours.argument_size_in_bytes - loss_bytes
+    assert theirs.alias_size_in_bytes < theirs.argument_size_in_bytes - loss_bytes
 
 
 def test_the_loop_with_a_gpus_choices_trains_and_monitors_from_host_copies_as_from_device_ones(tmp_path, monkeypatch):
@@ -409,3 +412,30 @@ def test_the_loop_with_a_gpus_choices_trains_and_monitors_from_host_copies_as_fr
     np.testing.assert_array_equal(losses, losses_device)
     assert [r["step"] for r in records] == [0, 1, 2, 4] and all(r["valid"] for r in records)
     assert records == records_device
+
+
+@pytest.mark.parametrize("resident", [False, True])
+def test_a_step_of_another_tau_or_margin_is_the_same_program(view, resident):
+    """The loss is an argument of the step's program, not a constant of it: steps of one loss with
+    other parameters lower to the same program (what JAX's persistent cache keys on), and run
+    it with their own parameters (each step's loss is the loss of its views)."""
+    import optax
+
+    from gradlab.losses import get_loss
+    from gradlab.real.step import make_train_step
+
+    tv, _ = view
+    opt = optax.adam(1e-2)
+    batch = jax.device_put(tv.pack(tv.token_ids(TINY_SENTENCES[:8]), rows=8, width=16))
+    key = jax.random.key(3)
+    losses = [get_loss("infonce", tau=0.05), get_loss("infonce", tau=0.2), get_loss("mpt", m=0.3), get_loss("mpt", m=0.5)]
+    steps = [make_train_step(tv, loss, opt, packed=True, resident=resident) for loss in losses]
+    args = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                                  (tv.params, opt.init(tv.params), None, batch, key))
+    texts = [step.lower(*args).as_text() for step in steps]
+    # another τ or margin: the same program; another loss: another one
+    assert texts[0] == texts[1] and texts[2] == texts[3] and texts[0] != texts[2]
+    for loss, step in zip(losses[:2], steps[:2], strict=True):
+        params = jax.tree_util.tree_map(jnp.copy, tv.params)
+        _, _, aux = step(params, opt.init(params), None, batch, key)
+        np.testing.assert_allclose(float(aux["loss"]), float(loss(aux["h"], aux["h_prime"])), rtol=1e-6)

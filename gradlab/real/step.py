@@ -14,7 +14,7 @@ import numpy as np
 from gradlab import backend
 from gradlab.real._deps import require
 
-__all__ = ["compute_dtype", "cast_floats", "views_fn", "train_update", "make_train_step", "Resident", "ResidentStep",
+__all__ = ["compute_dtype", "cast_floats", "views_fn", "train_update", "make_train_step", "TrainStep", "Resident", "ResidentStep",
            "data_mesh", "shard", "copy_on_device", "copy_to_host"]
 
 
@@ -80,22 +80,22 @@ def views_fn(encoder, *, packed: bool, precision: str = "float32") -> Callable:
     return views
 
 
-def train_update(encoder, loss: Callable, optimizer, *, packed: bool = False, mesh=None,
-                 precision: str = "float32") -> Callable:
-    """The SimCSE step as a pure function (not jitted): ``(params, opt_state, frozen, batch, key)
-    -> (params, opt_state, aux)``; :func:`make_train_step` documents the arguments."""
+def train_update(encoder, optimizer, *, packed: bool = False, mesh=None, precision: str = "float32") -> Callable:
+    """The SimCSE step as a pure function (not jitted): ``(params, opt_state, frozen, batch, key,
+    loss) -> (params, opt_state, aux)``; :func:`make_train_step` documents the arguments. The loss
+    is an argument, not a constant: a ``Loss`` is a pytree whose leaves are its parameters."""
     optax = require("optax", purpose="training")
     views = views_fn(encoder, packed=packed, precision=precision)
 
-    def objective(params, frozen, batch, key):
+    def objective(params, frozen, batch, key, loss):
         h, h_prime = views(params, frozen, batch, key)
         if mesh is not None:  # the loss sees the whole batch on every device
             whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
             h, h_prime = jax.lax.with_sharding_constraint((h, h_prime), whole)
         return loss(h, h_prime), (h, h_prime)
 
-    def step(params, opt_state, frozen, batch, key):
-        (value, (h, h_prime)), grads = jax.value_and_grad(objective, has_aux=True)(params, frozen, batch, key)
+    def step(params, opt_state, frozen, batch, key, loss):
+        (value, (h, h_prime)), grads = jax.value_and_grad(objective, has_aux=True)(params, frozen, batch, key, loss)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree_util.tree_leaves(grads)))
@@ -123,13 +123,42 @@ def make_train_step(encoder, loss: Callable, optimizer, *, packed: bool = False,
     in bfloat16, and ``h``, ``h_prime``, the loss, its gradient, ``grad_norm`` and the update are
     float32. bfloat16 has float32's exponent range, so no loss scaling is needed.
 
+    ``loss`` is one of the program's arguments, on the device once (a ``Loss`` or a
+    ``GradientTransform`` is a pytree whose leaves are its parameters): steps of the same loss
+    with another τ, margin or ratio are the same program, which JAX's persistent cache then
+    serves without compiling it again (the lowered programs are equal, a test compares them).
+
     ``resident=True`` returns a :class:`ResidentStep`: the same step, called the same way, whose
     batch, key and outputs stay in buffers of its own from call to call (the training loop's).
     """
-    update = train_update(encoder, loss, optimizer, packed=packed, mesh=mesh, precision=precision)
+    update = train_update(encoder, optimizer, packed=packed, mesh=mesh, precision=precision)
+    loss = jax.device_put(loss) if mesh is None else shard(loss, mesh, jax.sharding.PartitionSpec())
     if resident:
-        return ResidentStep(update, mesh=mesh)
-    return jax.jit(update, donate_argnums=(0, 1))
+        return ResidentStep(update, loss, mesh=mesh)
+    return TrainStep(jax.jit(update, donate_argnums=(0, 1)), loss)
+
+
+class TrainStep:
+    """A jitted step ``(params, opt_state, frozen, batch, key, loss)`` called without its last
+    argument, the loss given once (on the device, the same buffers every call)."""
+
+    def __init__(self, jitted: Callable, loss: Any):
+        self.jitted, self.loss = jitted, loss
+
+    def __call__(self, params, opt_state, frozen, batch, key):
+        return self.jitted(params, opt_state, frozen, batch, key, self.loss)
+
+    def lower(self, params, opt_state, frozen, batch, key):
+        """The step's program lowered for these arguments (arrays or ``jax.ShapeDtypeStruct``), the
+        loss placed as the batch is (a device not attached: ``benchmarks/gpu_aot.py``)."""
+        sharding = getattr(jax.tree_util.tree_leaves(batch)[0], "sharding", None)
+        return self.jitted.lower(params, opt_state, frozen, batch, key, _abstract(self.loss, sharding))
+
+
+def _abstract(tree: Any, sharding=None) -> Any:
+    """``tree``'s arrays as ``jax.ShapeDtypeStruct`` (shape, dtype, weak type) with ``sharding``."""
+    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=sharding,
+                                                                 weak_type=getattr(a, "weak_type", False)), tree)
 
 
 class Resident(NamedTuple):
@@ -172,19 +201,21 @@ class ResidentStep:
 
     Args:
       update: the step's pure function (:func:`train_update`).
+      loss: its last argument, the same at every call (on the device: :func:`make_train_step`).
       mesh: the run's data mesh (the outputs' buffers are then replicated over it), or None.
       copy_out: what copies the step's outputs out of its buffers for the caller, in place of the
         backend's choice above (a benchmark's A/B of the placements).
     """
 
-    def __init__(self, update: Callable, *, mesh=None, copy_out: Callable | None = None):
+    def __init__(self, update: Callable, loss: Any, *, mesh=None, copy_out: Callable | None = None):
         self.plain = jax.jit(update)  # traced once: its trace gives the outputs' shapes and the step's body
+        self.loss = loss
         self.mesh = mesh
         self.copy_out = copy_out
         self._slots: dict[Any, Resident] = {}
 
-        def step(params, opt_state, frozen, slots):  # (named as the plain step: JAX's logs say "jit(step)")
-            params, opt_state, aux = self.plain(params, opt_state, frozen, slots.batch, slots.key)
+        def step(params, opt_state, frozen, slots, loss):  # (named as the plain step: JAX's logs say "jit(step)")
+            params, opt_state, aux = self.plain(params, opt_state, frozen, slots.batch, slots.key, loss)
             return params, opt_state, slots._replace(aux=aux)
 
         self.step = jax.jit(step, donate_argnums=(0, 1, 3), keep_unused=True)
@@ -201,14 +232,14 @@ class ResidentStep:
             slots = self._fresh(params, opt_state, frozen, batch, key)
         else:
             slots = _load(slots, batch, key)
-        params, opt_state, slots = self.step(params, opt_state, frozen, slots)
+        params, opt_state, slots = self.step(params, opt_state, frozen, slots, self.loss)
         self._slots[signature] = slots
         copy_out = self.copy_out or (copy_to_host if backend.current() == "gpu" else copy_on_device)
         return params, opt_state, copy_out(slots.aux)
 
     def _fresh(self, params, opt_state, frozen, batch, key) -> Resident:
         """The first call's buffers for ``batch``'s shape: copies of batch and key, zero outputs."""
-        info = self.plain.eval_shape(params, opt_state, frozen, batch, key)[2]
+        info = self.plain.eval_shape(params, opt_state, frozen, batch, key, self.loss)[2]
 
         def zeros():
             return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), info)
@@ -225,10 +256,10 @@ class ResidentStep:
 
     def lower(self, params, opt_state, frozen, batch, key):
         """The step's program lowered for these arguments (arrays or ``jax.ShapeDtypeStruct``)."""
-        info = self.plain.eval_shape(params, opt_state, frozen, batch, key)[2]
+        info = self.plain.eval_shape(params, opt_state, frozen, batch, key, self.loss)[2]
         sharding = self._aux_sharding() or getattr(jax.tree_util.tree_leaves(batch)[0], "sharding", None)
         aux = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), info)
-        return self.step.lower(params, opt_state, frozen, Resident(batch, key, aux))
+        return self.step.lower(params, opt_state, frozen, Resident(batch, key, aux), _abstract(self.loss, sharding))
 
 
 def data_mesh(devices: Sequence[Any] | None = None):
