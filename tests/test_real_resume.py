@@ -106,5 +106,17 @@ def test_resume_refuses_another_configuration_and_needs_out_dir(tmp_path):
     with pytest.raises(ValueError, match="another configuration.*precision"):
         train(TrainConfig(**{**cfg.__dict__, "precision": "bf16"}), encoder=enc, sentences=SENTENCES,
               out_dir=tmp_path, resume=True)
+    # a state whose optimizer arrays are not this run's is refused, not read into the wrong places:
+    # here the state of optax's plain Adam, which runs wrote before the optimizer kept its
+    # hyperparameters in its state (the same arrays, less those)
+    import optax
+
+    opt = sorted((k for k in arrays if k.startswith("opt/")), key=lambda k: int(k[4:]))
+    older = [arrays[k] for k in opt[-len(jax.tree_util.tree_leaves(optax.adam(1e-3).init(enc.params))):]]
+    assert 0 < len(older) < len(opt)
+    rest = {k: v for k, v in arrays.items() if not k.startswith("opt/")}
+    np.savez(path, **rest, **{f"opt/{i}": a for i, a in enumerate(older)})
+    with pytest.raises(ValueError, match="another optimizer state"):
+        train(cfg, encoder=enc, sentences=SENTENCES, out_dir=tmp_path, resume=True)
     with pytest.raises(ValueError, match="save_state_every"):
         TrainConfig(save_state_every=-1)

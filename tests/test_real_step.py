@@ -439,3 +439,43 @@ def test_a_step_of_another_tau_or_margin_is_the_same_program(view, resident):
         params = jax.tree_util.tree_map(jnp.copy, tv.params)
         _, _, aux = step(params, opt.init(params), None, batch, key)
         np.testing.assert_allclose(float(aux["loss"]), float(loss(aux["h"], aux["h_prime"])), rtol=1e-6)
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_the_loops_optimizer_updates_as_optaxs_adam_and_its_rate_is_no_constant_of_the_step(view, weight_decay):
+    """``make_optimizer``: the updates of optax's Adam (AdamW with weight decay) over three steps,
+    to float32's last bits (a rate read at run time rounds its products as XLA schedules them, a
+    constant one as it folds them), its learning rate a value of the state; steps of two rates
+    lower to one program."""
+    import optax
+
+    from gradlab.losses import get_loss
+    from gradlab.real.loop import make_optimizer
+    from gradlab.real.step import make_train_step
+
+    params = {"w": jax.random.normal(jax.random.key(0), (5, 3)), "b": jnp.arange(3.0)}
+    ours, theirs = make_optimizer(3e-4, weight_decay), (optax.adamw(3e-4, weight_decay=weight_decay) if weight_decay
+                                                         else optax.adam(3e-4))
+    runs = []
+    for opt in (ours, theirs):
+        p, state = params, opt.init(params)
+        for k in range(3):
+            grads = jax.tree_util.tree_map(lambda a, k=k: jnp.sin(a * (k + 1)), p)
+            updates, state = jax.jit(opt.update)(grads, state, p)
+            p = optax.apply_updates(p, updates)
+        runs.append(p)
+    for got, want in zip(jax.tree_util.tree_leaves(runs[0]), jax.tree_util.tree_leaves(runs[1]), strict=True):
+        np.testing.assert_allclose(got, want, rtol=3e-7, atol=0)
+        assert not np.array_equal(got, params["w"] if got.shape == (5, 3) else params["b"])  # trained
+    assert float(ours.init(params).hyperparams["learning_rate"]) == np.float32(3e-4)
+
+    tv, _ = view
+    batch = jax.device_put(tv.pack(tv.token_ids(TINY_SENTENCES[:8]), rows=8, width=16))
+    texts = []
+    for lr in (3e-5, 1e-4):
+        opt = make_optimizer(lr, weight_decay)
+        args = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                                      (tv.params, opt.init(tv.params), None, batch, jax.random.key(0)))
+        step = make_train_step(tv, get_loss("infonce", tau=0.05), opt, packed=True)
+        texts.append(step.lower(*args).as_text())
+    assert texts[0] == texts[1]

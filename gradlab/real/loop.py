@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from gradlab.real._deps import require
@@ -20,8 +21,8 @@ from gradlab.real.batches import Batches, StreamBatches, batch_order
 from gradlab.real.config import TrainConfig
 from gradlab.real.step import copy_on_device, data_mesh, make_train_step, shard, views_fn
 
-__all__ = ["Loop", "State", "Log", "Watch", "make_loop", "monitor_steps", "initial_state", "eval_due", "evaluate",
-           "run_steps", "attach_monitor", "TRACKED"]
+__all__ = ["Loop", "State", "Log", "Watch", "make_optimizer", "make_loop", "monitor_steps", "initial_state", "eval_due",
+           "evaluate", "run_steps", "attach_monitor", "TRACKED"]
 
 
 def attach_monitor(trained, out_dir: Path | None, tracker: Callable[[dict], None] | None = None):
@@ -186,9 +187,26 @@ class Watch:
                 self.status = f"stopped at its pending record ({type(exc).__name__}: {exc})"
 
 
+def make_optimizer(learning_rate: float, weight_decay: float = 0.0):
+    """Adam, or AdamW with ``weight_decay`` > 0 (optax), whose learning rate and weight decay are
+    float32 values of the optimizer's state rather than constants of the step
+    (``optax.inject_hyperparams``): runs with another rate compile to the same program, which
+    JAX's persistent cache then serves; the updates are optax's own Adam's.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> make_optimizer(3e-5).init({"w": jnp.zeros(2)}).hyperparams["learning_rate"].dtype
+      dtype('float32')
+    """
+    optax = require("optax", purpose="training")
+    if weight_decay:
+        return optax.inject_hyperparams(optax.adamw, hyperparam_dtype=jnp.float32)(
+            learning_rate=learning_rate, weight_decay=weight_decay)
+    return optax.inject_hyperparams(optax.adam, hyperparam_dtype=jnp.float32)(learning_rate=learning_rate)
+
+
 def make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> Loop:
     """Optimizer, batch order, batches (in as few shapes as pay for their compilation) and the jitted step."""
-    optax = require("optax", purpose="training")
     from gradlab.real.light import LightEncoder
 
     n_devices = jax.device_count()
@@ -196,10 +214,7 @@ def make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> Loop:
         raise ValueError(f"batch_size={config.batch_size} must be a multiple of the {n_devices} devices")
     mesh = data_mesh() if n_devices > 1 else None
     fixed = config.fixed_length if config.fixed_length is not None else isinstance(encoder, LightEncoder)
-    if config.weight_decay:
-        optimizer = optax.adamw(config.learning_rate, weight_decay=config.weight_decay)
-    else:
-        optimizer = optax.adam(config.learning_rate)
+    optimizer = make_optimizer(config.learning_rate, config.weight_decay)
     if config.stream:
         batches = StreamBatches(encoder, config.corpus, seed=config.seed, buffer=config.shuffle_buffer,
                                  batch_size=config.batch_size, n_devices=n_devices)

@@ -73,10 +73,13 @@ def load_state(path: Path, config: TrainConfig, loop: Loop) -> State:
     params = tree("params/")
     if loop.mesh is not None:
         params = shard(params, loop.mesh, jax.sharding.PartitionSpec())
-    like = jax.eval_shape(loop.optimizer.init, params)  # the state's structure and dtypes
-    leaves = [jnp.asarray(arrays[f"opt/{i}"], dtype=leaf.dtype)
-              for i, leaf in enumerate(jax.tree_util.tree_leaves(like))]
-    opt_state = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
+    like, structure = jax.tree_util.tree_flatten(jax.eval_shape(loop.optimizer.init, params))  # shapes and dtypes
+    saved_opt = [arrays[f"opt/{i}"] for i in range(sum(k.startswith("opt/") for k in arrays))]
+    if [np.shape(a) for a in saved_opt] != [leaf.shape for leaf in like]:
+        raise ValueError(f"{path} holds another optimizer state ({len(saved_opt)} arrays, this run's has "
+                         f"{len(like)}): written by another version of gradlab?")
+    leaves = [jnp.asarray(a, dtype=leaf.dtype) for a, leaf in zip(saved_opt, like, strict=True)]
+    opt_state = jax.tree_util.tree_unflatten(structure, leaves)
     if loop.mesh is not None:
         opt_state = shard(opt_state, loop.mesh, jax.sharding.PartitionSpec())
     return State(step=int(meta["step"]), params=params, opt_state=opt_state,
