@@ -188,10 +188,11 @@ class Watch:
 
 
 def make_optimizer(learning_rate: float, weight_decay: float = 0.0):
-    """Adam, or AdamW with ``weight_decay`` > 0 (optax), whose learning rate and weight decay are
-    float32 values of the optimizer's state rather than constants of the step
-    (``optax.inject_hyperparams``): runs with another rate compile to the same program, which
-    JAX's persistent cache then serves; the updates are optax's own Adam's.
+    """Adam, or AdamW with ``weight_decay`` > 0 (optax), whose hyperparameters (the learning rate,
+    the weight decay, the betas, epsilon) are float32 values of the optimizer's state rather than
+    constants of the step (``optax.inject_hyperparams``): runs with another rate compile to the
+    same program, which JAX's persistent cache then serves. The updates are optax's Adam's to
+    float32's last bits (a rate read at run time rounds as XLA schedules its products).
 
     Examples:
       >>> import jax.numpy as jnp
