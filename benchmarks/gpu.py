@@ -39,7 +39,9 @@ without a GPU, which tells a slow host from slow code).
   (the same program: its pipelined losses are compared with the default's).
   ``gradlab_bf16_stable`` copies the step's per-call inputs (the packed batch, the
   dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
-  experiment that came before ``ResidentStep``. ``gradlab_bf16_never_update`` is
+  experiment that came before ``ResidentStep``. ``gradlab_bf16_no_graphs`` is ``gradlab_bf16``
+  under ``XLA_FLAGS=--xla_gpu_enable_command_buffer=`` (no CUDA graphs: every kernel launched
+  from the host); ``gradlab_bf16_never_update`` is
   ``gradlab_bf16`` under ``XLA_FLAGS=--xla_gpu_command_buffer_update_mode=NEVER_UPDATE``
   (``XLA_ROWS``): the graphs recorded once, every buffer at a fixed virtual address, the
   temporaries too; ``gradlab_bf16_separate_temp`` under
@@ -701,6 +703,7 @@ ROWS = {
     "matmul": (matmul, False, 30),
     "gradlab_bf16_rolled": (gradlab_bf16_rolled, False, 120),
     "gradlab_bf16_stable": (gradlab_bf16_stable, False, 120),
+    "gradlab_bf16_no_graphs": (gradlab_bf16, False, 120),
     "gradlab_bf16_never_update": (gradlab_bf16, False, 120),
     "gradlab_bf16_separate_temp": (gradlab_bf16, False, 120),
     "train_loop_separate_temp": (train_loop, False, 150),
@@ -709,12 +712,15 @@ ROWS = {
 #: Rows that run another row's worker (a process of their own) under XLA flags added to
 #: ``XLA_FLAGS``, each compiling its own step: the remedies XLA offers if a held step's host time
 #: is its command buffers' (CUDA graphs') updates for buffers that moved, the temporaries among
-#: them, which ``ResidentStep`` cannot hold in place. ``NEVER_UPDATE``: graphs recorded once,
+#: them, which ``ResidentStep`` cannot hold in place. No command buffers at all: every kernel
+#: launched from the host (a profile measured 9.28 ms held, 7.58 pipelined on an H200,
+#: ``results/gpu_profile_placements.json``). ``NEVER_UPDATE``: graphs recorded once,
 #: every buffer at a fixed virtual address (XLA's VMM allocator). The separate color: the
 #: temporaries alone from an allocator of their own, at one address (a flag JAX 0.10.2's CUDA
 #: plugin knows, read from its strings); ``train_loop`` inherits it in its command.
 SEPARATE_TEMP = "--xla_gpu_temp_buffer_use_separate_color=true"
-XLA_ROWS = {"gradlab_bf16_never_update": ("gradlab_bf16", "--xla_gpu_command_buffer_update_mode=NEVER_UPDATE"),
+XLA_ROWS = {"gradlab_bf16_no_graphs": ("gradlab_bf16", "--xla_gpu_enable_command_buffer="),
+            "gradlab_bf16_never_update": ("gradlab_bf16", "--xla_gpu_command_buffer_update_mode=NEVER_UPDATE"),
             "gradlab_bf16_separate_temp": ("gradlab_bf16", SEPARATE_TEMP),
             "train_loop_separate_temp": ("train_loop", SEPARATE_TEMP)}
 
