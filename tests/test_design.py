@@ -344,6 +344,12 @@ def raises(c_pos, c_neg):
     return c_pos.no_such_attribute
 
 
+def branches(c_pos, c_neg, *, gamma=2.0):
+    if gamma > 0:  # a Python branch on a parameter's value
+        return gamma * (jnp.max(c_neg, -1) - c_pos)
+    return jnp.max(c_neg, -1) - c_pos
+
+
 COUNT = 3
 '''
 
@@ -400,6 +406,7 @@ def test_resolve_loss_is_the_one_door(loss_file):
     ("{file}:wrong_shape", "must return shape (3,)"),
     ("{file}:gives_nan", "non-finite"),
     ("{file}:raises", "failed"),
+    ("{file}:branches", "branch with jnp.where"),
     ("{file}:COUNT", "not a function"),
     ("{file}:needs_k", "no default"),
     ("no_such_module_xyz:f", "could not import module"),
@@ -432,6 +439,7 @@ def test_cli_heatmap_accepts_file_function_and_compose(loss_file, tmp_path):
     ["--loss", "{file}:one_argument"],
     ["--loss", "{file}:wrong_shape"],
     ["--loss", "{file}:gives_nan"],
+    ["--loss", "{file}:branches"],
     ["--loss", "{file}:focal", "--param", "beta=1"],
     ["--compose", "gd=indicator,weight=softmax"],
     ["--compose", "gd=indicator,weight=softmax,ratio=static", "--loss", "infonce"],

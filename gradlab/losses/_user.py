@@ -110,8 +110,9 @@ _PROBE_NEG = np.cos(np.array([[0.9, 1.3, 1.6, 2.2], [0.5, 1.0, 1.5, 2.9], [1.2, 
 def probe(loss: Loss) -> None:
     """Evaluate a cosine loss and its components on a small fixed batch; raise a one-line ``ValueError`` if it fails.
 
-    Checks: it can be called as ``fn(c_pos, c_neg, **params)``, returns shape (B,) for
-    c_pos (B,) and c_neg (B, M), and its values and components are finite.
+    Checks: it can be called as ``fn(c_pos, c_neg, **params)``, also with its parameters traced
+    (as the compiled training step and monitor pass them), returns shape (B,) for c_pos (B,) and
+    c_neg (B, M), and its values and components are finite.
     """
     name, spec = loss.name, loss.spec
     c_pos, c_neg = jnp.asarray(_PROBE_POS), jnp.asarray(_PROBE_NEG)
@@ -122,6 +123,12 @@ def probe(loss: Loss) -> None:
         raise ValueError(f"{name}: calling it as fn(c_pos, c_neg, **params) failed ({one_line(exc, first_line=True)})") from None
     if out.shape != c_pos.shape:
         raise ValueError(f"{name}: fn(c_pos (3,), c_neg (3, 4)) must return shape (3,); got {out.shape}")
+    try:  # gradlab's compiled programs (the training step, the monitor) take the parameters as arguments
+        jax.jit(lambda params: spec.value(c_pos, c_neg, valid, **params))(dict(loss.params))
+    except jax.errors.ConcretizationTypeError as exc:
+        raise ValueError(f"{name}: a parameter's value decides a Python branch or a shape ({one_line(exc, first_line=True)}); "
+                         "gradlab passes the parameters to its compiled programs as JAX values: branch with "
+                         "jnp.where or jax.lax.cond") from None
     if not bool(jnp.all(jnp.isfinite(out))):
         raise ValueError(f"{name}: fn returned a non-finite value on the probe batch: {np.asarray(out).tolist()}")
     try:
