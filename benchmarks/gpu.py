@@ -213,6 +213,40 @@ def device_memory() -> dict:
     return {k: stats[k] for k in MEMORY_KEYS if k in stats}
 
 
+def run_batch(loop, k: int):
+    """Batch ``k`` of the run, its batches in turn (a trial may plan fewer steps than are timed)."""
+    return loop.batch((k - 1) % loop.batches.order.shape[0] + 1)
+
+
+def device_steps(loop, state: tuple, first: int, release: bool, count: int = TIMED) -> tuple[tuple, tuple]:
+    """``count`` synchronous steps of ``loop`` from ``state`` (params, opt_state), batches ``first``
+    on, each on the device before its clock starts: ((seconds to the loss, to the call's return
+    and the last step's outputs dropped, to the call's return), the state after).
+
+    ``release``: nothing of a step is kept past it but the state (as the torch rows keep only
+    their model), so the next step's batch, key and outputs can take the same places in memory,
+    which a CUDA graph that records addresses need not update; else each step's batch is made,
+    and the step dispatched, while the last one's are held."""
+    import jax
+
+    params, opt_state = state
+    steps_s, dispatch_s, call_s = [], [], []
+    for k in range(first, first + count):
+        batch, key = run_batch(loop, k), loop.key(k)
+        jax.block_until_ready((batch, key))
+        t0 = time.perf_counter()
+        out = loop.step_fn(params, opt_state, loop.frozen, batch, key)
+        call_s.append(time.perf_counter() - t0)
+        params, opt_state, aux = out  # held: the last step's outputs are dropped here
+        del out
+        dispatch_s.append(time.perf_counter() - t0)
+        float(aux["loss"])
+        steps_s.append(time.perf_counter() - t0)
+        if release:
+            del aux, batch, key
+    return (steps_s, dispatch_s, call_s), (params, opt_state)
+
+
 def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
     """A jitted step of ``loop`` timed five ways after the compiling one (median of TIMED each):
 
@@ -228,11 +262,7 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
     """
     import jax
 
-    steps = loop.batches.order.shape[0]
-
-    def batch_of(k):  # the run's batches in turn (a trial may plan fewer steps than are timed)
-        return loop.batch((k - 1) % steps + 1)
-
+    batch_of = functools.partial(run_batch, loop)
     t0 = time.perf_counter()
     with compile_log() as phases:
         params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, batch_of(1), loop.key(1))
@@ -248,31 +278,9 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
         sync.append(time.perf_counter() - t0)
     del batch, aux
 
-    def device_steps(first: int, release: bool) -> tuple[list, list]:
-        """TIMED synchronous steps from batches on the device: (seconds to the loss, to the
-        call's return). ``release``: nothing of a step is kept past it but the state (as the
-        torch rows keep only their model), so the next step's batch, key and outputs can take
-        the same places in memory, which a CUDA graph that records addresses need not update;
-        else each step's batch is made, and the step dispatched, while the last one's are held."""
-        nonlocal params, opt_state
-        steps_s, dispatch_s, call_s = [], [], []
-        for k in range(first, first + TIMED):
-            batch, key = batch_of(k), loop.key(k)
-            jax.block_until_ready((batch, key))
-            t0 = time.perf_counter()
-            out = loop.step_fn(params, opt_state, loop.frozen, batch, key)
-            call_s.append(time.perf_counter() - t0)
-            params, opt_state, aux = out  # held: the last step's outputs are dropped here
-            del out
-            dispatch_s.append(time.perf_counter() - t0)
-            float(aux["loss"])
-            steps_s.append(time.perf_counter() - t0)
-            if release:
-                del aux, batch, key
-        return steps_s, dispatch_s, call_s
-
-    sync_dev, dispatch, call = device_steps(TIMED + 2, release=False)
-    released, released_dispatch, _ = device_steps(2 * TIMED + 2, release=True)
+    (sync_dev, dispatch, call), (params, opt_state) = device_steps(loop, (params, opt_state), TIMED + 2, release=False)
+    (released, released_dispatch, _), (params, opt_state) = device_steps(loop, (params, opt_state), 2 * TIMED + 2,
+                                                                          release=True)
     staged = [(batch_of(k), loop.key(k)) for k in range(3 * TIMED + 2, 3 * TIMED + 2 + PIPELINED)]
     jax.block_until_ready(staged)
     t0 = time.perf_counter()

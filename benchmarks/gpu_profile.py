@@ -97,14 +97,14 @@ def _same_inputs(loop, params, opt_state) -> tuple[dict, tuple]:
 
 
 def _placements(loop, params, opt_state) -> tuple[dict, tuple]:
-    """Held synchronous steps (``gpu.step_timings``' ``step_s``: each step dispatched while the
-    last one's outputs are held) with the resident step's outputs copied out to each placement of
-    ``PLACEMENTS``: the call's and the step's medians, beside released steps. Whether the copies
+    """Held and released synchronous steps (``gpu.device_steps``, as ``gpu.step_timings`` times
+    them) with the resident step's outputs copied out to each placement: the device, the host's
+    pinned memory, the device with a small array kept after each copy (so that a freed copy cannot
+    rejoin the free memory beyond it). The call's and the step's medians say whether the copies
     that the caller holds move the step's temporaries (a held call re-records its graphs)."""
     import collections
     import statistics
 
-    import jax
     import jax.numpy as jnp
 
     from gradlab.real.step import copy_on_device, copy_to_host
@@ -114,34 +114,21 @@ def _placements(loop, params, opt_state) -> tuple[dict, tuple]:
         return {"skipped": "the loop's step is not a ResidentStep"}, (params, opt_state)
     pins = collections.deque(maxlen=8)
 
-    def spacer(aux):  # a small array kept alive after each copy: a freed copy cannot merge with the free space beyond
+    def spacer(aux):
         out = copy_on_device(aux)
         pins.append(jnp.zeros((64,), jnp.float32))
         return out
 
-    placements = {"device": copy_on_device, "pinned_host": copy_to_host, "spacer": spacer}
-    out, k = {}, 100
-    for name, copy_out in placements.items():
+    out, state, first = {}, (params, opt_state), 100
+    for name, copy_out in {"device": copy_on_device, "pinned_host": copy_to_host, "spacer": spacer}.items():
         step.copy_out = copy_out
         for release in (False, True):
-            calls, steps = [], []
-            for _ in range(gpu.TIMED + 2):
-                k += 1
-                batch, key = loop.batch(k % loop.batches.order.shape[0] + 1), loop.key(k)
-                jax.block_until_ready((batch, key))
-                t0 = time.perf_counter()
-                result = step(params, opt_state, loop.frozen, batch, key)
-                calls.append(time.perf_counter() - t0)
-                params, opt_state, aux = result
-                del result
-                float(aux["loss"])
-                steps.append(time.perf_counter() - t0)
-                if release:
-                    del aux, batch, key
+            (steps, _, calls), state = gpu.device_steps(loop, state, first, release, count=gpu.TIMED + 2)
+            first += gpu.TIMED + 2
             out[f"{name}_{'released' if release else 'held'}"] = {
                 "call_s": statistics.median(calls[2:]), "step_s": statistics.median(steps[2:])}
     step.copy_out = None  # the backend's choice again
-    return out, (params, opt_state)
+    return out, state
 
 
 def _batch() -> int:
