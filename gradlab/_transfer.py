@@ -60,7 +60,8 @@ class HostOutputs:
 
     def start(self, *args) -> Callable[[], Any]:
         """Dispatch the program and start its copies to the host; returns ``() -> outputs``."""
-        signature = jax.tree.map(jax.typeof, args)
+        leaves, tree = jax.tree.flatten(args)
+        signature = (tree, tuple(map(jax.typeof, leaves)))  # (a pytree of types may not hash: a Loss's leaves)
         layout = self._layouts.get(signature)
         if layout is None:
             leaves, tree = jax.tree.flatten(jax.eval_shape(self.fn, *args))

@@ -103,6 +103,26 @@ def test_trained_infonce_at_another_tau_leaves_the_comparison_at_its_default(vie
     assert rec["losses"]["infonce"] == {"loss": "infonce", "params": {"tau": 0.05}}
 
 
+def test_monitors_of_one_loss_at_other_parameters_share_one_compiled_program(views):
+    """The trained loss's parameters are an argument of the statistics' program, not constants:
+    the monitor of a later run of a sweep (InfoNCE at another τ, the baseline at another m)
+    compiles nothing, and measures its own parameters (the closed forms)."""
+    from tests._xla import compilations
+
+    h, hp = views
+    ParadigmMonitor(trained=gradlab.get_loss("infonce", tau=0.07), rankme_window=None).update(0, h, hp)
+    ParadigmMonitor(trained=gradlab.get_loss("baseline", m=0.5), rankme_window=None).update(0, h, hp)
+    with compilations() as compiled:
+        rec = ParadigmMonitor(trained=gradlab.get_loss("infonce", tau=0.3), rankme_window=None).update(0, h, hp)
+        gate = ParadigmMonitor(trained=gradlab.get_loss("baseline", m=0.05), rankme_window=None).update(0, h, hp)
+    assert not compiled, compiled
+    gd, share = infonce_gd_and_share(h, hp, 0.3)
+    assert rec["gd_mean"]["trained"] == pytest.approx(gd.mean(), rel=1e-5)
+    assert rec["weight_share"]["trained"] == pytest.approx(share.mean(), rel=1e-5)
+    assert rec["losses"]["trained"] == {"loss": "infonce", "params": {"tau": 0.3}}
+    assert gate["gd_mean"]["trained"] == pytest.approx(baseline_gd(h, hp, 0.05).mean(), abs=1e-7)
+
+
 def test_a_batch_level_loss_is_measured_from_its_exact_components(views):
     """Barlow Twins has no cosine kernel: its GD is that of ``components`` on the batch; its R is a matrix."""
     h, hp = views

@@ -479,3 +479,80 @@ def test_the_loops_optimizer_updates_as_optaxs_adam_and_its_rate_is_no_constant_
         step = make_train_step(tv, get_loss("infonce", tau=0.05), opt, packed=True)
         texts.append(step.lower(*args).as_text())
     assert texts[0] == texts[1]
+
+
+def test_runs_of_one_process_share_the_steps_programs_which_hold_no_weights():
+    """``step_programs``: two encoders loaded apart with equal architectures, and Adam at two
+    rates, give one set of programs; AdamW, padded batches, bf16, another pooling or an encoder
+    subclass (whose forward may be its own) give programs of their own. The programs kept hold no
+    encoder: one that ran a step is freed with its weights once the caller drops it."""
+    import gc
+    import weakref
+
+    from gradlab.real.loop import make_optimizer
+    from gradlab.real.step import SHARED_STEPS, step_programs
+
+    def recipe(**kw):
+        return simcse_unsup_encoder(FIXTURES / "bert", **kw)
+
+    a = recipe(seed=0)
+    first = step_programs(a, make_optimizer(1e-3), packed=True)
+    assert step_programs(recipe(seed=1), make_optimizer(3e-5), packed=True) is first
+    params = jax.tree_util.tree_map(jnp.copy, a.params)
+    opt = make_optimizer(1e-3)
+    batch = a.pack(a.token_ids(TINY_SENTENCES[:8]), rows=8, width=16)
+    from gradlab.losses import get_loss
+
+    first.jitted(params, opt.init(params), None, batch, jax.random.key(0), get_loss("infonce", tau=0.05))
+    held = weakref.ref(a)
+    del a, params
+    gc.collect()
+    assert held() is None
+
+    b = recipe(seed=0)
+    others = [step_programs(b, make_optimizer(1e-3, 0.01), packed=True), step_programs(b, make_optimizer(1e-3)),
+              step_programs(b, make_optimizer(1e-3), packed=True, precision="bf16")]
+    assert len({id(p) for p in (first, *others)}) == 1 + len(others) <= SHARED_STEPS
+    assert step_programs(recipe(pooling="avg"), make_optimizer(1e-3), packed=True) not in (first, *others)
+
+    class Own(type(b)):
+        pass
+
+    own = Own(b.train_view, b.eval_view)
+    assert own.architecture is None
+    assert step_programs(own, make_optimizer(1e-3), packed=True) is not step_programs(own, make_optimizer(1e-3),
+                                                                                        packed=True)
+
+
+def test_a_run_with_a_shared_step_equals_one_with_a_step_of_its_own(tmp_path):
+    """A later run of a process (InfoNCE at another τ, another learning rate) trains with the
+    programs of the first, compiles no step, and gives the numbers of the same run with an encoder
+    subclass, which compiles a step of its own: losses, evaluations, parameters, monitor records."""
+    from gradlab.real import load_encoder
+    from gradlab.real.minilm import MiniLM
+    from tests._xla import compilations
+
+    def config(tau, lr):
+        return TrainConfig(encoder=str(FIXTURES / "bert"), steps=3, batch_size=8, lr=lr, eval_every=0,
+                           monitor_every=1, dev_pairs=20, eval_test=False, seed=2, loss_params={"tau": tau})
+
+    class Own(MiniLM):
+        pass
+
+    enc = load_encoder(FIXTURES / "bert", pooling="avg")
+    train(config(0.05, 1e-3), encoder=enc, sentences=TINY_SENTENCES)
+    with compilations() as compiled:
+        shared = train(config(0.2, 1e-2), encoder=enc, sentences=TINY_SENTENCES, out_dir=tmp_path / "shared")
+    assert "jit(step)" not in compiled, compiled
+    own_encoder = Own(**{f.name: getattr(enc, f.name) for f in dataclasses.fields(enc)})
+    with compilations() as compiled:
+        own = train(config(0.2, 1e-2), encoder=own_encoder, sentences=TINY_SENTENCES, out_dir=tmp_path / "own")
+    assert "jit(step)" in compiled
+    np.testing.assert_array_equal(shared.losses, own.losses)
+    assert shared.evals == own.evals and shared.monitor == own.monitor == "attached"
+    for x, y in zip(jax.tree_util.tree_leaves(shared.params), jax.tree_util.tree_leaves(own.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    records = [[{k: v for k, v in json.loads(line).items() if k not in ("time", "update_s")}  # (timings)
+                for line in (tmp_path / name / "paradigm_monitor.jsonl").read_text().splitlines()]
+               for name in ("shared", "own")]
+    assert records[0] == records[1] and len(records[0]) == 4

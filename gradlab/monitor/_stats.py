@@ -161,9 +161,9 @@ def _row_block(h_rows, hp_rows, h, hp, start, size: int, cfg: StatsConfig):
     kernels = {}
 
     def kernel(e):  # each distinct loss traced once, even if listed for GD and for ratio
-        if e not in kernels:
-            kernels[e] = e.kernel(c_pos, C, valid, **dict(e.params))
-        return kernels[e]
+        if e.key not in kernels:  # (by key: the trained entry's parameters are traced, not hashable)
+            kernels[e.key] = e.kernel(c_pos, C, valid, **dict(e.params))
+        return kernels[e.key]
 
     out["gd"] = {e.key: kernel(e)[0] for e in cfg.losses}
     out["hard"] = hard
@@ -404,12 +404,65 @@ def _statistics(h, hp, cfg: StatsConfig):
 
 @functools.lru_cache(maxsize=32)
 def batch_statistics_fn(cfg: StatsConfig):
-    """The jitted ``(h, h_prime) -> statistics`` for a config (cached: compiles once per config and shape)."""
-    return jax.jit(functools.partial(_statistics, cfg=cfg))
+    """The jitted ``(h, h_prime) -> statistics`` for a config (cached). The trained loss's
+    parameters are an argument of the program, not constants: configs that differ only in them
+    (runs of one loss at another τ) share one compilation per shape."""
+    return _WithTrained(_statistics_program(_program_config(cfg)), _trained_argument(cfg))
 
 
 @functools.lru_cache(maxsize=32)
 def host_statistics_fn(cfg: StatsConfig):
     """``(h, h_prime) -> statistics`` as NumPy arrays on the host, copied in one transfer per
-    dtype (:func:`gradlab._transfer.host_outputs`; cached like :func:`batch_statistics_fn`)."""
-    return host_outputs(batch_statistics_fn(cfg))
+    dtype (:func:`gradlab._transfer.host_outputs`; cached and shared like :func:`batch_statistics_fn`)."""
+    return _WithTrained(_host_program(_program_config(cfg)), _trained_argument(cfg))
+
+
+class _WithTrained:
+    """A shared statistics program (jitted, or :class:`~gradlab._transfer.HostOutputs`) called with
+    one config's trained loss: ``(h, h_prime) -> statistics``, its ``lower`` or its ``start`` alike.
+    (A plain class: ``jax.eval_shape`` of it jits it, which needs a weak reference to it.)"""
+
+    def __init__(self, program: Any, trained: Any):
+        self.program, self.trained = program, trained
+
+    def __call__(self, h, h_prime):
+        return self.program(h, h_prime, self.trained)
+
+    def lower(self, h, h_prime):
+        return self.program.lower(h, h_prime, self.trained)
+
+    def start(self, h, h_prime):
+        return self.program.start(h, h_prime, self.trained)
+
+
+def _program_config(cfg: StatsConfig) -> StatsConfig:
+    """``cfg`` with the trained loss's parameter values left out (its structure kept): the key of
+    the compiled program, whose argument they are."""
+    t = cfg.trained
+    if t is None:
+        return cfg
+    return dataclasses.replace(cfg, trained=dataclasses.replace(
+        t, params=tuple((k, None) for k, _ in t.params), loss=jax.tree_util.tree_structure(t.loss), about=None))
+
+
+def _trained_argument(cfg: StatsConfig) -> Any:
+    """The trained loss (a pytree whose leaves are its parameters) on the device, or None."""
+    return None if cfg.trained is None else jax.device_put(cfg.trained.loss)
+
+
+def _statistics_of(h, hp, trained, cfg: StatsConfig):
+    """:func:`_statistics` with the trained loss ``trained`` put back into ``cfg`` (a program config)."""
+    if cfg.trained is not None:
+        cfg = dataclasses.replace(cfg, trained=dataclasses.replace(
+            cfg.trained, params=tuple(trained.params.items()), loss=trained))
+    return _statistics(h, hp, cfg)
+
+
+@functools.lru_cache(maxsize=32)
+def _statistics_program(cfg: StatsConfig):
+    return jax.jit(functools.partial(_statistics_of, cfg=cfg))
+
+
+@functools.lru_cache(maxsize=32)
+def _host_program(cfg: StatsConfig):
+    return host_outputs(_statistics_program(cfg))

@@ -33,6 +33,12 @@ class Encoder(Protocol):
         as an argument so that a jitted step does not bake them in as constants.
       max_seq_length: truncation length in tokens.
       dim: embedding dimension D.
+
+    Optional: ``architecture``, a hashable value without arrays that has the encoder's
+    ``forward`` (``forward_packed`` and ``compute_params`` where the encoder has them), equal for
+    two encoders whose forwards are the same function of their arguments. The runs of one process
+    whose encoders have equal architectures share their compiled training step
+    (:func:`gradlab.real.step.step_programs`); without one (or None) each run compiles its own.
     """
 
     params: Any

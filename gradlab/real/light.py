@@ -27,7 +27,7 @@ from gradlab.real.hf import load_minilm
 from gradlab.real.minilm import MiniLM
 from gradlab.real.packing import length_bucket, pad_ids
 
-__all__ = ["LightEncoder", "load_light", "light_from_minilm", "init_projection"]
+__all__ = ["LightEncoder", "LightArchitecture", "load_light", "light_from_minilm", "init_projection"]
 
 
 @jax.jit
@@ -45,6 +45,29 @@ def init_projection(key: Array, d_in: int, d_out: int, *, dtype=jnp.float32) -> 
         raise ValueError(f"projection sizes must be >= 1, got {d_in} -> {d_out}")
     w = jax.nn.initializers.orthogonal()(key, (d_in, d_out), dtype)
     return {"w": w, "b": jnp.zeros((d_out,), dtype)}
+
+
+@dataclasses.dataclass(frozen=True)
+class LightArchitecture:
+    """A :class:`LightEncoder`'s forward pass without its arrays (hashable; runs of one process with
+    equal architectures share their training step, :func:`gradlab.real.step.make_train_step`)."""
+
+    dropout: float = 0.1
+
+    def forward(self, params: dict, frozen: Array, input_ids: Array, attention_mask: Array,
+                key: Array | None = None) -> Array:
+        """Sentence embeddings (B, D) with the token table ``frozen`` (V, H) passed explicitly.
+
+        Mean of (dropped-out) token embeddings over the mask, then ``@ w + b``.
+        Dropout iff ``key`` is given. Pure, jittable.
+        """
+        x = frozen[input_ids]  # (B, L, H)
+        if key is not None and self.dropout > 0:
+            keep, scale = dropout_keep(key, x.shape, self.dropout)
+            x = jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros_like(x))
+        m = attention_mask.astype(x.dtype)[..., None]
+        pooled = jnp.sum(x * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
+        return pooled @ params["w"] + params["b"]
 
 
 @dataclasses.dataclass
@@ -86,20 +109,17 @@ class LightEncoder:
         """The non-trained part, passed to :meth:`forward` as an argument (not a jit constant)."""
         return self.embeddings
 
+    @property
+    def architecture(self) -> LightArchitecture | None:
+        """The forward pass without the arrays (:class:`LightArchitecture`), by which runs of one
+        process share their training step; None for a subclass, whose forward may be its own."""
+        return LightArchitecture(self.dropout) if type(self) is LightEncoder else None
+
     def forward(self, params: dict, frozen: Array, input_ids: Array, attention_mask: Array,
                 key: Array | None = None) -> Array:
-        """Sentence embeddings (B, D) with the token table ``frozen`` (V, H) passed explicitly.
-
-        Mean of (dropped-out) token embeddings over the mask, then ``@ w + b``.
-        Dropout iff ``key`` is given. Pure, jittable.
-        """
-        x = frozen[input_ids]  # (B, L, H)
-        if key is not None and self.dropout > 0:
-            keep, scale = dropout_keep(key, x.shape, self.dropout)
-            x = jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros_like(x))
-        m = attention_mask.astype(x.dtype)[..., None]
-        pooled = jnp.sum(x * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
-        return pooled @ params["w"] + params["b"]
+        """Sentence embeddings (B, D) with the token table ``frozen`` (V, H) passed explicitly
+        (:meth:`LightArchitecture.forward`)."""
+        return LightArchitecture(self.dropout).forward(params, frozen, input_ids, attention_mask, key)
 
     def apply(self, params: dict, input_ids: Array, attention_mask: Array, key: Array | None = None) -> Array:
         """:meth:`forward` with this encoder's own token table."""

@@ -5,6 +5,7 @@ evaluations, and :func:`run_steps`, which keeps one step in flight."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 import warnings
@@ -86,9 +87,9 @@ class Loop:
         return jax.random.fold_in(self.root, step)
 
     def optimizer_state(self, params) -> Any:
-        """The optimizer's initial state for ``params``, made by one compiled program (optax's
-        ``init`` run eagerly compiles a small program for each distinct parameter shape)."""
-        return jax.jit(self.optimizer.init)(params)
+        """The optimizer's initial state for ``params`` (:func:`make_optimizer`'s ``init``, compiled
+        once per kind and parameter shapes)."""
+        return self.optimizer.init(params)
 
 
 @dataclasses.dataclass
@@ -194,16 +195,40 @@ def make_optimizer(learning_rate: float, weight_decay: float = 0.0):
     same program, which JAX's persistent cache then serves. The updates are optax's Adam's to
     float32's last bits (a rate read at run time rounds as XLA schedules its products).
 
+    Every optimizer of one kind (Adam; AdamW) has the same ``update`` function, which reads the
+    rates from the state, so the runs of one process share their compiled step
+    (:func:`gradlab.real.step.step_programs`); ``init`` is compiled once per kind and parameter
+    shapes, and writes this optimizer's rates into the state.
+
     Examples:
       >>> import jax.numpy as jnp
       >>> make_optimizer(3e-5).init({"w": jnp.zeros(2)}).hyperparams["learning_rate"].dtype
       dtype('float32')
+      >>> make_optimizer(3e-5).update is make_optimizer(1e-3).update
+      True
     """
     optax = require("optax", purpose="training")
-    if weight_decay:
-        return optax.inject_hyperparams(optax.adamw, hyperparam_dtype=jnp.float32)(
-            learning_rate=learning_rate, weight_decay=weight_decay)
-    return optax.inject_hyperparams(optax.adam, hyperparam_dtype=jnp.float32)(learning_rate=learning_rate)
+    base, init_base = _adam(bool(weight_decay))
+    rates = {"learning_rate": learning_rate, **({"weight_decay": weight_decay} if weight_decay else {})}
+
+    def init(params):
+        state = init_base(params)
+        return state._replace(hyperparams={**state.hyperparams, **{k: jnp.asarray(v, jnp.float32)
+                                                                   for k, v in rates.items()}})
+
+    return optax.GradientTransformationExtraArgs(init, base.update)
+
+
+@functools.cache
+def _adam(decoupled: bool):
+    """optax's Adam (AdamW if ``decoupled``) with its hyperparameters in its state (placeholder rates
+    that :func:`make_optimizer`'s ``init`` replaces), and its ``init`` jitted: one of each per kind."""
+    optax = require("optax", purpose="training")
+    if decoupled:
+        base = optax.inject_hyperparams(optax.adamw, hyperparam_dtype=jnp.float32)(learning_rate=0.0, weight_decay=0.0)
+    else:
+        base = optax.inject_hyperparams(optax.adam, hyperparam_dtype=jnp.float32)(learning_rate=0.0)
+    return base, jax.jit(base.init)
 
 
 def make_loop(config: TrainConfig, encoder, loss: Callable, token_ids) -> Loop:

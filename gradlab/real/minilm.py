@@ -18,7 +18,42 @@ from gradlab.real.bert import compute_params, embed, embed_packed
 from gradlab.real.bert_config import BertConfig, PoolingConfig
 from gradlab.real.packing import Packed, first_fit, pack, packed_calls, pad_ids, run_packed_calls
 
-__all__ = ["MiniLM"]
+__all__ = ["MiniLM", "BertArchitecture"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BertArchitecture:
+    """A :class:`MiniLM`'s forward passes without its weights or tokenizer (hashable).
+
+    Two encoders with equal architectures compute the same functions of their parameters, so a
+    jitted training step built on one serves the other (:func:`gradlab.real.step.make_train_step`
+    shares it between the runs of a process); it holds no array, so a step kept for later runs
+    keeps no weights alive.
+    """
+
+    config: BertConfig
+    pooling: PoolingConfig
+    remat: bool = False
+    unroll: bool | None = None
+
+    def compute_params(self, params: dict, dtype: Any) -> dict:
+        """The parameters a forward in ``dtype`` reads (mixed precision; :func:`gradlab.real.bert.compute_params`)."""
+        return compute_params(params, dtype)
+
+    def forward(self, params: dict, frozen: None, input_ids: Array, attention_mask: Array,
+                key: Array | None = None) -> Array:
+        """Sentence embeddings (B, H) of a padded batch (``frozen`` is unused); dropout iff ``key``
+        is given, (V, B, H) for (V,) keys (:func:`gradlab.real.bert.embed`)."""
+        del frozen
+        return embed(params, input_ids, attention_mask, config=self.config, pooling=self.pooling, key=key,
+                     remat=self.remat, unroll=self.unroll)
+
+    def forward_packed(self, params: dict, frozen: None, packed: Packed, key: Array | None = None) -> Array:
+        """Sentence embeddings (S, H) of a :class:`Packed` batch; dropout iff ``key`` is given, (V, S, H)
+        for (V,) keys (:func:`gradlab.real.bert.embed_packed`)."""
+        del frozen
+        return embed_packed(params, packed, config=self.config, pooling=self.pooling, key=key, remat=self.remat,
+                            unroll=self.unroll)
 
 
 @dataclasses.dataclass
@@ -79,22 +114,30 @@ class MiniLM:
         """No frozen part: every weight is in ``params`` (the training-loop protocol)."""
         return None
 
+    @property
+    def architecture(self) -> BertArchitecture | None:
+        """The forward passes without the weights (:class:`BertArchitecture`), by which runs of one
+        process share their training step; None for a subclass, whose forward may be its own."""
+        return self._architecture if type(self) is MiniLM else None
+
+    @property
+    def _architecture(self) -> BertArchitecture:
+        return BertArchitecture(self.config, self.pooling, self.remat, self.unroll)
+
     def compute_params(self, params: dict, dtype: Any) -> dict:
         """The parameters a forward in ``dtype`` reads (mixed precision; :func:`gradlab.real.bert.compute_params`)."""
-        return compute_params(params, dtype)
+        return self._architecture.compute_params(params, dtype)
 
     def forward(self, params: dict, frozen: None, input_ids: Array, attention_mask: Array,
                 key: Array | None = None) -> Array:
         """:meth:`apply` in the training-loop protocol (``frozen`` is unused)."""
-        del frozen
-        return self.apply(params, input_ids, attention_mask, key)
+        return self._architecture.forward(params, frozen, input_ids, attention_mask, key)
 
     def apply(self, params: dict, input_ids: Array, attention_mask: Array, key: Array | None = None) -> Array:
         """Sentence embeddings (B, H) from token ids; dropout iff ``key`` is given. Pure, jittable.
 
         With (V,) keys: (V, B, H), V dropout views in one forward (:func:`gradlab.real.bert.embed`)."""
-        return embed(params, input_ids, attention_mask, config=self.config, pooling=self.pooling, key=key,
-                     remat=self.remat, unroll=self.unroll)
+        return self._architecture.forward(params, None, input_ids, attention_mask, key)
 
     @property
     def _apply_jit(self):
@@ -141,6 +184,4 @@ class MiniLM:
         """Sentence embeddings (S, H) of a :class:`Packed` batch; dropout iff ``key`` is given. Pure.
 
         With (V,) keys: (V, S, H), V dropout views in one forward (:func:`gradlab.real.bert.embed_packed`)."""
-        del frozen
-        return embed_packed(params, packed, config=self.config, pooling=self.pooling, key=key, remat=self.remat,
-                            unroll=self.unroll)
+        return self._architecture.forward_packed(params, frozen, packed, key)

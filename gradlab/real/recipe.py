@@ -119,6 +119,11 @@ class SimCSEUnsup:
     def tokenize(self, sentences: Sequence[str], pad_to: int | None = None):
         return self.train_view.tokenize(sentences, pad_to)
 
+    @property
+    def architecture(self) -> Any:
+        """The training view's (:attr:`gradlab.real.minilm.MiniLM.architecture`): the steps train it."""
+        return self.train_view.architecture if type(self) is SimCSEUnsup else None
+
     def compute_params(self, params, dtype):
         return self.train_view.compute_params(params, dtype)
 

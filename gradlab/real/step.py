@@ -1,8 +1,10 @@
 """The SimCSE step: two dropout views of a batch (Gao et al. 2021), the loss, one optax update,
-jitted once per run; data parallelism over a 1-D device mesh; mixed precision."""
+compiled once for all the runs of a process that compute the same step; data parallelism over a
+1-D device mesh; mixed precision."""
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -14,8 +16,9 @@ import numpy as np
 from gradlab import backend
 from gradlab.real._deps import require
 
-__all__ = ["compute_dtype", "cast_floats", "views_fn", "train_update", "make_train_step", "TrainStep", "Resident", "ResidentStep",
-           "data_mesh", "shard", "copy_on_device", "copy_to_host"]
+__all__ = ["compute_dtype", "cast_floats", "views_fn", "train_update", "make_train_step", "step_programs",
+           "StepPrograms", "SHARED_STEPS", "TrainStep", "Resident", "ResidentStep", "resident_programs", "data_mesh",
+           "shard", "copy_on_device", "copy_to_host"]
 
 
 @jax.jit
@@ -130,12 +133,53 @@ def make_train_step(encoder, loss: Callable, optimizer, *, packed: bool = False,
 
     ``resident=True`` returns a :class:`ResidentStep`: the same step, called the same way, whose
     batch, key and outputs stay in buffers of its own from call to call (the training loop's).
+
+    The runs of one process share their compiled step when they compute the same function: an
+    encoder with an ``architecture`` (its forward passes without its weights, hashable:
+    :class:`gradlab.real.minilm.BertArchitecture`), the same ``optimizer.update`` (one per kind
+    from :func:`gradlab.real.loop.make_optimizer`, whose rates are values of its state), the
+    same ``packed``, ``mesh`` and ``precision``. The programs of the last :data:`SHARED_STEPS`
+    such steps are kept; they hold no weights.
     """
-    update = train_update(encoder, optimizer, packed=packed, mesh=mesh, precision=precision)
+    programs = step_programs(encoder, optimizer, packed=packed, mesh=mesh, precision=precision)
     loss = jax.device_put(loss) if mesh is None else shard(loss, mesh, jax.sharding.PartitionSpec())
     if resident:
-        return ResidentStep(update, loss, mesh=mesh)
-    return TrainStep(jax.jit(update, donate_argnums=(0, 1)), loss)
+        return ResidentStep(programs.update, loss, mesh=mesh, programs=programs.resident)
+    return TrainStep(programs.jitted, loss)
+
+
+#: How many steps' programs :func:`step_programs` keeps for later runs of this process.
+SHARED_STEPS = 4
+_SHARED: collections.OrderedDict[tuple, StepPrograms] = collections.OrderedDict()
+
+
+class StepPrograms(NamedTuple):
+    """A step's pure function (:func:`train_update`) and its jitted forms: ``jitted`` (the plain
+    step, ``params`` and ``opt_state`` donated) and ``resident`` (:func:`resident_programs`)."""
+
+    update: Callable
+    jitted: Callable
+    resident: tuple[Callable, Callable]
+
+
+def step_programs(encoder, optimizer, *, packed: bool = False, mesh=None, precision: str = "float32") -> StepPrograms:
+    """The programs of :func:`make_train_step`'s step, the same objects (so compiled once) for every
+    call whose step computes the same function: ``encoder.architecture`` (None or absent: a step of
+    its own), ``optimizer.update``, ``packed``, ``mesh`` and ``precision`` equal."""
+    architecture = getattr(encoder, "architecture", None)
+    key = None if architecture is None else (architecture, optimizer.update, packed, mesh, precision)
+    if key in _SHARED:
+        _SHARED.move_to_end(key)
+        return _SHARED[key]
+    # built on the architecture where there is one: the programs kept hold no weights
+    update = train_update(encoder if architecture is None else architecture, optimizer, packed=packed, mesh=mesh,
+                          precision=precision)
+    programs = StepPrograms(update, jax.jit(update, donate_argnums=(0, 1)), resident_programs(update))
+    if key is not None:
+        _SHARED[key] = programs
+        while len(_SHARED) > SHARED_STEPS:
+            _SHARED.popitem(last=False)
+    return programs
 
 
 class TrainStep:
@@ -177,6 +221,30 @@ def _load(slots: Resident, batch, key) -> Resident:
     return Resident(*copy_on_device((batch, key)), slots.aux)
 
 
+def resident_programs(update: Callable) -> tuple[Callable, Callable]:
+    """:class:`ResidentStep`'s two programs for ``update``: ``plain`` (``update`` jitted; its trace
+    gives the outputs' shapes and the step's body) and ``step``, ``(params, opt_state, frozen,
+    slots, loss) -> (params, opt_state, slots)`` with the outputs written into ``slots.aux``
+    (``params``, ``opt_state`` and ``slots`` donated)."""
+    plain = jax.jit(update)
+
+    def step(params, opt_state, frozen, slots, loss):  # (named as the plain step: JAX's logs say "jit(step)")
+        params, opt_state, aux = plain(params, opt_state, frozen, slots.batch, slots.key, loss)
+        return params, opt_state, slots._replace(aux=aux)
+
+    return plain, jax.jit(step, donate_argnums=(0, 1, 3), keep_unused=True)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _zeros(tree, shapes: tuple, sharding) -> Any:
+    """Zero arrays of ``shapes`` ((shape, dtype) pairs) in ``tree``'s structure, placed by ``sharding``
+    (None: JAX's default); one program per layout, shared by every step."""
+    zeros = [jnp.zeros(shape, dtype) for shape, dtype in shapes]
+    if sharding is not None:
+        zeros = jax.lax.with_sharding_constraint(zeros, sharding)
+    return jax.tree_util.tree_unflatten(tree, zeros)
+
+
 class ResidentStep:
     """A jitted step whose per-call inputs and outputs keep their device buffers from call to call.
 
@@ -205,20 +273,17 @@ class ResidentStep:
       mesh: the run's data mesh (the outputs' buffers are then replicated over it), or None.
       copy_out: what copies the step's outputs out of its buffers for the caller, in place of the
         backend's choice above (a benchmark's A/B of the placements).
+      programs: :func:`resident_programs` of ``update``, if already made (shared by the runs of a
+        process, :func:`step_programs`).
     """
 
-    def __init__(self, update: Callable, loss: Any, *, mesh=None, copy_out: Callable | None = None):
-        self.plain = jax.jit(update)  # traced once: its trace gives the outputs' shapes and the step's body
+    def __init__(self, update: Callable, loss: Any, *, mesh=None, copy_out: Callable | None = None,
+                 programs: tuple[Callable, Callable] | None = None):
+        self.plain, self.step = resident_programs(update) if programs is None else programs
         self.loss = loss
         self.mesh = mesh
         self.copy_out = copy_out
         self._slots: dict[Any, Resident] = {}
-
-        def step(params, opt_state, frozen, slots, loss):  # (named as the plain step: JAX's logs say "jit(step)")
-            params, opt_state, aux = self.plain(params, opt_state, frozen, slots.batch, slots.key, loss)
-            return params, opt_state, slots._replace(aux=aux)
-
-        self.step = jax.jit(step, donate_argnums=(0, 1, 3), keep_unused=True)
 
     @property
     def buffers(self) -> dict[Any, Resident]:
@@ -240,11 +305,8 @@ class ResidentStep:
     def _fresh(self, params, opt_state, frozen, batch, key) -> Resident:
         """The first call's buffers for ``batch``'s shape: copies of batch and key, zero outputs."""
         info = self.plain.eval_shape(params, opt_state, frozen, batch, key, self.loss)[2]
-
-        def zeros():
-            return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), info)
-
-        aux = jax.jit(zeros, out_shardings=self._aux_sharding())()
+        leaves, tree = jax.tree_util.tree_flatten(info)
+        aux = _zeros(tree, tuple((s.shape, s.dtype) for s in leaves), self._aux_sharding())
         return Resident(*copy_on_device((batch, key)), aux)
 
     def _aux_sharding(self):
