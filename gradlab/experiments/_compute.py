@@ -175,10 +175,10 @@ def _views(encoder, params, token_ids, batch_size: int, seed: int):
     from gradlab.real.packing import pad_ids
     from gradlab.real.step import views_fn
 
-    # one compiled forward per architecture, pooling and dropout (all it reads of the instance)
-    view = getattr(encoder, "train_view", encoder)
-    views = cached(("views", type(view).__name__, getattr(view, "config", None), getattr(view, "pooling", None),
-                     getattr(view, "dropout", None)), lambda: jax.jit(views_fn(encoder, packed=False)))
+    # one compiled forward per architecture (the forward passes without weights: all it reads of the encoder)
+    architecture = getattr(encoder, "architecture", None)
+    views = (jax.jit(views_fn(encoder, packed=False)) if architecture is None
+             else cached(("views", architecture), lambda: jax.jit(views_fn(architecture, packed=False))))
     key = jax.random.key(seed + 1_000_003)
     hs, hps = [], []
     n = (len(token_ids) // batch_size) * batch_size
