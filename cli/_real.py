@@ -324,16 +324,24 @@ def train(
 
         typer.echo(format_plan(plan_run(cfg, keep_encoder_params=False)))  # as the run below trains
         return
-    from gradlab.monitor import tracker_sink
+    from gradlab_cli._figure_process import figure_processes
+
     from gradlab.outputs import removed_on_failure
-    from gradlab.real.run import resolve_run
-    from gradlab.real.state import state_path
-    from gradlab.real.trainer import train as run_training
 
     def resumable() -> tuple[str, ...]:  # what --resume needs survives a failure
+        from gradlab.real.state import state_path
+
         return ("state", "train_log.jsonl", "paradigm_monitor.jsonl") if state_path(out).is_file() else ()
 
-    with removed_on_failure(out, keep=resumable if cfg.save_state_every > 0 else ()):
+    # the figures (the monitor's two, the training curves) are drawn side by side in processes forked
+    # here, before JAX is imported, which import matplotlib while the run trains (inside: on a
+    # failure they stop before the folder is removed)
+    with removed_on_failure(out, keep=resumable if cfg.save_state_every > 0 else ()), \
+            figure_processes(no_plot, 3) as figures:
+        from gradlab.monitor import tracker_sink
+        from gradlab.real.run import resolve_run
+        from gradlab.real.trainer import train as run_training
+
         run = resolve_run(cfg)  # every part built once; a bad loss, encoder or corpus is one line here
         name = getattr(run.loss, "name", str(cfg.loss))
         writer = Writer(out, fmt or ["png"], not no_plot, "train", cfg.to_dict())
@@ -356,11 +364,6 @@ def train(
                 sink.close()
         import numpy as np
 
-        if writer.plot:
-            from gradlab.plot import train_curves
-
-            writer.figure("train_curves", train_curves(result.losses, result.evals, best_step=result.best_step,
-                                                       title=f"{cfg.encoder} + {name}"))
         writer.data("train_curves", {
             "step": np.arange(1, len(result.losses) + 1), "loss": result.losses,
             "eval_step": np.asarray([e["step"] for e in result.evals]),
@@ -372,12 +375,20 @@ def train(
                 from gradlab.figures import report
 
                 meta = report(writer.out / result.files["monitor"], writer.out, formats=writer.formats,
-                              prefix="monitor", plot=writer.plot)
+                              prefix="monitor", plot=writer.plot, figures=figures)
                 writer.written.extend(Path(p) for p in meta.get("files", []))
             except Exception as exc:  # noqa: BLE001 - the run itself succeeded
                 typer.echo(f"note: monitor report skipped ({type(exc).__name__}: {exc})", err=True)
         else:
             typer.echo(f"note: ParadigmMonitor {result.monitor}", err=True)
+        if writer.plot:
+            from gradlab.figures import Drawing
+            from gradlab.plot import train_curves
+
+            figures.submit(Drawing(train_curves, (result.losses, result.evals),
+                                   {"best_step": result.best_step, "title": f"{cfg.encoder} + {name}"}),
+                           writer.figure_paths("train_curves"))
+            writer.written.extend(figures.wait())
         s = result.summary()
         test = (f"; test {s['test_spearman_before']:.2f} -> {s['test_spearman_after']:.2f}"
                 if s["test_spearman_after"] is not None else "")

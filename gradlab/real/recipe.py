@@ -50,7 +50,7 @@ def model_size(hidden_size: int) -> str:
 
 def _source_config(encoder: str | Path) -> dict[str, Any]:
     """``config.json`` of a checkpoint path (directory or zip) or of ``"minilm"``."""
-    from gradlab.real.hf import checkpoint_reader, model_zip_path
+    from gradlab.real.sources import checkpoint_reader, model_zip_path
 
     src = model_zip_path() if str(encoder) == "minilm" else Path(encoder)
     if str(encoder) == "light" or not src.exists():
@@ -159,7 +159,8 @@ def simcse_unsup_encoder(encoder: str | Path, *, seed: int = 0, dtype: Any = Non
     import jax.numpy as jnp
 
     from gradlab.real.bert_config import POOLINGS, PoolingConfig
-    from gradlab.real.hf import load_transformer, model_zip_path
+    from gradlab.real.hf import load_transformer
+    from gradlab.real.sources import model_zip_path
 
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
