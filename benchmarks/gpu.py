@@ -37,6 +37,9 @@ without a GPU, which tells a slow host from slow code).
   The resident step hands its outputs over in the host's pinned memory on a GPU;
   ``gradlab_bf16_device_copies`` copies them on the device instead, the A/B of that placement
   (the same program: its pipelined losses are compared with the default's).
+  ``gradlab_bf16_grads_apart``: the optimizer's update reads the gradients behind an optimization
+  barrier (``grads_apart``), so that Adam's updates are not fused with the gradient norm's
+  reductions; its pipelined losses are compared with the default's too.
   ``gradlab_bf16_stable`` copies the step's per-call inputs (the packed batch, the
   dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
   experiment that came before ``ResidentStep``. ``gradlab_bf16_no_graphs`` is ``gradlab_bf16``
@@ -97,6 +100,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -354,19 +358,57 @@ def stable_inputs(view):
     return Stable(**{f.name: getattr(view, f.name) for f in dataclasses.fields(view)})
 
 
-#: Each gradlab row's step: (precision, batch, the layer loop unrolled (None: the backend's
-#: default), per-call inputs copied first (``stable_inputs``), the plain jitted step instead of the
-#: loop's ``ResidentStep``, the resident step's outputs copied on the device instead of to the
-#: host's pinned memory); ``gpu_aot.py`` compiles the same.
+class GradlabRow(NamedTuple):
+    """A gradlab row's step (``GRADLAB_ROWS``; ``gpu_aot.py`` compiles the same).
+
+    Attributes:
+      precision, batch: the run's.
+      unroll: the layer loop unrolled (None: the backend's default).
+      stable: the per-call inputs copied first (``stable_inputs``).
+      plain: the plain jitted step instead of the loop's ``ResidentStep``.
+      device_copies: the resident step's outputs copied on the device, not to the host's pinned memory.
+      grads_apart: the optimizer's update reads the gradients behind an optimization barrier
+        (``grads_apart``), so that Adam's fused updates no longer carry the gradient norm's
+        reductions; the same numbers.
+    """
+
+    precision: str
+    batch: int
+    unroll: bool | None = None
+    stable: bool = False
+    plain: bool = False
+    device_copies: bool = False
+    grads_apart: bool = False
+
+
 GRADLAB_ROWS = {
-    "gradlab_bf16": ("bf16", BATCH, None, False, False, False),
-    "gradlab_bf16_plain": ("bf16", BATCH, None, False, True, False),
-    "gradlab_bf16_device_copies": ("bf16", BATCH, None, False, False, True),
-    "gradlab_bf16_stable": ("bf16", BATCH, None, True, False, False),
-    "gradlab_float32": ("float32", BATCH, None, False, False, False),
-    "gradlab_bf16_batch512": ("bf16", 512, None, False, False, False),
-    "gradlab_bf16_rolled": ("bf16", BATCH, False, False, False, False),
+    "gradlab_bf16": GradlabRow("bf16", BATCH),
+    "gradlab_bf16_plain": GradlabRow("bf16", BATCH, plain=True),
+    "gradlab_bf16_device_copies": GradlabRow("bf16", BATCH, device_copies=True),
+    "gradlab_bf16_grads_apart": GradlabRow("bf16", BATCH, grads_apart=True),
+    "gradlab_bf16_stable": GradlabRow("bf16", BATCH, stable=True),
+    "gradlab_float32": GradlabRow("float32", BATCH),
+    "gradlab_bf16_batch512": GradlabRow("bf16", 512),
+    "gradlab_bf16_rolled": GradlabRow("bf16", BATCH, unroll=False),
 }
+
+
+def grads_apart(optimizer):
+    """``optimizer`` whose ``update`` takes the gradients through ``jax.lax.optimization_barrier``.
+
+    Compiled for an H100 (``gpu_aot.py``), the step fuses each parameter stack's Adam update with
+    the gradient norm's partial sums over it into one reduction kernel; the one over the Q, K and V
+    stacks (their 12 layers' gradients sliced out of the fused QKV product's) ran at about a
+    quarter of the memory bandwidth the other updates reach on an H200 (520 µs,
+    ``results/gpu_profile_placements.json``). Behind the barrier the updates are loop fusions of
+    their own and the norm's sums read the gradients apart (0.74 GB more traffic a step)."""
+    import jax
+    import optax
+
+    def update(grads, state, params=None, **extra):
+        return optimizer.update(jax.lax.optimization_barrier(grads), state, params, **extra)
+
+    return optax.GradientTransformationExtraArgs(optimizer.init, update)
 
 
 def gradlab_row_loop(name: str):
@@ -376,17 +418,19 @@ def gradlab_row_loop(name: str):
     from gradlab.real.recipe import simcse_unsup_encoder
     from gradlab.real.step import copy_on_device, make_train_step
 
-    precision, batch, unroll, stable, plain, device_copies = GRADLAB_ROWS[name]
+    row = GRADLAB_ROWS[name]
     enc = simcse_unsup_encoder(bench_paths()[0], seed=0)
-    if unroll is not None:
-        enc = dataclasses.replace(enc, train_view=dataclasses.replace(enc.train_view, unroll=unroll))
-    if stable:
+    if row.unroll is not None:
+        enc = dataclasses.replace(enc, train_view=dataclasses.replace(enc.train_view, unroll=row.unroll))
+    if row.stable:
         enc = dataclasses.replace(enc, train_view=stable_inputs(enc.train_view))
-    run, loop, params, opt_state = gradlab_loop(precision, batch, enc)
-    if plain:  # the step as the loop ran it before ResidentStep: new buffers for every call's batch, key and outputs
-        step = make_train_step(run.encoder, run.loss, loop.optimizer, packed=loop.batches.packed, precision=precision)
+    run, loop, params, opt_state = gradlab_loop(row.precision, row.batch, enc)
+    if row.plain or row.grads_apart:  # the plain step: as the loop ran it before ResidentStep, new buffers every call
+        optimizer = grads_apart(loop.optimizer) if row.grads_apart else loop.optimizer
+        step = make_train_step(run.encoder, run.loss, optimizer, packed=loop.batches.packed,
+                               precision=row.precision, resident=not row.plain)
         loop = dataclasses.replace(loop, step_fn=step)
-    if device_copies:  # the outputs handed over as before: device copies, which a held step's temporaries move around
+    if row.device_copies:  # the outputs handed over as before: device copies, which a held step's temporaries move around
         loop.step_fn.copy_out = copy_on_device
     return run, loop, params, opt_state
 
@@ -407,7 +451,7 @@ def _gradlab(name: str) -> dict:
     stats = jax.devices()[0].memory_stats() or {}
     return {**out, "flops": step_flops(run.encoder, loop.batches), "peak_bytes": step_peak, "memory_steps": memory,
             "peak_bytes_with_eval": stats.get("peak_bytes_in_use"),
-            "device": f"{jax.device_count()} x {jax.devices()[0].device_kind}", "sentences": 2 * GRADLAB_ROWS[name][1],
+            "device": f"{jax.device_count()} x {jax.devices()[0].device_kind}", "sentences": 2 * GRADLAB_ROWS[name].batch,
             "dev_eval_s": dev_eval, "rows_x_width": [loop.batches.rows, loop.batches.width]}
 
 
@@ -438,6 +482,12 @@ def gradlab_bf16_device_copies() -> dict:
     """``gradlab_bf16`` with the resident step's outputs copied on the device, not to the host's
     pinned memory: the A/B of that placement."""
     return _gradlab("gradlab_bf16_device_copies")
+
+
+def gradlab_bf16_grads_apart() -> dict:
+    """``gradlab_bf16`` with the optimizer's update behind a barrier (``grads_apart``): whether the
+    Q, K, V stacks' update, fused with the gradient norm's sums, is where the step's device time goes."""
+    return _gradlab("gradlab_bf16_grads_apart")
 
 
 def gradlab_bf16_stable() -> dict:
@@ -702,6 +752,7 @@ ROWS = {
     "torch_compile_cudagraphs": (torch_compile_cudagraphs, True, 120),
     "gradlab_bf16_plain": (gradlab_bf16_plain, False, 120),
     "gradlab_bf16_device_copies": (gradlab_bf16_device_copies, False, 120),
+    "gradlab_bf16_grads_apart": (gradlab_bf16_grads_apart, False, 120),
     "torch_compile": (torch_compile, True, 120),
     "gradlab_float32": (gradlab_float32, False, 120),
     "torch_compile_tf32_cudagraphs": (torch_compile_tf32_cudagraphs, True, 120),
@@ -820,13 +871,15 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
         lines.append(f"gradlab bf16, the loop's resident step against the plain jitted step: "
                      f"{ratio('gradlab_bf16', 'gradlab_bf16_plain')} (synchronous, the step before held); pipelined: "
                      f"{ratio('gradlab_bf16', 'gradlab_bf16_plain', 'pipelined_s')}")
-    if rows_.get("gradlab_bf16_device_copies", {}).get("step_s"):
-        a, b = (rows_[n].get("losses_pipelined") or [] for n in ("gradlab_bf16", "gradlab_bf16_device_copies"))
-        same = f"; the same losses: {a == b}" if a and b else ""
-        lines.append(f"gradlab bf16, its outputs copied to the host's pinned memory against on the device: "
-                     f"{ratio('gradlab_bf16', 'gradlab_bf16_device_copies')} held, "
-                     f"{ratio('gradlab_bf16', 'gradlab_bf16_device_copies', 'step_s_released')} released, "
-                     f"{ratio('gradlab_bf16', 'gradlab_bf16_device_copies', 'pipelined_s')} pipelined{same}")
+    for other, what in (("gradlab_bf16_device_copies", "its outputs copied to the host's pinned memory against on "
+                                                        "the device"),
+                        ("gradlab_bf16_grads_apart", "Adam fused with the gradient norm's sums against apart")):
+        if rows_.get(other, {}).get("step_s"):
+            a, b = (rows_[n].get("losses_pipelined") or [] for n in ("gradlab_bf16", other))
+            same = f"; the same losses: {a == b}" if a and b else ""
+            lines.append(f"gradlab bf16, {what}: {ratio('gradlab_bf16', other)} held, "
+                         f"{ratio('gradlab_bf16', other, 'step_s_released')} released, "
+                         f"{ratio('gradlab_bf16', other, 'pipelined_s')} pipelined{same}")
     loop = results["train_loop"]
     for name, (_, flags) in XLA_ROWS.items():
         r, base = rows_.get(name, {}), rows_.get("gradlab_bf16", {})

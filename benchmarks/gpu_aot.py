@@ -24,6 +24,8 @@ compiled as the GPU machine would compile it, except for autotuning, which needs
 * ``kernels.flops``: the FLOPs of the step's compiled matrix products, beside ``flops_formula``,
   those of ``gradlab.real.flops.transformer_step_flops`` by which ``gpu.py`` rates a step
   (forward + backward = 3 x forward, by convention);
+* ``largest_kernels``: the ``LARGEST`` kernels that move the most bytes (name, kind, bytes), where
+  a step's memory traffic goes;
 * ``memory``: XLA's buffer assignment (``memory_analysis``): arguments, outputs, the outputs
   that alias donated arguments, temporaries; ``step_peak_bytes`` is what the step holds at
   most, arguments + outputs not aliased + temporaries (what JAX's allocator's
@@ -89,6 +91,8 @@ TARGETS = {
 
 #: The kinds of kernel counted (``_kind``).
 KINDS = ("gemm", "triton", "reduction", "elementwise", "other")
+#: How many kernels a row lists by the bytes they move (``largest_kernels``).
+LARGEST = 12
 #: Bytes per element of the HLO types counted.
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
           "f64": 8, "s64": 8, "u64": 8}
@@ -173,15 +177,14 @@ def _fusion_flops(comps: dict[str, list[str]], name: str) -> int:
     return flops
 
 
-def kernel_counts(hlo: str) -> dict[str, int]:
-    """Kernels a call of the optimized ``hlo`` launches, by kind (``_kind``), their total,
-    ``bytes``: the bytes of their operands and outputs, summed (what they would move through the
-    GPU's memory with no cache between them), and ``flops``: the matrix products' FLOPs (2 x
-    output x contracted elements of each ``dot`` in a product's fusion, or of a library product
-    by its ``dot_dimension_numbers``). A loop's body counts its trip count times (once where XLA
-    does not know it)."""
+def kernels(hlo: str) -> list[dict]:
+    """Each kernel a call of the optimized ``hlo`` launches: its instruction's ``name``, ``kind``
+    (``_kind``), ``times`` (a loop's body counts its trip count times, once where XLA does not
+    know it), ``bytes``: its operands' and outputs' bytes (what it moves through the GPU's memory
+    with no cache), and ``flops``: a matrix product's (2 x output x contracted elements of each
+    ``dot`` in a product's fusion, or of a library product by its ``dot_dimension_numbers``)."""
     comps, entry = _computations(hlo)
-    counts: collections.Counter = collections.Counter()
+    found: list[dict] = []
 
     def walk(name: str, times: int) -> None:
         shapes: dict[str, str] = {}
@@ -193,19 +196,37 @@ def kernel_counts(hlo: str) -> dict[str, int]:
                 trip = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
                 walk(body, times * (int(trip.group(1)) if trip else 1))
             elif (kind := _kind(line)) is not None:
-                counts[kind] += times
                 operands = re.findall(r"%([\w.\-]+)", inst.group(3))
-                counts["bytes"] += times * (_nbytes(inst.group(2)) + sum(_nbytes(shapes.get(o, "")) for o in operands))
+                flops = 0
                 if kind == "gemm" and " custom-call(" in line:
                     contracting = re.search(r'"lhs_contracting_dimensions":\[([^\]]*)\]', line)
-                    counts["flops"] += times * _dot_flops(inst.group(2), shapes.get(operands[0], ""),
-                                                          contracting.group(1) if contracting else "")
+                    flops = _dot_flops(inst.group(2), shapes.get(operands[0], ""),
+                                       contracting.group(1) if contracting else "")
                 elif kind == "gemm":
-                    counts["flops"] += times * sum(_fusion_flops(comps, c) for c in re.findall(r"calls=%([\w.\-]+)", line))
+                    flops = sum(_fusion_flops(comps, c) for c in re.findall(r"calls=%([\w.\-]+)", line))
+                found.append({"name": inst.group(1), "kind": kind, "times": times, "flops": flops,
+                              "bytes": _nbytes(inst.group(2)) + sum(_nbytes(shapes.get(o, "")) for o in operands)})
 
     walk(entry, 1)
+    return found
+
+
+def kernel_counts(hlo: str) -> dict[str, int]:
+    """Kernels a call of the optimized ``hlo`` launches (:func:`kernels`), by kind, their total,
+    ``bytes`` and ``flops``, each kernel counted as many times as it runs."""
+    counts: collections.Counter = collections.Counter()
+    for k in kernels(hlo):
+        counts[k["kind"]] += k["times"]
+        counts["bytes"] += k["times"] * k["bytes"]
+        counts["flops"] += k["times"] * k["flops"]
     return {**{k: counts[k] for k in KINDS}, "total": sum(counts[k] for k in KINDS), "bytes": counts["bytes"],
             "flops": counts["flops"]}
+
+
+def largest_kernels(hlo: str, top: int = LARGEST) -> list[dict]:
+    """The ``top`` kernels of :func:`kernels` that move the most bytes a call (name, kind, bytes)."""
+    ranked = sorted(kernels(hlo), key=lambda k: -k["times"] * k["bytes"])[:top]
+    return [{"name": k["name"], "kind": k["kind"], "bytes": k["times"] * k["bytes"]} for k in ranked]
 
 
 def compile_row(name: str, device, hlo_path: str | None = None) -> dict:
@@ -229,7 +250,8 @@ def compile_row(name: str, device, hlo_path: str | None = None) -> dict:
         Path(hlo_path).write_text(hlo)
     mem = compiled.memory_analysis()
     memory = {k: int(getattr(mem, f"{k}_size_in_bytes")) for k in ("argument", "output", "alias", "temp")}
-    return {"compile_s": seconds, "kernels": kernel_counts(hlo), "memory": memory,
+    return {"compile_s": seconds, "kernels": kernel_counts(hlo), "largest_kernels": largest_kernels(hlo),
+            "memory": memory,
             "step_peak_bytes": memory["argument"] + memory["output"] - memory["alias"] + memory["temp"],
             "rows_x_width": [loop.batches.rows, loop.batches.width], "flops_formula": step_flops(run.encoder, loop.batches)}
 
