@@ -40,6 +40,9 @@ without a GPU, which tells a slow host from slow code).
   ``gradlab_bf16_grads_apart``: the optimizer's update reads the gradients behind an optimization
   barrier (``grads_apart``), so that Adam's updates are not fused with the gradient norm's
   reductions; its pipelined losses are compared with the default's too.
+  ``gradlab_bf16_two_stage_sums``: the bias and LayerNorm gradients' column sums in two stages
+  (``gradlab.real.bert.COLUMN_SUM_BLOCK``); its losses differ from the default's in the last bits
+  (the sums' order), within bfloat16's rounding.
   ``gradlab_bf16_stable`` copies the step's per-call inputs (the packed batch, the
   dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
   experiment that came before ``ResidentStep``. ``gradlab_bf16_no_graphs`` is ``gradlab_bf16``
@@ -370,6 +373,8 @@ class GradlabRow(NamedTuple):
       grads_apart: the optimizer's update reads the gradients behind an optimization barrier
         (``grads_apart``), so that Adam's fused updates no longer carry the gradient norm's
         reductions; the same numbers.
+      column_sum_block: ``gradlab.real.bert.COLUMN_SUM_BLOCK``, the bias and LayerNorm gradients'
+        column sums in two stages over blocks of this many rows (None: one reduction).
     """
 
     precision: str
@@ -379,6 +384,7 @@ class GradlabRow(NamedTuple):
     plain: bool = False
     device_copies: bool = False
     grads_apart: bool = False
+    column_sum_block: int | None = None
 
 
 GRADLAB_ROWS = {
@@ -386,6 +392,7 @@ GRADLAB_ROWS = {
     "gradlab_bf16_plain": GradlabRow("bf16", BATCH, plain=True),
     "gradlab_bf16_device_copies": GradlabRow("bf16", BATCH, device_copies=True),
     "gradlab_bf16_grads_apart": GradlabRow("bf16", BATCH, grads_apart=True),
+    "gradlab_bf16_two_stage_sums": GradlabRow("bf16", BATCH, column_sum_block=64),
     "gradlab_bf16_stable": GradlabRow("bf16", BATCH, stable=True),
     "gradlab_float32": GradlabRow("float32", BATCH),
     "gradlab_bf16_batch512": GradlabRow("bf16", 512),
@@ -415,10 +422,16 @@ def gradlab_row_loop(name: str):
     """``gradlab_loop`` of the gradlab row ``name`` (``GRADLAB_ROWS``)."""
     import dataclasses
 
+    import jax
+
+    from gradlab.real import bert
     from gradlab.real.recipe import simcse_unsup_encoder
     from gradlab.real.step import copy_on_device, make_train_step
 
     row = GRADLAB_ROWS[name]
+    if bert.COLUMN_SUM_BLOCK != row.column_sum_block:  # read when a forward is traced: no trace of the other kept
+        bert.COLUMN_SUM_BLOCK = row.column_sum_block
+        jax.clear_caches()
     enc = simcse_unsup_encoder(bench_paths()[0], seed=0)
     if row.unroll is not None:
         enc = dataclasses.replace(enc, train_view=dataclasses.replace(enc.train_view, unroll=row.unroll))
@@ -488,6 +501,13 @@ def gradlab_bf16_grads_apart() -> dict:
     """``gradlab_bf16`` with the optimizer's update behind a barrier (``grads_apart``): whether the
     Q, K, V stacks' update, fused with the gradient norm's sums, is where the step's device time goes."""
     return _gradlab("gradlab_bf16_grads_apart")
+
+
+def gradlab_bf16_two_stage_sums() -> dict:
+    """``gradlab_bf16`` with the bias and LayerNorm gradients' column sums in two stages
+    (``gradlab.real.bert.COLUMN_SUM_BLOCK`` = 64): whether their 55 one-kernel sums, too few
+    blocks for 768 outputs, are where the step's device time goes."""
+    return _gradlab("gradlab_bf16_two_stage_sums")
 
 
 def gradlab_bf16_stable() -> dict:
@@ -753,6 +773,7 @@ ROWS = {
     "gradlab_bf16_plain": (gradlab_bf16_plain, False, 120),
     "gradlab_bf16_device_copies": (gradlab_bf16_device_copies, False, 120),
     "gradlab_bf16_grads_apart": (gradlab_bf16_grads_apart, False, 120),
+    "gradlab_bf16_two_stage_sums": (gradlab_bf16_two_stage_sums, False, 120),
     "torch_compile": (torch_compile, True, 120),
     "gradlab_float32": (gradlab_float32, False, 120),
     "torch_compile_tf32_cudagraphs": (torch_compile_tf32_cudagraphs, True, 120),
@@ -873,7 +894,8 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
                      f"{ratio('gradlab_bf16', 'gradlab_bf16_plain', 'pipelined_s')}")
     for other, what in (("gradlab_bf16_device_copies", "its outputs copied to the host's pinned memory against on "
                                                         "the device"),
-                        ("gradlab_bf16_grads_apart", "Adam fused with the gradient norm's sums against apart")):
+                        ("gradlab_bf16_grads_apart", "Adam fused with the gradient norm's sums against apart"),
+                        ("gradlab_bf16_two_stage_sums", "the column sums in one reduction against two stages")):
         if rows_.get(other, {}).get("step_s"):
             a, b = (rows_[n].get("losses_pipelined") or [] for n in ("gradlab_bf16", other))
             same = f"; the same losses: {a == b}" if a and b else ""

@@ -189,6 +189,47 @@ def test_the_gpus_choices_give_the_cpus_gradient(view):
         _assert_same_value_and_grad(got, want)
 
 
+def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
+    """``gradlab.real.bert.COLUMN_SUM_BLOCK`` (a GPU's bias and LayerNorm sums over blocks of rows,
+    then over the blocks): with the GPU's choices on this CPU, the step's loss and gradient are the
+    CPU's choices' (one product with a vector of ones per sum), in float64; the witness that the
+    two stages ran: one optimization barrier more per sum in the program."""
+    from gradlab.real import bert
+
+    tv, packed = view
+
+    def traced():
+        f, params = _objective(tv, packed)
+        jaxpr = jax.make_jaxpr(jax.value_and_grad(f))(params).jaxpr
+        return _count(jaxpr, "optimization_barrier"), jax.value_and_grad(f)(params)
+
+    with _float64():
+        _, want = traced()
+        with backend.choices_for("gpu"):
+            one_stage, _ = traced()
+            monkeypatch.setattr(bert, "COLUMN_SUM_BLOCK", 64)  # the packed batch: 2 views x 8 rows x 16 tokens
+            jax.clear_caches()  # the knob is read when a forward is traced
+            two_stages, got = traced()
+        jax.clear_caches()
+        # the embeddings' LayerNorm's two sums, and per layer but the last ([CLS] alone: too few
+        # rows) the two LayerNorms' scale and bias sums and the feed-forward output's bias
+        assert two_stages - one_stage == 2 + 5 * (tv.config.num_hidden_layers - 1)
+        _assert_same_value_and_grad(got, want)
+
+
+def _count(jaxpr, name: str) -> int:
+    """How many equations of ``jaxpr`` and the jaxprs nested in it apply the primitive ``name``."""
+    n = 0
+    for eqn in jaxpr.eqns:
+        n += eqn.primitive.name == name
+        for p in eqn.params.values():
+            for sub in p if isinstance(p, (list, tuple)) else [p]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    n += _count(inner, name)
+    return n
+
+
 def test_prepared_dev_scorer_is_stsb_spearman_of_encode():
     enc = simcse_unsup_encoder(FIXTURES / "bert", seed=0)
     dev = load_stsb("dev")

@@ -38,7 +38,17 @@ from gradlab.real.bert_config import BertConfig, PoolingConfig
 from gradlab.real.packing import Packed
 
 __all__ = ["bert_forward", "bert_forward_packed", "embed", "embed_packed", "first_only_fits", "pool", "pool_first",
-           "pool_packed", "dropout_keep", "compute_params"]
+           "pool_packed", "dropout_keep", "compute_params", "COLUMN_SUM_BLOCK"]
+
+
+#: Off a CPU, a column sum (:func:`_column_sum`) of a multiple of this many rows, at least twice
+#: as many, runs in two stages: sums over blocks of this many rows, then over the blocks; None
+#: (the default): one reduction. Read when a program is traced (set it before any step is
+#: built): ``benchmarks/gpu.py``'s ``gradlab_bf16_two_stage_sums`` row times it against the one
+#: reduction. Compiled for an H100, the recipe's step then has each of its 55 column sums of
+#: 2,304 × 768 (one kernel at 11.3 µs each on an H200, too few blocks for 768 outputs) as 36 × 768
+#: partial sums and a small second kernel (833 kernels against 763).
+COLUMN_SUM_BLOCK: int | None = None
 
 
 def _column_sum(a: Array, dtype) -> Array:
@@ -48,14 +58,19 @@ def _column_sum(a: Array, dtype) -> Array:
     to ``reduce-window`` loops, which took 86 ms of a 1.72 s SimCSE step of a 2-layer BERT-base
     (the bias and LayerNorm gradients' sums); as products the step took 1.61 s. On a GPU the
     reduction is kept (LayerNorm's sums as products measured the same there: 9.8 ms a step on an
-    H200).
+    H200), in two stages with :data:`COLUMN_SUM_BLOCK`.
     """
     acc = jnp.promote_types(a.dtype, jnp.float32)
     flat = a.reshape(-1, a.shape[-1])
     if backend.current() == "cpu":
         ones = jnp.ones((1, flat.shape[0]), a.dtype)
         return jnp.matmul(ones, flat, precision=jax.lax.Precision.HIGHEST, preferred_element_type=acc)[0].astype(dtype)
-    return jnp.sum(flat, axis=0, dtype=acc).astype(dtype)
+    rows, block = flat.shape[0], COLUMN_SUM_BLOCK
+    if block is None or rows % block or rows < 2 * block:
+        return jnp.sum(flat, axis=0, dtype=acc).astype(dtype)
+    partial = jnp.sum(flat.reshape(rows // block, block, flat.shape[1]), axis=1, dtype=acc)
+    # the barrier keeps XLA from folding the two sums back into one reduction
+    return jnp.sum(jax.lax.optimization_barrier(partial), axis=0).astype(dtype)
 
 
 def _ln_parts(x: Array, eps: float) -> tuple[Array, Array]:
