@@ -418,31 +418,49 @@ def grads_apart(optimizer):
     return optax.GradientTransformationExtraArgs(optimizer.init, update)
 
 
+def set_column_sum_block(block: int | None) -> None:
+    """``gradlab.real.bert.COLUMN_SUM_BLOCK`` = ``block``, JAX's caches cleared if it changes (it is
+    read when a forward is traced: no trace made with the other value may serve)."""
+    import jax
+
+    from gradlab.real import bert
+
+    if bert.COLUMN_SUM_BLOCK != block:
+        bert.COLUMN_SUM_BLOCK = block
+        jax.clear_caches()
+
+
+def rebuilt_step(run, loop, precision: str, *, plain: bool = False, apart: bool = False):
+    """``loop`` with its step made again: the plain jitted step (``plain``: as the loop ran it before
+    ``ResidentStep``, new buffers every call) and/or the optimizer's update behind a barrier
+    (``apart``: :func:`grads_apart`)."""
+    import dataclasses
+
+    from gradlab.real.step import make_train_step
+
+    optimizer = grads_apart(loop.optimizer) if apart else loop.optimizer
+    step = make_train_step(run.encoder, run.loss, optimizer, packed=loop.batches.packed, precision=precision,
+                           resident=not plain)
+    return dataclasses.replace(loop, step_fn=step)
+
+
 def gradlab_row_loop(name: str):
     """``gradlab_loop`` of the gradlab row ``name`` (``GRADLAB_ROWS``)."""
     import dataclasses
 
-    import jax
-
-    from gradlab.real import bert
     from gradlab.real.recipe import simcse_unsup_encoder
-    from gradlab.real.step import copy_on_device, make_train_step
+    from gradlab.real.step import copy_on_device
 
     row = GRADLAB_ROWS[name]
-    if bert.COLUMN_SUM_BLOCK != row.column_sum_block:  # read when a forward is traced: no trace of the other kept
-        bert.COLUMN_SUM_BLOCK = row.column_sum_block
-        jax.clear_caches()
+    set_column_sum_block(row.column_sum_block)
     enc = simcse_unsup_encoder(bench_paths()[0], seed=0)
     if row.unroll is not None:
         enc = dataclasses.replace(enc, train_view=dataclasses.replace(enc.train_view, unroll=row.unroll))
     if row.stable:
         enc = dataclasses.replace(enc, train_view=stable_inputs(enc.train_view))
     run, loop, params, opt_state = gradlab_loop(row.precision, row.batch, enc)
-    if row.plain or row.grads_apart:  # the plain step: as the loop ran it before ResidentStep, new buffers every call
-        optimizer = grads_apart(loop.optimizer) if row.grads_apart else loop.optimizer
-        step = make_train_step(run.encoder, run.loss, optimizer, packed=loop.batches.packed,
-                               precision=row.precision, resident=not row.plain)
-        loop = dataclasses.replace(loop, step_fn=step)
+    if row.plain or row.grads_apart:
+        loop = rebuilt_step(run, loop, row.precision, plain=row.plain, apart=row.grads_apart)
     if row.device_copies:  # the outputs handed over as before: device copies, which a held step's temporaries move around
         loop.step_fn.copy_out = copy_on_device
     return run, loop, params, opt_state

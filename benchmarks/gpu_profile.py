@@ -23,7 +23,9 @@ after the compiling step:
 Then the same timings for variants that change one thing (``--variants``): attention dropout
 off (not the recipe), the ``rbg`` PRNG for the dropout masks, recomputation in the backward
 pass (``remat``), the embedding tables cast to bfloat16 with the rest, the layer loop unrolled,
-the step's per-call inputs copied into the program's own buffers first (``stable``).
+the step's per-call inputs copied into the program's own buffers first (``stable``), the
+optimizer's update behind a barrier (``gradsapart``, ``gpu.grads_apart``), the column sums in two
+stages over blocks of 64 rows (``sums64``, ``gradlab.real.bert.COLUMN_SUM_BLOCK``).
 
 ``--children`` runs the step again in child processes, each after the in-process rows:
 
@@ -66,11 +68,16 @@ BATCH_ENV = "GRADLAB_GPU_PROFILE_BATCH"  # --batch, for this process and its chi
 UPDATES_LOG = "command_buffer_thunk=3"  # XLA's log of command-buffer updates (TF_CPP_VMODULE)
 
 
-def _build(encoder=None, *, key_impl: str | None = None):
-    """gpu.py's gradlab_bf16 run, its loop, parameters and optimizer state (``key_impl``: the root key's PRNG)."""
+def _build(encoder=None, *, key_impl: str | None = None, grads_apart: bool = False,
+           column_sum_block: int | None = None):
+    """gpu.py's gradlab_bf16 run, its loop, parameters and optimizer state (``key_impl``: the root
+    key's PRNG; ``grads_apart``, ``column_sum_block``: as ``gpu.GradlabRow``'s)."""
     import jax
 
-    _, loop, params, opt_state = gpu.gradlab_loop("bf16", _batch(), encoder)
+    gpu.set_column_sum_block(column_sum_block)
+    run, loop, params, opt_state = gpu.gradlab_loop("bf16", _batch(), encoder)
+    if grads_apart:
+        loop = gpu.rebuilt_step(run, loop, "bf16", apart=True)
     if key_impl is not None:
         loop.root = jax.random.key(0, impl=key_impl)
     return loop, params, opt_state
@@ -194,8 +201,8 @@ def summarize(trace: dict, steps: int, top: int = 40) -> dict:
             "kernels": table(dev_total, dev_count), "host": table(host_total, host_count)}
 
 
-def _variant(name: str):
-    """(encoder, key_impl) of a variant of the recipe's step: parts joined by '+', each changing one thing."""
+def _variant(name: str) -> dict:
+    """``_build``'s arguments for a variant of the recipe's step: parts joined by '+', each changing one thing."""
     from gradlab.real.recipe import simcse_unsup_encoder
 
     parts = set(name.split("+"))
@@ -217,10 +224,11 @@ def _variant(name: str):
                 return cast_floats(params, dtype)
 
         view = Whole(**{f.name: getattr(view, f.name) for f in dataclasses.fields(view)})
-    return dataclasses.replace(enc, train_view=view), ("rbg" if "rbg" in parts else None)
+    return {"encoder": dataclasses.replace(enc, train_view=view), "key_impl": "rbg" if "rbg" in parts else None,
+            "grads_apart": "gradsapart" in parts, "column_sum_block": 64 if "sums64" in parts else None}
 
 
-VARIANTS = ("noattn", "rbg", "remat", "bf16tables", "unroll", "stable")
+VARIANTS = ("noattn", "rbg", "remat", "bf16tables", "unroll", "stable", "gradsapart", "sums64")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -282,8 +290,7 @@ def main(argv: list[str] | None = None) -> None:
                 result[name] = {"skipped": f"the {args.budget:.0f} s budget was spent"}
                 continue
             try:
-                enc, key_impl = _variant(name)
-                loop, params, opt_state = _build(enc, key_impl=key_impl)
+                loop, params, opt_state = _build(**_variant(name))
                 result[name], (params, opt_state) = gpu.step_timings(loop, params, opt_state)
                 if name == args.trace_variant:
                     summary, raw = _trace(loop, params, opt_state, Path(folder, "trace-" + name))
@@ -313,8 +320,7 @@ def child(spec: str) -> dict:
 
     kind, _, arg = spec.partition(":")
     if kind == "updates":
-        enc, key_impl = _variant(arg) if arg != "default" else (None, None)
-        loop, params, opt_state = _build(enc, key_impl=key_impl)
+        loop, params, opt_state = _build(**(_variant(arg) if arg != "default" else {}))
         params, opt_state, aux = loop.step_fn(params, opt_state, loop.frozen, loop.batch(1), loop.key(1))
         float(aux["loss"])
         for k in range(2, 2 + TIMED_UPDATES):
