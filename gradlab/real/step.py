@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -151,6 +152,7 @@ def make_train_step(encoder, loss: Callable, optimizer, *, packed: bool = False,
 #: How many steps' programs :func:`step_programs` keeps for later runs of this process.
 SHARED_STEPS = 4
 _SHARED: collections.OrderedDict[tuple, StepPrograms] = collections.OrderedDict()
+_SHARED_LOCK = threading.Lock()
 
 
 class StepPrograms(NamedTuple):
@@ -168,18 +170,20 @@ def step_programs(encoder, optimizer, *, packed: bool = False, mesh=None, precis
     its own), ``optimizer.update``, ``packed``, ``mesh`` and ``precision`` equal."""
     architecture = getattr(encoder, "architecture", None)
     key = None if architecture is None else (architecture, optimizer.update, packed, mesh, precision)
-    if key in _SHARED:
-        _SHARED.move_to_end(key)
-        return _SHARED[key]
-    # built on the architecture where there is one: the programs kept hold no weights
-    update = train_update(encoder if architecture is None else architecture, optimizer, packed=packed, mesh=mesh,
-                          precision=precision)
-    programs = StepPrograms(update, jax.jit(update, donate_argnums=(0, 1)), resident_programs(update))
-    if key is not None:
-        _SHARED[key] = programs
-        while len(_SHARED) > SHARED_STEPS:
-            _SHARED.popitem(last=False)
-    return programs
+    with _SHARED_LOCK:  # runs in threads of one process (a Dask worker's) share the programs too
+        if key in _SHARED:
+            _SHARED.move_to_end(key)
+            return _SHARED[key]
+        # built on the architecture where there is one: the programs kept hold no weights (building
+        # them traces nothing: the jitted functions compile at their first call)
+        update = train_update(encoder if architecture is None else architecture, optimizer, packed=packed,
+                              mesh=mesh, precision=precision)
+        programs = StepPrograms(update, jax.jit(update, donate_argnums=(0, 1)), resident_programs(update))
+        if key is not None:
+            _SHARED[key] = programs
+            while len(_SHARED) > SHARED_STEPS:
+                _SHARED.popitem(last=False)
+        return programs
 
 
 class TrainStep:
