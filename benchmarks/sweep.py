@@ -46,10 +46,15 @@ ROUNDS = 2
 STEP_COMPILED = re.compile(r"Finished XLA compilation of jit\(step\) in ([0-9.]+)")
 
 
+#: Every run's settings but the swept one (``gradlab train``'s options, ``train_config``'s fields).
+RUN = {"encoder": str(ROOT / "tests" / "fixtures" / "hf" / "bert"), "recipe": "simcse-unsup", "steps": 3,
+       "batch_size": 4, "eval_every": 0, "dev_pairs": 20}
+
+
 def command(option: list[str], corpus: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "gradlab_cli.app", "train", "--encoder", str(ROOT / "tests" / "fixtures" / "hf" / "bert"),
-            "--recipe", "simcse-unsup", "--corpus", str(corpus), "--steps", "3", "--batch-size", "4",
-            "--eval-every", "0", "--dev-pairs", "20", *option, "--out", str(out)]
+    settings = [a for k, v in RUN.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+    return [sys.executable, "-m", "gradlab_cli.app", "train", *settings, "--corpus", str(corpus), *option,
+            "--out", str(out)]
 
 
 def one_round(name: str, folder: Path, corpus: Path) -> list[dict]:
@@ -96,8 +101,7 @@ def in_process_sweep(name: str, folder: Path) -> list[dict]:
     rows = []
     for k, value in enumerate(values):
         option = {"loss_params": {"tau": value}} if flag == "--param" else {"lr": value}
-        config = train_config(encoder=str(ROOT / "tests" / "fixtures" / "hf" / "bert"), corpus=str(corpus),
-                              recipe="simcse-unsup", steps=3, batch_size=4, eval_every=0, dev_pairs=20, **option)
+        config = train_config(**RUN, corpus=str(corpus), **option)
         del compiles[:]
         t0 = time.perf_counter()
         result = train(config, out_dir=folder / f"run{k}")

@@ -135,10 +135,11 @@ def relieve_mappings(share: float = MAPPINGS_SHARE) -> bool:
 
     XLA on a CPU maps each program it compiles in several pieces (about six mappings), and JAX
     keeps every program compiled in the process. A process that compiles many thousands (a
-    worker that trains configuration after configuration: each run's step is a program of its
-    own, compiled or read from JAX's cache; a long test session) reaches Linux's limit
-    (``vm.max_map_count``, 65,530 by default), and the next compilation crashes the process (a
-    segmentation fault, not an error). Called before each training run
+    worker that trains configuration after configuration: each loss, encoder architecture and
+    batch shape is a step of its own, compiled or read from JAX's cache, though runs of one loss
+    at another τ or rate share theirs, :func:`gradlab.real.step.step_programs`; a long test
+    session) reaches Linux's limit (``vm.max_map_count``, 65,530 by default), and the next
+    compilation crashes the process (a segmentation fault, not an error). Called before each training run
     (:func:`gradlab.real.train`): past the share, ``jax.clear_caches()`` and the program store's
     loaded programs (:func:`gradlab._cache.release_programs`) let the mappings go; what runs
     next compiles (or reads from the store) again.

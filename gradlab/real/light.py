@@ -113,13 +113,17 @@ class LightEncoder:
     def architecture(self) -> LightArchitecture | None:
         """The forward pass without the arrays (:class:`LightArchitecture`), by which runs of one
         process share their training step; None for a subclass, whose forward may be its own."""
-        return LightArchitecture(self.dropout) if type(self) is LightEncoder else None
+        return self._architecture if type(self) is LightEncoder else None
+
+    @property
+    def _architecture(self) -> LightArchitecture:
+        return LightArchitecture(self.dropout)
 
     def forward(self, params: dict, frozen: Array, input_ids: Array, attention_mask: Array,
                 key: Array | None = None) -> Array:
         """Sentence embeddings (B, D) with the token table ``frozen`` (V, H) passed explicitly
         (:meth:`LightArchitecture.forward`)."""
-        return LightArchitecture(self.dropout).forward(params, frozen, input_ids, attention_mask, key)
+        return self._architecture.forward(params, frozen, input_ids, attention_mask, key)
 
     def apply(self, params: dict, input_ids: Array, attention_mask: Array, key: Array | None = None) -> Array:
         """:meth:`forward` with this encoder's own token table."""
