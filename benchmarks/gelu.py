@@ -15,7 +15,13 @@ Two measurements, by where the script runs:
   (``ex2``) and reciprocals among them. An elementwise kernel whose instructions outrun its bytes
   is bound by the chip's arithmetic, not its bandwidth (``benchmarks/README.md``).
 
+* the whole BERT-base SimCSE recipe step on this CPU with each formula (``--step ROUNDS``):
+  ``real.py``'s ``bertbase_step_jax`` in fresh processes, the formulas alternating round by round
+  (``gradlab.real.bert.gelu`` replaced by JAX's in the ``erfc`` processes, nothing else changed):
+  its timed steps and its first call (compilation included).
+
     PYTHONPATH=$PWD .venv/bin/python benchmarks/gelu.py --json benchmarks/results/gelu_cpu.json
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/gelu.py --step 4 --json benchmarks/results/gelu_step_cpu.json
     PYTHONPATH=$PWD JAX_PLATFORMS=cpu /work/aot-venv/bin/python benchmarks/gelu.py --ptx \\
         --json benchmarks/results/gelu_ptx.json
 """
@@ -29,6 +35,7 @@ import os
 import re
 import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -150,13 +157,52 @@ def ptx_rows(target: str, dump: str) -> dict:
     return out
 
 
+def step_worker(formula: str) -> dict:
+    """One ``real.py`` BERT-base recipe step worker with ``formula`` (``"erfc"``: JAX's GELU)."""
+    import functools
+
+    import jax
+    import real
+
+    from gradlab.real import bert
+
+    if formula == "erfc":
+        bert.gelu = functools.partial(jax.nn.gelu, approximate=False)  # what _activation("gelu") returns
+    return real.bertbase_step_jax()
+
+
+def step_rows(rounds: int) -> dict:
+    """``rounds`` rounds of the BERT-base recipe step in fresh processes, one per formula, alternating
+    which goes first; per formula its timed steps and first calls, and their medians."""
+    import real
+
+    out: dict = {"erfc": [], "erf": []}
+    with tempfile.TemporaryDirectory(prefix="bert-base-") as base:
+        real.make_bert_base(base)
+        env = {**os.environ, real.BASE_DIR_ENV: base}
+        for rnd in range(rounds):
+            for formula in ("erfc", "erf") if rnd % 2 == 0 else ("erf", "erfc"):
+                proc = subprocess.run([sys.executable, __file__, "--step-worker", formula], env=env,
+                                      capture_output=True, text=True, check=True)
+                out[formula].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+                print(f"round {rnd + 1}: {formula} {out[formula][-1]['times']}", file=sys.stderr, flush=True)
+    return {formula: {"step_s": statistics.median(t for r in runs for t in r["times"]),
+                      "first_s": statistics.median(r["first"] for r in runs), "runs": runs}
+            for formula, runs in out.items()}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=20, help="calls of each pass (CPU)")
     ap.add_argument("--ptx", action="store_true", help="compile for a GPU and count its PTX (gpu_aot.py's venv)")
     ap.add_argument("--target", default="h100", help="the GPU to compile for (with --ptx)")
+    ap.add_argument("--step", type=int, metavar="ROUNDS", help="time the BERT-base recipe step with each formula")
+    ap.add_argument("--step-worker", choices=("erfc", "erf"), help=argparse.SUPPRESS)
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
+    if args.step_worker:
+        print(json.dumps(step_worker(args.step_worker)))
+        return
     with tempfile.TemporaryDirectory(prefix="gradlab-gelu-") as folder:
         if args.ptx:  # before JAX starts: XLA reads its flags once
             os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={folder}").strip()
@@ -167,7 +213,12 @@ def main(argv: list[str] | None = None) -> None:
         if args.ptx and jax.default_backend() != "cpu":
             raise SystemExit("gelu.py --ptx: run it where JAX's default backend is the CPU (JAX_PLATFORMS=cpu)")
         with backend.choices_for("gpu" if args.ptx else jax.default_backend()):
-            result = {"ptx": ptx_rows(args.target, folder)} if args.ptx else {"cpu": cpu_rows(args.repeat), "errors": errors()}
+            if args.ptx:
+                result = {"ptx": ptx_rows(args.target, folder)}
+            elif args.step:
+                result = {"step": step_rows(args.step)}
+            else:
+                result = {"cpu": cpu_rows(args.repeat), "errors": errors()}
     import gpu
 
     result.update(shape=list(SHAPE), jax=jax.__version__, host=gpu.host(), gradlab_commit=gpu.library_commit(),

@@ -42,7 +42,8 @@ without a GPU, which tells a slow host from slow code).
   reductions; its pipelined losses are compared with the default's too.
   ``gradlab_bf16_two_stage_sums``: the bias and LayerNorm gradients' column sums in two stages
   (``gradlab.real.bert.COLUMN_SUM_BLOCK``); its losses differ from the default's in the last bits
-  (the sums' order), within bfloat16's rounding.
+  (the sums' order), within bfloat16's rounding. ``gradlab_bf16_apart_two_stage``: both at once
+  (what each saves may add up, or not).
   ``gradlab_bf16_stable`` copies the step's per-call inputs (the packed batch, the
   dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
   experiment that came before ``ResidentStep``. ``gradlab_bf16_no_graphs`` is ``gradlab_bf16``
@@ -393,6 +394,7 @@ GRADLAB_ROWS = {
     "gradlab_bf16_device_copies": GradlabRow("bf16", BATCH, device_copies=True),
     "gradlab_bf16_grads_apart": GradlabRow("bf16", BATCH, grads_apart=True),
     "gradlab_bf16_two_stage_sums": GradlabRow("bf16", BATCH, column_sum_block=64),
+    "gradlab_bf16_apart_two_stage": GradlabRow("bf16", BATCH, grads_apart=True, column_sum_block=64),
     "gradlab_bf16_stable": GradlabRow("bf16", BATCH, stable=True),
     "gradlab_float32": GradlabRow("float32", BATCH),
     "gradlab_bf16_batch512": GradlabRow("bf16", 512),
@@ -523,9 +525,16 @@ def gradlab_bf16_grads_apart() -> dict:
 
 def gradlab_bf16_two_stage_sums() -> dict:
     """``gradlab_bf16`` with the bias and LayerNorm gradients' column sums in two stages
-    (``gradlab.real.bert.COLUMN_SUM_BLOCK`` = 64): whether their 55 one-kernel sums, too few
-    blocks for 768 outputs, are where the step's device time goes."""
+    (``gradlab.real.bert.COLUMN_SUM_BLOCK`` = 64): whether their 88 one-kernel sums over the
+    batch's tokens (the LayerNorms', the dense layers' biases), too few blocks for 768 to 3,072
+    outputs, are where the step's device time goes."""
     return _gradlab("gradlab_bf16_two_stage_sums")
+
+
+def gradlab_bf16_apart_two_stage() -> dict:
+    """``gradlab_bf16`` with both changes prepared for the stretch: the optimizer's update behind a
+    barrier and the column sums in two stages."""
+    return _gradlab("gradlab_bf16_apart_two_stage")
 
 
 def gradlab_bf16_stable() -> dict:
@@ -792,6 +801,7 @@ ROWS = {
     "gradlab_bf16_device_copies": (gradlab_bf16_device_copies, False, 120),
     "gradlab_bf16_grads_apart": (gradlab_bf16_grads_apart, False, 120),
     "gradlab_bf16_two_stage_sums": (gradlab_bf16_two_stage_sums, False, 120),
+    "gradlab_bf16_apart_two_stage": (gradlab_bf16_apart_two_stage, False, 120),
     "torch_compile": (torch_compile, True, 120),
     "gradlab_float32": (gradlab_float32, False, 120),
     "torch_compile_tf32_cudagraphs": (torch_compile_tf32_cudagraphs, True, 120),
@@ -913,7 +923,8 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
     for other, what in (("gradlab_bf16_device_copies", "its outputs copied to the host's pinned memory against on "
                                                         "the device"),
                         ("gradlab_bf16_grads_apart", "Adam fused with the gradient norm's sums against apart"),
-                        ("gradlab_bf16_two_stage_sums", "the column sums in one reduction against two stages")):
+                        ("gradlab_bf16_two_stage_sums", "the column sums in one reduction against two stages"),
+                        ("gradlab_bf16_apart_two_stage", "as it is against both of these changes")):
         if rows_.get(other, {}).get("step_s"):
             a, b = (rows_[n].get("losses_pipelined") or [] for n in ("gradlab_bf16", other))
             same = f"; the same losses: {a == b}" if a and b else ""

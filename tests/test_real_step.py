@@ -191,7 +191,7 @@ def test_the_gpus_choices_give_the_cpus_gradient(view):
 
 def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
     """``gradlab.real.bert.COLUMN_SUM_BLOCK`` (a GPU's bias and LayerNorm sums over blocks of rows,
-    then over the blocks): with the GPU's choices on this CPU, the step's loss and gradient are the
+    then over the blocks; the dense layers' bias gradients become such sums too): with the GPU's choices on this CPU, the step's loss and gradient are the
     CPU's choices' (one product with a vector of ones per sum), in float64; the witness that the
     two stages ran: one optimization barrier more per sum in the program."""
     from gradlab.real import bert
@@ -211,9 +211,10 @@ def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
             jax.clear_caches()  # the knob is read when a forward is traced
             two_stages, got = traced()
         jax.clear_caches()
-        # the embeddings' LayerNorm's two sums, and per layer but the last ([CLS] alone: too few
-        # rows) the two LayerNorms' scale and bias sums and the feed-forward output's bias
-        assert two_stages - one_stage == 2 + 5 * (tv.config.num_hidden_layers - 1)
+        # the embeddings' LayerNorm's two sums; per layer but the last ([CLS] alone: too few rows)
+        # the two LayerNorms' scale and bias sums and the four dense layers' biases (Q, K and V
+        # together, output projection, the feed-forward's two); in the last, its keys' and values'
+        assert two_stages - one_stage == 2 + 8 * (tv.config.num_hidden_layers - 1) + 1
         _assert_same_value_and_grad(got, want)
 
 

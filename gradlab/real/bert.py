@@ -42,12 +42,13 @@ __all__ = ["bert_forward", "bert_forward_packed", "embed", "embed_packed", "firs
 
 
 #: Off a CPU, a column sum (:func:`_column_sum`) of a multiple of this many rows, at least twice
-#: as many, runs in two stages: sums over blocks of this many rows, then over the blocks; None
-#: (the default): one reduction. Read when a program is traced (set it before any step is
-#: built): ``benchmarks/gpu.py``'s ``gradlab_bf16_two_stage_sums`` row times it against the one
-#: reduction. Compiled for an H100, the recipe's step then has each of its 55 column sums of
-#: 2,304 × 768 (one kernel at 11.3 µs each on an H200, too few blocks for 768 outputs) as 36 × 768
-#: partial sums and a small second kernel (833 kernels against 763).
+#: as many, runs in two stages: sums over blocks of this many rows, then over the blocks, and the
+#: dense layers' bias gradients are such sums too (:func:`_dense`); None (the default): one
+#: reduction each, the biases' autodiff's. Read when a program is traced (set it before any step
+#: is built): ``benchmarks/gpu.py``'s ``gradlab_bf16_two_stage_sums`` row times it against the
+#: one reduction. On an H200 the recipe's step spent about 0.9 ms in such sums over its 2,304
+#: tokens, each one kernel with too few blocks for its 768 to 3,072 outputs (11–15 µs each for
+#: 3.5–14 MB; benchmarks/README.md).
 COLUMN_SUM_BLOCK: int | None = None
 
 
@@ -111,13 +112,15 @@ _layer_norm.defvjp(_ln_fwd, _ln_bwd)
 
 
 def _dense(x: Array, w: Array, b: Array) -> Array:
-    """``x @ w + b`` over the last axis of ``x``. On XLA's CPU backend its bias gradient is a
-    :func:`_column_sum` (a matrix-vector product); elsewhere autodiff's, as measured on GPUs."""
-    return _dense_cpu(x, w, b) if backend.current() == "cpu" else x @ w + b
+    """``x @ w + b`` over the last axis of ``x``. On XLA's CPU backend, and off it with
+    :data:`COLUMN_SUM_BLOCK` set, its bias gradient is a :func:`_column_sum` (a matrix-vector
+    product on a CPU, two reductions elsewhere); otherwise autodiff's, as measured on GPUs."""
+    summed = backend.current() == "cpu" or COLUMN_SUM_BLOCK is not None
+    return _dense_summed(x, w, b) if summed else x @ w + b
 
 
 @jax.custom_vjp
-def _dense_cpu(x: Array, w: Array, b: Array) -> Array:
+def _dense_summed(x: Array, w: Array, b: Array) -> Array:
     return _dense_fwd(x, w, b)[0]
 
 
@@ -131,7 +134,7 @@ def _dense_bwd(res, g):
     return (g @ w.T).astype(x.dtype), (rows_x.T @ rows_g).astype(w.dtype), _column_sum(g, b.dtype)
 
 
-_dense_cpu.defvjp(_dense_fwd, _dense_bwd)
+_dense_summed.defvjp(_dense_fwd, _dense_bwd)
 
 
 def dropout_keep(key: Array, shape: tuple[int, ...], rate: float,
