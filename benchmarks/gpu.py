@@ -40,10 +40,10 @@ without a GPU, which tells a slow host from slow code).
   ``gradlab_bf16_grads_apart``: the optimizer's update reads the gradients behind an optimization
   barrier (``grads_apart``), so that Adam's updates are not fused with the gradient norm's
   reductions; its pipelined losses are compared with the default's too.
-  ``gradlab_bf16_two_stage_sums``: the bias and LayerNorm gradients' column sums in two stages
-  (``gradlab.real.bert.COLUMN_SUM_BLOCK``); its losses differ from the default's in the last bits
-  (the sums' order), within bfloat16's rounding. ``gradlab_bf16_apart_two_stage``: both at once
-  (what each saves may add up, or not).
+  ``gradlab_bf16_one_stage_sums``: the bias and LayerNorm gradients' column sums in one
+  reduction each, as before the library's two stages on a GPU (``gradlab.real.bert.COLUMN_SUM_BLOCK``
+  None); its losses differ from the default's in the last bits (the sums' order), within
+  bfloat16's rounding.
   ``gradlab_bf16_stable`` copies the step's per-call inputs (the packed batch, the
   dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
   experiment that came before ``ResidentStep``. ``gradlab_bf16_no_graphs`` is ``gradlab_bf16``
@@ -375,7 +375,8 @@ class GradlabRow(NamedTuple):
         (``grads_apart``), so that Adam's fused updates no longer carry the gradient norm's
         reductions; the same numbers.
       column_sum_block: ``gradlab.real.bert.COLUMN_SUM_BLOCK``, the bias and LayerNorm gradients'
-        column sums in two stages over blocks of this many rows (None: one reduction).
+        column sums in two stages over blocks of this many rows (None: one reduction; ``"library"``:
+        the library's default).
     """
 
     precision: str
@@ -385,7 +386,7 @@ class GradlabRow(NamedTuple):
     plain: bool = False
     device_copies: bool = False
     grads_apart: bool = False
-    column_sum_block: int | None = None
+    column_sum_block: int | str | None = "library"
 
 
 GRADLAB_ROWS = {
@@ -393,8 +394,7 @@ GRADLAB_ROWS = {
     "gradlab_bf16_plain": GradlabRow("bf16", BATCH, plain=True),
     "gradlab_bf16_device_copies": GradlabRow("bf16", BATCH, device_copies=True),
     "gradlab_bf16_grads_apart": GradlabRow("bf16", BATCH, grads_apart=True),
-    "gradlab_bf16_two_stage_sums": GradlabRow("bf16", BATCH, column_sum_block=64),
-    "gradlab_bf16_apart_two_stage": GradlabRow("bf16", BATCH, grads_apart=True, column_sum_block=64),
+    "gradlab_bf16_one_stage_sums": GradlabRow("bf16", BATCH, column_sum_block=None),
     "gradlab_bf16_stable": GradlabRow("bf16", BATCH, stable=True),
     "gradlab_float32": GradlabRow("float32", BATCH),
     "gradlab_bf16_batch512": GradlabRow("bf16", 512),
@@ -420,13 +420,19 @@ def grads_apart(optimizer):
     return optax.GradientTransformationExtraArgs(optimizer.init, update)
 
 
-def set_column_sum_block(block: int | None) -> None:
-    """``gradlab.real.bert.COLUMN_SUM_BLOCK`` = ``block``, JAX's caches cleared if it changes (it is
-    read when a forward is traced: no trace made with the other value may serve)."""
+_LIBRARY: dict = {}
+
+
+def set_column_sum_block(block: int | str | None) -> None:
+    """``gradlab.real.bert.COLUMN_SUM_BLOCK`` = ``block`` (``"library"``: the value the library
+    had when first set here), JAX's caches cleared if it changes (it is read when a forward is
+    traced: no trace made with the other value may serve)."""
     import jax
 
     from gradlab.real import bert
 
+    library = _LIBRARY.setdefault("block", bert.COLUMN_SUM_BLOCK)
+    block = library if block == "library" else block
     if bert.COLUMN_SUM_BLOCK != block:
         bert.COLUMN_SUM_BLOCK = block
         jax.clear_caches()
@@ -523,18 +529,12 @@ def gradlab_bf16_grads_apart() -> dict:
     return _gradlab("gradlab_bf16_grads_apart")
 
 
-def gradlab_bf16_two_stage_sums() -> dict:
-    """``gradlab_bf16`` with the bias and LayerNorm gradients' column sums in two stages
-    (``gradlab.real.bert.COLUMN_SUM_BLOCK`` = 64): whether their 88 one-kernel sums over the
-    batch's tokens (the LayerNorms', the dense layers' biases), too few blocks for 768 to 3,072
-    outputs, are where the step's device time goes."""
-    return _gradlab("gradlab_bf16_two_stage_sums")
-
-
-def gradlab_bf16_apart_two_stage() -> dict:
-    """``gradlab_bf16`` with both changes prepared for the stretch: the optimizer's update behind a
-    barrier and the column sums in two stages."""
-    return _gradlab("gradlab_bf16_apart_two_stage")
+def gradlab_bf16_one_stage_sums() -> dict:
+    """``gradlab_bf16`` with the bias and LayerNorm gradients' column sums in one reduction each
+    (``gradlab.real.bert.COLUMN_SUM_BLOCK`` None, the dense biases' autodiff's): the A/B of the
+    library's two stages on a GPU, whose 88 one-kernel sums over the batch's tokens had too few
+    blocks for their 768 to 3,072 outputs."""
+    return _gradlab("gradlab_bf16_one_stage_sums")
 
 
 def gradlab_bf16_stable() -> dict:
@@ -800,8 +800,7 @@ ROWS = {
     "gradlab_bf16_plain": (gradlab_bf16_plain, False, 120),
     "gradlab_bf16_device_copies": (gradlab_bf16_device_copies, False, 120),
     "gradlab_bf16_grads_apart": (gradlab_bf16_grads_apart, False, 120),
-    "gradlab_bf16_two_stage_sums": (gradlab_bf16_two_stage_sums, False, 120),
-    "gradlab_bf16_apart_two_stage": (gradlab_bf16_apart_two_stage, False, 120),
+    "gradlab_bf16_one_stage_sums": (gradlab_bf16_one_stage_sums, False, 120),
     "torch_compile": (torch_compile, True, 120),
     "gradlab_float32": (gradlab_float32, False, 120),
     "torch_compile_tf32_cudagraphs": (torch_compile_tf32_cudagraphs, True, 120),
@@ -923,8 +922,7 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
     for other, what in (("gradlab_bf16_device_copies", "its outputs copied to the host's pinned memory against on "
                                                         "the device"),
                         ("gradlab_bf16_grads_apart", "Adam fused with the gradient norm's sums against apart"),
-                        ("gradlab_bf16_two_stage_sums", "the column sums in one reduction against two stages"),
-                        ("gradlab_bf16_apart_two_stage", "as it is against both of these changes")):
+                        ("gradlab_bf16_one_stage_sums", "the column sums in two stages against one reduction")):
         if rows_.get(other, {}).get("step_s"):
             a, b = (rows_[n].get("losses_pipelined") or [] for n in ("gradlab_bf16", other))
             same = f"; the same losses: {a == b}" if a and b else ""

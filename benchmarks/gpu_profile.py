@@ -24,8 +24,9 @@ Then the same timings for variants that change one thing (``--variants``): atten
 off (not the recipe), the ``rbg`` PRNG for the dropout masks, recomputation in the backward
 pass (``remat``), the embedding tables cast to bfloat16 with the rest, the layer loop unrolled,
 the step's per-call inputs copied into the program's own buffers first (``stable``), the
-optimizer's update behind a barrier (``gradsapart``, ``gpu.grads_apart``), the column sums in two
-stages over blocks of 64 rows (``sums64``, ``gradlab.real.bert.COLUMN_SUM_BLOCK``).
+optimizer's update behind a barrier (``gradsapart``, ``gpu.grads_apart``), the column sums in one
+reduction each instead of the library's two stages on a GPU (``onestage``,
+``gradlab.real.bert.COLUMN_SUM_BLOCK`` None).
 
 ``--children`` runs the step again in child processes, each after the in-process rows:
 
@@ -69,7 +70,7 @@ UPDATES_LOG = "command_buffer_thunk=3"  # XLA's log of command-buffer updates (T
 
 
 def _build(encoder=None, *, key_impl: str | None = None, grads_apart: bool = False,
-           column_sum_block: int | None = None):
+           column_sum_block: int | str | None = "library"):
     """gpu.py's gradlab_bf16 run, its loop, parameters and optimizer state (``key_impl``: the root
     key's PRNG; ``grads_apart``, ``column_sum_block``: as ``gpu.GradlabRow``'s)."""
     import jax
@@ -225,10 +226,10 @@ def _variant(name: str) -> dict:
 
         view = Whole(**{f.name: getattr(view, f.name) for f in dataclasses.fields(view)})
     return {"encoder": dataclasses.replace(enc, train_view=view), "key_impl": "rbg" if "rbg" in parts else None,
-            "grads_apart": "gradsapart" in parts, "column_sum_block": 64 if "sums64" in parts else None}
+            "grads_apart": "gradsapart" in parts, "column_sum_block": None if "onestage" in parts else "library"}
 
 
-VARIANTS = ("noattn", "rbg", "remat", "bf16tables", "unroll", "stable", "gradsapart", "sums64")
+VARIANTS = ("noattn", "rbg", "remat", "bf16tables", "unroll", "stable", "gradsapart", "onestage")
 
 
 def main(argv: list[str] | None = None) -> None:

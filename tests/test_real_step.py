@@ -191,9 +191,10 @@ def test_the_gpus_choices_give_the_cpus_gradient(view):
 
 def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
     """``gradlab.real.bert.COLUMN_SUM_BLOCK`` (a GPU's bias and LayerNorm sums over blocks of rows,
-    then over the blocks; the dense layers' bias gradients become such sums too): with the GPU's choices on this CPU, the step's loss and gradient are the
-    CPU's choices' (one product with a vector of ones per sum), in float64; the witness that the
-    two stages ran: one optimization barrier more per sum in the program."""
+    then over the blocks, by default; the dense layers' bias gradients become such sums too): with
+    the GPU's choices on this CPU, the step's loss and gradient are the CPU's choices' (one product
+    with a vector of ones per sum), in float64, with two stages and with one (None); the witness
+    that the two stages ran: one optimization barrier more per sum in the program."""
     from gradlab.real import bert
 
     tv, packed = view
@@ -205,12 +206,14 @@ def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
 
     with _float64():
         _, want = traced()
+        assert bert.COLUMN_SUM_BLOCK == 64  # the default; the packed batch: 2 views x 8 rows x 16 tokens
         with backend.choices_for("gpu"):
-            one_stage, _ = traced()
-            monkeypatch.setattr(bert, "COLUMN_SUM_BLOCK", 64)  # the packed batch: 2 views x 8 rows x 16 tokens
-            jax.clear_caches()  # the knob is read when a forward is traced
             two_stages, got = traced()
+            monkeypatch.setattr(bert, "COLUMN_SUM_BLOCK", None)
+            jax.clear_caches()  # the knob is read when a forward is traced
+            one_stage, got_one = traced()
         jax.clear_caches()
+        _assert_same_value_and_grad(got_one, want)
         # the embeddings' LayerNorm's two sums; per layer but the last ([CLS] alone: too few rows)
         # the two LayerNorms' scale and bias sums and the four dense layers' biases (Q, K and V
         # together, output projection, the feed-forward's two); in the last, its keys' and values'

@@ -41,15 +41,16 @@ __all__ = ["bert_forward", "bert_forward_packed", "embed", "embed_packed", "firs
            "pool_packed", "dropout_keep", "compute_params", "COLUMN_SUM_BLOCK"]
 
 
-#: Off a CPU, a column sum (:func:`_column_sum`) of a multiple of this many rows, at least twice
+#: On a GPU, a column sum (:func:`_column_sum`) of a multiple of this many rows, at least twice
 #: as many, runs in two stages: sums over blocks of this many rows, then over the blocks, and the
-#: dense layers' bias gradients are such sums too (:func:`_dense`); None (the default): one
-#: reduction each, the biases' autodiff's. Read when a program is traced (set it before any step
-#: is built): ``benchmarks/gpu.py``'s ``gradlab_bf16_two_stage_sums`` row times it against the
-#: one reduction. On an H200 the recipe's step spent about 0.9 ms in such sums over its 2,304
-#: tokens, each one kernel with too few blocks for its 768 to 3,072 outputs (11–15 µs each for
-#: 3.5–14 MB; benchmarks/README.md).
-COLUMN_SUM_BLOCK: int | None = None
+#: dense layers' bias gradients are such sums too (:func:`_dense`); None: one reduction each, the
+#: biases' autodiff's. Read when a program is traced (set it before any step is built). On an
+#: H200 the recipe's step spent about 0.9 ms of its 7.2 in these sums over its 2,304 tokens, one
+#: kernel each with too few blocks for its 768 to 3,072 outputs (11–15 µs for 3.5–14 MB);
+#: compiled for an H100, in two stages the step moves 11.81 GB where it moved 12.01, in 832
+#: kernels instead of 762 (benchmarks/README.md). ``benchmarks/gpu.py``'s
+#: ``gradlab_bf16_one_stage_sums`` row times one reduction against this.
+COLUMN_SUM_BLOCK: int | None = 64
 
 
 def _column_sum(a: Array, dtype) -> Array:
@@ -59,14 +60,14 @@ def _column_sum(a: Array, dtype) -> Array:
     to ``reduce-window`` loops, which took 86 ms of a 1.72 s SimCSE step of a 2-layer BERT-base
     (the bias and LayerNorm gradients' sums); as products the step took 1.61 s. On a GPU the
     reduction is kept (LayerNorm's sums as products measured the same there: 9.8 ms a step on an
-    H200), in two stages with :data:`COLUMN_SUM_BLOCK`.
+    H200), in two stages on a GPU (:data:`COLUMN_SUM_BLOCK`).
     """
     acc = jnp.promote_types(a.dtype, jnp.float32)
     flat = a.reshape(-1, a.shape[-1])
     if backend.current() == "cpu":
         ones = jnp.ones((1, flat.shape[0]), a.dtype)
         return jnp.matmul(ones, flat, precision=jax.lax.Precision.HIGHEST, preferred_element_type=acc)[0].astype(dtype)
-    rows, block = flat.shape[0], COLUMN_SUM_BLOCK
+    rows, block = flat.shape[0], COLUMN_SUM_BLOCK if backend.current() == "gpu" else None
     if block is None or rows % block or rows < 2 * block:
         return jnp.sum(flat, axis=0, dtype=acc).astype(dtype)
     partial = jnp.sum(flat.reshape(rows // block, block, flat.shape[1]), axis=1, dtype=acc)
@@ -112,10 +113,10 @@ _layer_norm.defvjp(_ln_fwd, _ln_bwd)
 
 
 def _dense(x: Array, w: Array, b: Array) -> Array:
-    """``x @ w + b`` over the last axis of ``x``. On XLA's CPU backend, and off it with
+    """``x @ w + b`` over the last axis of ``x``. On XLA's CPU backend, and on a GPU with
     :data:`COLUMN_SUM_BLOCK` set, its bias gradient is a :func:`_column_sum` (a matrix-vector
-    product on a CPU, two reductions elsewhere); otherwise autodiff's, as measured on GPUs."""
-    summed = backend.current() == "cpu" or COLUMN_SUM_BLOCK is not None
+    product on a CPU, two reductions on a GPU); otherwise autodiff's."""
+    summed = backend.current() == "cpu" or (backend.current() == "gpu" and COLUMN_SUM_BLOCK is not None)
     return _dense_summed(x, w, b) if summed else x @ w + b
 
 
