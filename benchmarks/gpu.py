@@ -53,7 +53,10 @@ without a GPU, which tells a slow host from slow code).
   (``XLA_ROWS``): the graphs recorded once, every buffer at a fixed virtual address, the
   temporaries too; ``gradlab_bf16_separate_temp`` under
   ``--xla_gpu_temp_buffer_use_separate_color=true``: the temporaries alone from an allocator of
-  their own, at one address; ``train_loop_separate_temp``: ``train_loop`` under the same flag.
+  their own, at one address; ``train_loop_separate_temp``: ``train_loop`` under the same flag;
+  ``gradlab_bf16_cublas`` under ``--xla_gpu_enable_triton_gemm=false``: every matrix product from
+  cuBLAS (XLA's autotuner picks Triton's for most, timing each product alone; in the H200 trace
+  the five largest Triton products take 15–24 µs a layer, the four cuBLAS ones 16–18).
   Each compares its 20 pipelined losses with the default's (``losses_pipelined``).
 * ``torch_compile`` / ``torch_compile_cudagraphs`` / ``torch_compile_tf32_cudagraphs``: the
   same step as a careful PyTorch user writes it: transformers' ``BertModel`` of the same
@@ -814,6 +817,7 @@ ROWS = {
     "gradlab_bf16_never_update": (gradlab_bf16, False, 120),
     "gradlab_bf16_separate_temp": (gradlab_bf16, False, 120),
     "train_loop_separate_temp": (train_loop, False, 150),
+    "gradlab_bf16_cublas": (gradlab_bf16, False, 120),
 }
 
 #: Rows that run another row's worker (a process of their own) under XLA flags added to
@@ -829,7 +833,8 @@ SEPARATE_TEMP = "--xla_gpu_temp_buffer_use_separate_color=true"
 XLA_ROWS = {"gradlab_bf16_no_graphs": ("gradlab_bf16", "--xla_gpu_enable_command_buffer="),
             "gradlab_bf16_never_update": ("gradlab_bf16", "--xla_gpu_command_buffer_update_mode=NEVER_UPDATE"),
             "gradlab_bf16_separate_temp": ("gradlab_bf16", SEPARATE_TEMP),
-            "train_loop_separate_temp": ("train_loop", SEPARATE_TEMP)}
+            "train_loop_separate_temp": ("train_loop", SEPARATE_TEMP),
+            "gradlab_bf16_cublas": ("gradlab_bf16", "--xla_gpu_enable_triton_gemm=false")}
 
 #: ``gradlab_bf16``'s first step (compiling included) on the H200 of ``results/gpu_unrolled.json``;
 #: ``gpu_aot.py`` compiles that commit's step and today's in about the same time on one CPU.
