@@ -43,7 +43,9 @@ without a GPU, which tells a slow host from slow code).
   ``gradlab_bf16_one_stage_sums``: the bias and LayerNorm gradients' column sums in one
   reduction each, as before the library's two stages on a GPU (``gradlab.real.bert.COLUMN_SUM_BLOCK``
   None); its losses differ from the default's in the last bits (the sums' order), within
-  bfloat16's rounding.
+  bfloat16's rounding. ``gradlab_bf16_qkv_sliced``: the optimizer reads the Q, K and V gradients
+  as slices of the fused product's, as before ``gradlab.real.bert.QKV_GRADIENTS_APART``; the same
+  losses.
   ``gradlab_bf16_stable`` copies the step's per-call inputs (the packed batch, the
   dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
   experiment that came before ``ResidentStep``. ``gradlab_bf16_no_graphs`` is ``gradlab_bf16``
@@ -380,6 +382,7 @@ class GradlabRow(NamedTuple):
       column_sum_block: ``gradlab.real.bert.COLUMN_SUM_BLOCK``, the bias and LayerNorm gradients'
         column sums in two stages over blocks of this many rows (None: one reduction; ``"library"``:
         the library's default).
+      qkv_gradients_apart: ``gradlab.real.bert.QKV_GRADIENTS_APART`` (``"library"``: its default).
     """
 
     precision: str
@@ -390,6 +393,7 @@ class GradlabRow(NamedTuple):
     device_copies: bool = False
     grads_apart: bool = False
     column_sum_block: int | str | None = "library"
+    qkv_gradients_apart: bool | str = "library"
 
 
 GRADLAB_ROWS = {
@@ -398,6 +402,7 @@ GRADLAB_ROWS = {
     "gradlab_bf16_device_copies": GradlabRow("bf16", BATCH, device_copies=True),
     "gradlab_bf16_grads_apart": GradlabRow("bf16", BATCH, grads_apart=True),
     "gradlab_bf16_one_stage_sums": GradlabRow("bf16", BATCH, column_sum_block=None),
+    "gradlab_bf16_qkv_sliced": GradlabRow("bf16", BATCH, qkv_gradients_apart=False),
     "gradlab_bf16_stable": GradlabRow("bf16", BATCH, stable=True),
     "gradlab_float32": GradlabRow("float32", BATCH),
     "gradlab_bf16_batch512": GradlabRow("bf16", 512),
@@ -426,18 +431,18 @@ def grads_apart(optimizer):
 _LIBRARY: dict = {}
 
 
-def set_column_sum_block(block: int | str | None) -> None:
-    """``gradlab.real.bert.COLUMN_SUM_BLOCK`` = ``block`` (``"library"``: the value the library
-    had when first set here), JAX's caches cleared if it changes (it is read when a forward is
-    traced: no trace made with the other value may serve)."""
+def set_bert_choice(name: str, value) -> None:
+    """``gradlab.real.bert``'s ``name`` (``COLUMN_SUM_BLOCK``, ``QKV_GRADIENTS_APART``) = ``value``
+    (``"library"``: the value it had when first set here), JAX's caches cleared if it changes (it
+    is read when a forward is traced: no trace made with the other value may serve)."""
     import jax
 
     from gradlab.real import bert
 
-    library = _LIBRARY.setdefault("block", bert.COLUMN_SUM_BLOCK)
-    block = library if block == "library" else block
-    if bert.COLUMN_SUM_BLOCK != block:
-        bert.COLUMN_SUM_BLOCK = block
+    library = _LIBRARY.setdefault(name, getattr(bert, name))
+    value = library if value == "library" else value
+    if getattr(bert, name) != value:
+        setattr(bert, name, value)
         jax.clear_caches()
 
 
@@ -463,7 +468,8 @@ def gradlab_row_loop(name: str):
     from gradlab.real.step import copy_on_device
 
     row = GRADLAB_ROWS[name]
-    set_column_sum_block(row.column_sum_block)
+    set_bert_choice("COLUMN_SUM_BLOCK", row.column_sum_block)
+    set_bert_choice("QKV_GRADIENTS_APART", row.qkv_gradients_apart)
     enc = simcse_unsup_encoder(bench_paths()[0], seed=0)
     if row.unroll is not None:
         enc = dataclasses.replace(enc, train_view=dataclasses.replace(enc.train_view, unroll=row.unroll))
@@ -538,6 +544,13 @@ def gradlab_bf16_one_stage_sums() -> dict:
     library's two stages on a GPU, whose 88 one-kernel sums over the batch's tokens had too few
     blocks for their 768 to 3,072 outputs."""
     return _gradlab("gradlab_bf16_one_stage_sums")
+
+
+def gradlab_bf16_qkv_sliced() -> dict:
+    """``gradlab_bf16`` with the Q, K and V weights' gradients read by the optimizer as slices of
+    the fused product's (``gradlab.real.bert.QKV_GRADIENTS_APART`` False): the A/B of the
+    library's copy of them, made for one update kernel that ran at a quarter of the bandwidth."""
+    return _gradlab("gradlab_bf16_qkv_sliced")
 
 
 def gradlab_bf16_stable() -> dict:
@@ -804,6 +817,7 @@ ROWS = {
     "gradlab_bf16_device_copies": (gradlab_bf16_device_copies, False, 120),
     "gradlab_bf16_grads_apart": (gradlab_bf16_grads_apart, False, 120),
     "gradlab_bf16_one_stage_sums": (gradlab_bf16_one_stage_sums, False, 120),
+    "gradlab_bf16_qkv_sliced": (gradlab_bf16_qkv_sliced, False, 120),
     "torch_compile": (torch_compile, True, 120),
     "gradlab_float32": (gradlab_float32, False, 120),
     "torch_compile_tf32_cudagraphs": (torch_compile_tf32_cudagraphs, True, 120),
@@ -927,7 +941,8 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
     for other, what in (("gradlab_bf16_device_copies", "its outputs copied to the host's pinned memory against on "
                                                         "the device"),
                         ("gradlab_bf16_grads_apart", "Adam fused with the gradient norm's sums against apart"),
-                        ("gradlab_bf16_one_stage_sums", "the column sums in two stages against one reduction")):
+                        ("gradlab_bf16_one_stage_sums", "the column sums in two stages against one reduction"),
+                        ("gradlab_bf16_qkv_sliced", "the Q, K, V gradients apart against sliced")):
         if rows_.get(other, {}).get("step_s"):
             a, b = (rows_[n].get("losses_pipelined") or [] for n in ("gradlab_bf16", other))
             same = f"; the same losses: {a == b}" if a and b else ""

@@ -26,7 +26,8 @@ pass (``remat``), the embedding tables cast to bfloat16 with the rest, the layer
 the step's per-call inputs copied into the program's own buffers first (``stable``), the
 optimizer's update behind a barrier (``gradsapart``, ``gpu.grads_apart``), the column sums in one
 reduction each instead of the library's two stages on a GPU (``onestage``,
-``gradlab.real.bert.COLUMN_SUM_BLOCK`` None).
+``gradlab.real.bert.COLUMN_SUM_BLOCK`` None), the Q, K and V gradients read as slices of the
+fused product's (``qkvsliced``, ``gradlab.real.bert.QKV_GRADIENTS_APART`` False).
 
 ``--children`` runs the step again in child processes, each after the in-process rows:
 
@@ -70,12 +71,13 @@ UPDATES_LOG = "command_buffer_thunk=3"  # XLA's log of command-buffer updates (T
 
 
 def _build(encoder=None, *, key_impl: str | None = None, grads_apart: bool = False,
-           column_sum_block: int | str | None = "library"):
+           column_sum_block: int | str | None = "library", qkv_gradients_apart: bool | str = "library"):
     """gpu.py's gradlab_bf16 run, its loop, parameters and optimizer state (``key_impl``: the root
-    key's PRNG; ``grads_apart``, ``column_sum_block``: as ``gpu.GradlabRow``'s)."""
+    key's PRNG; ``grads_apart``, ``column_sum_block``, ``qkv_gradients_apart``: as ``gpu.GradlabRow``'s)."""
     import jax
 
-    gpu.set_column_sum_block(column_sum_block)
+    gpu.set_bert_choice("COLUMN_SUM_BLOCK", column_sum_block)
+    gpu.set_bert_choice("QKV_GRADIENTS_APART", qkv_gradients_apart)
     run, loop, params, opt_state = gpu.gradlab_loop("bf16", _batch(), encoder)
     if grads_apart:
         loop = gpu.rebuilt_step(run, loop, "bf16", apart=True)
@@ -226,10 +228,11 @@ def _variant(name: str) -> dict:
 
         view = Whole(**{f.name: getattr(view, f.name) for f in dataclasses.fields(view)})
     return {"encoder": dataclasses.replace(enc, train_view=view), "key_impl": "rbg" if "rbg" in parts else None,
-            "grads_apart": "gradsapart" in parts, "column_sum_block": None if "onestage" in parts else "library"}
+            "grads_apart": "gradsapart" in parts, "column_sum_block": None if "onestage" in parts else "library",
+            "qkv_gradients_apart": False if "qkvsliced" in parts else "library"}
 
 
-VARIANTS = ("noattn", "rbg", "remat", "bf16tables", "unroll", "stable", "gradsapart", "onestage")
+VARIANTS = ("noattn", "rbg", "remat", "bf16tables", "unroll", "stable", "gradsapart", "onestage", "qkvsliced")
 
 
 def main(argv: list[str] | None = None) -> None:

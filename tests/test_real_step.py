@@ -221,6 +221,38 @@ def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
         _assert_same_value_and_grad(got, want)
 
 
+def test_qkv_gradients_apart_give_the_cpus_gradient(view, monkeypatch):
+    """``gradlab.real.bert.QKV_GRADIENTS_APART`` (on a GPU the Q, K and V weights' and biases'
+    gradients, slices of the fused product's, made arrays of their own behind an optimization
+    barrier): with the GPU's choices on this CPU, the step's loss and gradient are the CPU's in
+    float64, apart and sliced; the witness: one barrier more for the weights and one for the
+    biases, none on the CPU."""
+    from gradlab.real import bert
+
+    tv, packed = view
+
+    def traced():
+        f, params = _objective(tv, packed)
+        jaxpr = jax.make_jaxpr(jax.value_and_grad(f))(params).jaxpr
+        return _count(jaxpr, "optimization_barrier"), jax.value_and_grad(f)(params)
+
+    with _float64():
+        assert bert.QKV_GRADIENTS_APART  # the default
+        cpu_barriers, want = traced()
+        monkeypatch.setattr(bert, "QKV_GRADIENTS_APART", False)
+        jax.clear_caches()
+        assert traced()[0] == cpu_barriers  # a CPU's program never takes them apart
+        with backend.choices_for("gpu"):
+            sliced, got_sliced = traced()
+            monkeypatch.setattr(bert, "QKV_GRADIENTS_APART", True)
+            jax.clear_caches()  # the knob is read when a forward is traced
+            apart, got = traced()
+        jax.clear_caches()
+        assert apart - sliced == 2
+        _assert_same_value_and_grad(got, want)
+        _assert_same_value_and_grad(got_sliced, want)
+
+
 def _count(jaxpr, name: str) -> int:
     """How many equations of ``jaxpr`` and the jaxprs nested in it apply the primitive ``name``."""
     n = 0

@@ -38,7 +38,7 @@ from gradlab.real.bert_config import BertConfig, PoolingConfig
 from gradlab.real.packing import Packed
 
 __all__ = ["bert_forward", "bert_forward_packed", "embed", "embed_packed", "first_only_fits", "gelu", "pool", "pool_first",
-           "pool_packed", "dropout_keep", "compute_params", "COLUMN_SUM_BLOCK"]
+           "pool_packed", "dropout_keep", "compute_params", "COLUMN_SUM_BLOCK", "QKV_GRADIENTS_APART"]
 
 
 #: On a GPU, a column sum (:func:`_column_sum`) of a multiple of this many rows, at least twice
@@ -51,6 +51,16 @@ __all__ = ["bert_forward", "bert_forward_packed", "embed", "embed_packed", "firs
 #: kernels instead of 762 (benchmarks/README.md). ``benchmarks/gpu.py``'s
 #: ``gradlab_bf16_one_stage_sums`` row times one reduction against this.
 COLUMN_SUM_BLOCK: int | None = 64
+
+#: On a GPU, the gradients of the Q, K and V weights (and biases), sliced out of the gradient of
+#: the product that computes the three side by side (:func:`_fuse_qkv`), are made arrays of their
+#: own before the optimizer reads them. Read when a program is traced. On an H200 the optimizer
+#: read the three slices in one kernel with the gradient norm's sums over them, at about a
+#: quarter of the bandwidth its other updates reach (520 µs a step); compiled for an H100, the
+#: three updates are then kernels like the output projection's (49 µs each on that H200), for
+#: one copy of the slices more, 0.17 GB a step (benchmarks/README.md). ``benchmarks/gpu.py``'s
+#: ``gradlab_bf16_qkv_sliced`` row times the slices read in place (False) against this.
+QKV_GRADIENTS_APART: bool = True
 
 
 def _column_sum(a: Array, dtype) -> Array:
@@ -229,9 +239,30 @@ def _fuse_qkv(layers: dict) -> dict:
     one matrix product per layer instead of three (fewer, larger kernels; on an H200 a SimCSE step
     of BERT-base took 10.4 ms instead of 10.7), the same numbers column by column."""
     fused = {k: v for k, v in layers.items() if k not in ("q_w", "k_w", "v_w", "q_b", "k_b", "v_b")}
-    fused["qkv_w"] = jnp.concatenate([layers["q_w"], layers["k_w"], layers["v_w"]], axis=-1)
-    fused["qkv_b"] = jnp.concatenate([layers["q_b"], layers["k_b"], layers["v_b"]], axis=-1)
+    apart = backend.current() == "gpu" and QKV_GRADIENTS_APART
+    fused["qkv_w"] = _side_by_side(apart, layers["q_w"], layers["k_w"], layers["v_w"])
+    fused["qkv_b"] = _side_by_side(apart, layers["q_b"], layers["k_b"], layers["v_b"])
     return fused
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _side_by_side(apart: bool, *arrays: Array) -> Array:
+    """``arrays`` concatenated along their last axis, whose backward pass slices the gradient back
+    into one per array; with ``apart``, behind an optimization barrier, so that each slice is an
+    array of its own (:data:`QKV_GRADIENTS_APART`)."""
+    return jnp.concatenate(arrays, axis=-1)
+
+
+def _side_by_side_fwd(apart, *arrays):
+    return jnp.concatenate(arrays, axis=-1), tuple(a.shape[-1] for a in arrays)
+
+
+def _side_by_side_bwd(apart, widths, g):
+    parts = jnp.split(g, np.cumsum(widths)[:-1].tolist(), axis=-1)
+    return tuple(jax.lax.optimization_barrier(parts) if apart else parts)
+
+
+_side_by_side.defvjp(_side_by_side_fwd, _side_by_side_bwd)
 
 
 def _layer_of(stacked: Array, i: Array) -> Array:
