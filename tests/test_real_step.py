@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 
 import numpy as np
@@ -189,6 +190,14 @@ def test_the_gpus_choices_give_the_cpus_gradient(view):
         _assert_same_value_and_grad(got, want)
 
 
+def _barriers_and_value_and_grad(tv, packed):
+    """The step objective's optimization barriers (its jaxpr's, with autodiff's) and its value and
+    gradient, traced now (with the backend's choices and the library's knobs as they are)."""
+    f, params = _objective(tv, packed)
+    jaxpr = jax.make_jaxpr(jax.value_and_grad(f))(params).jaxpr
+    return _count(jaxpr, "optimization_barrier"), jax.value_and_grad(f)(params)
+
+
 def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
     """``gradlab.real.bert.COLUMN_SUM_BLOCK`` (a GPU's bias and LayerNorm sums over blocks of rows,
     then over the blocks, by default; the dense layers' bias gradients become such sums too): with
@@ -198,11 +207,7 @@ def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
     from gradlab.real import bert
 
     tv, packed = view
-
-    def traced():
-        f, params = _objective(tv, packed)
-        jaxpr = jax.make_jaxpr(jax.value_and_grad(f))(params).jaxpr
-        return _count(jaxpr, "optimization_barrier"), jax.value_and_grad(f)(params)
+    traced = functools.partial(_barriers_and_value_and_grad, tv, packed)
 
     with _float64():
         _, want = traced()
@@ -230,11 +235,7 @@ def test_qkv_gradients_apart_give_the_cpus_gradient(view, monkeypatch):
     from gradlab.real import bert
 
     tv, packed = view
-
-    def traced():
-        f, params = _objective(tv, packed)
-        jaxpr = jax.make_jaxpr(jax.value_and_grad(f))(params).jaxpr
-        return _count(jaxpr, "optimization_barrier"), jax.value_and_grad(f)(params)
+    traced = functools.partial(_barriers_and_value_and_grad, tv, packed)
 
     with _float64():
         assert bert.QKV_GRADIENTS_APART  # the default
