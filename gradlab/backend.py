@@ -6,7 +6,8 @@ The choice is made while JAX traces, from :func:`current`; each is documented wh
 * ``gradlab.real``'s BERT on a CPU: the layer loop rolled (a GPU unrolls it), the feed-forward
   keeping only its hidden layer for the backward pass (a GPU keeps the activation too), dense
   layers and column sums as products with a vector of ones (XLA's CPU reductions are slow); on a
-  GPU those sums, the dense layers' bias gradients among them, in two stages over blocks of rows;
+  GPU those sums, the dense layers' bias gradients among them, in two stages over blocks of rows,
+  and the Q, K and V weights' gradients copied apart from the fused product's;
 * ``gradlab.simulate``'s engine on a GPU: one step of the common mode's table stage takes a whole
   paper grid of μ_neg columns (a CPU takes 4), independent-mode cells are computed 128 side by
   side (a CPU takes one) with their normals drawn in pieces (a CPU draws them whole), and the
