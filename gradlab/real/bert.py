@@ -342,7 +342,7 @@ def gelu(x: Array) -> Array:
     ``Φ(x) + x φ(x)`` is autodiff's, with one ``exp``.
     """
     x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))
-    return (x32 * (0.5 + 0.5 * jax.lax.erf(x32 * (1 / np.sqrt(2)).item()))).astype(x.dtype)
+    return (x32 * (0.5 + 0.5 * jax.lax.erf(x32 * float(np.sqrt(0.5))))).astype(x.dtype)
 
 
 def _activation(name: str):
