@@ -45,7 +45,9 @@ without a GPU, which tells a slow host from slow code).
   None); its losses differ from the default's in the last bits (the sums' order), within
   bfloat16's rounding. ``gradlab_bf16_qkv_sliced``: the optimizer reads the Q, K and V gradients
   as slices of the fused product's, as before ``gradlab.real.bert.QKV_GRADIENTS_APART``; the same
-  losses.
+  losses. ``gradlab_bf16_as_before``: both of these and JAX's ``erfc`` GELU in place of
+  ``gradlab.real.bert.gelu``, the step's kernels as the run of 2026-11-28 compiled them: the three
+  changes' A/B in one row (its losses differ in the last bits).
   ``gradlab_bf16_stable`` copies the step's per-call inputs (the packed batch, the
   dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
   experiment that came before ``ResidentStep``. ``gradlab_bf16_no_graphs`` is ``gradlab_bf16``
@@ -383,6 +385,8 @@ class GradlabRow(NamedTuple):
         column sums in two stages over blocks of this many rows (None: one reduction; ``"library"``:
         the library's default).
       qkv_gradients_apart: ``gradlab.real.bert.QKV_GRADIENTS_APART`` (``"library"``: its default).
+      gelu: ``"erfc"``: the GELU as ``jax.nn.gelu(approximate=False)`` writes it, in place of
+        ``gradlab.real.bert.gelu`` (``"library"``).
     """
 
     precision: str
@@ -394,6 +398,7 @@ class GradlabRow(NamedTuple):
     grads_apart: bool = False
     column_sum_block: int | str | None = "library"
     qkv_gradients_apart: bool | str = "library"
+    gelu: str = "library"
 
 
 GRADLAB_ROWS = {
@@ -403,6 +408,8 @@ GRADLAB_ROWS = {
     "gradlab_bf16_grads_apart": GradlabRow("bf16", BATCH, grads_apart=True),
     "gradlab_bf16_one_stage_sums": GradlabRow("bf16", BATCH, column_sum_block=None),
     "gradlab_bf16_qkv_sliced": GradlabRow("bf16", BATCH, qkv_gradients_apart=False),
+    "gradlab_bf16_as_before": GradlabRow("bf16", BATCH, column_sum_block=None, qkv_gradients_apart=False,
+                                         gelu="erfc"),
     "gradlab_bf16_stable": GradlabRow("bf16", BATCH, stable=True),
     "gradlab_float32": GradlabRow("float32", BATCH),
     "gradlab_bf16_batch512": GradlabRow("bf16", 512),
@@ -431,8 +438,17 @@ def grads_apart(optimizer):
 _LIBRARY: dict = {}
 
 
+@functools.cache
+def erfc_gelu():
+    """The exact GELU as ``jax.nn.gelu(approximate=False)`` writes it (with ``erfc``): one object,
+    so that setting it twice changes nothing."""
+    import jax
+
+    return functools.partial(jax.nn.gelu, approximate=False)
+
+
 def set_bert_choice(name: str, value) -> None:
-    """``gradlab.real.bert``'s ``name`` (``COLUMN_SUM_BLOCK``, ``QKV_GRADIENTS_APART``) = ``value``
+    """``gradlab.real.bert``'s ``name`` (``COLUMN_SUM_BLOCK``, ``QKV_GRADIENTS_APART``, ``gelu``) = ``value``
     (``"library"``: the value it had when first set here), JAX's caches cleared if it changes (it
     is read when a forward is traced: no trace made with the other value may serve)."""
     import jax
@@ -470,6 +486,7 @@ def gradlab_row_loop(name: str):
     row = GRADLAB_ROWS[name]
     set_bert_choice("COLUMN_SUM_BLOCK", row.column_sum_block)
     set_bert_choice("QKV_GRADIENTS_APART", row.qkv_gradients_apart)
+    set_bert_choice("gelu", erfc_gelu() if row.gelu == "erfc" else "library")
     enc = simcse_unsup_encoder(bench_paths()[0], seed=0)
     if row.unroll is not None:
         enc = dataclasses.replace(enc, train_view=dataclasses.replace(enc.train_view, unroll=row.unroll))
@@ -551,6 +568,13 @@ def gradlab_bf16_qkv_sliced() -> dict:
     the fused product's (``gradlab.real.bert.QKV_GRADIENTS_APART`` False): the A/B of the
     library's copy of them, made for one update kernel that ran at a quarter of the bandwidth."""
     return _gradlab("gradlab_bf16_qkv_sliced")
+
+
+def gradlab_bf16_as_before() -> dict:
+    """``gradlab_bf16`` with the three kernel changes made for the stretch undone at once: JAX's
+    ``erfc`` GELU, the column sums in one reduction each, the Q, K, V gradients sliced in place
+    (the step's kernels as ``results/gpu.json``'s run of 2026-11-28 compiled them)."""
+    return _gradlab("gradlab_bf16_as_before")
 
 
 def gradlab_bf16_stable() -> dict:
@@ -818,6 +842,7 @@ ROWS = {
     "gradlab_bf16_grads_apart": (gradlab_bf16_grads_apart, False, 120),
     "gradlab_bf16_one_stage_sums": (gradlab_bf16_one_stage_sums, False, 120),
     "gradlab_bf16_qkv_sliced": (gradlab_bf16_qkv_sliced, False, 120),
+    "gradlab_bf16_as_before": (gradlab_bf16_as_before, False, 120),
     "torch_compile": (torch_compile, True, 120),
     "gradlab_float32": (gradlab_float32, False, 120),
     "torch_compile_tf32_cudagraphs": (torch_compile_tf32_cudagraphs, True, 120),
@@ -903,6 +928,15 @@ def _peak_of(device: str) -> float | None:
     return next((v for k, v in DATASHEET_BF16.items() if k in device), None)
 
 
+def _losses_against(row: dict, base: dict) -> str:
+    """``row``'s 20 pipelined losses against ``base``'s (the default's): their largest relative
+    difference (0 for the same numbers), or nothing if either has none."""
+    a, b = row.get("losses_pipelined") or [], base.get("losses_pipelined") or []
+    if not a or len(a) != len(b):
+        return ""
+    return f"; its losses against the default's: {max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True)):.1e} (relative)"
+
+
 def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> list[str]:
     rows = {k: v for k, v in results["rows"].items()}
     lines = [f"{'row':<30}{'ms/step':>9}{'pipelined':>10}{'tokens/s':>11}{'TFLOP/s':>9}{'peak GiB':>10}{'of peak':>9}"]
@@ -942,13 +976,13 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
                                                         "the device"),
                         ("gradlab_bf16_grads_apart", "Adam fused with the gradient norm's sums against apart"),
                         ("gradlab_bf16_one_stage_sums", "the column sums in two stages against one reduction"),
-                        ("gradlab_bf16_qkv_sliced", "the Q, K, V gradients apart against sliced")):
+                        ("gradlab_bf16_qkv_sliced", "the Q, K, V gradients apart against sliced"),
+                        ("gradlab_bf16_as_before", "the three kernel changes against none of them")):
         if rows_.get(other, {}).get("step_s"):
-            a, b = (rows_[n].get("losses_pipelined") or [] for n in ("gradlab_bf16", other))
-            same = f"; the same losses: {a == b}" if a and b else ""
+            agree = _losses_against(rows_[other], rows_.get("gradlab_bf16", {}))
             lines.append(f"gradlab bf16, {what}: {ratio('gradlab_bf16', other)} held, "
                          f"{ratio('gradlab_bf16', other, 'step_s_released')} released, "
-                         f"{ratio('gradlab_bf16', other, 'pipelined_s')} pipelined{same}")
+                         f"{ratio('gradlab_bf16', other, 'pipelined_s')} pipelined{agree}")
     loop = results["train_loop"]
     for name, (_, flags) in XLA_ROWS.items():
         r, base = rows_.get(name, {}), rows_.get("gradlab_bf16", {})
@@ -957,9 +991,7 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
             lines.append(f"{name} ({flags}): gradlab train {r['steps_per_s']:.1f} steps/s{against}; "
                          f"warm start's first step {r['warm_compile_s']:.2f} s")
         if r.get("step_s") and base.get("step_s"):
-            a, b = r.get("losses_pipelined") or [], base.get("losses_pipelined") or []
-            agree = (f"; its losses against the default's: {max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True)):.1e} (relative)"
-                     if a and len(a) == len(b) else "")
+            agree = _losses_against(r, base)
             lines.append(f"{name} ({flags}): held {1e3 * r['step_s']:.2f} ms (dispatch {1e3 * r['dispatch_s']:.2f}), "
                          f"released {1e3 * r['step_s_released']:.2f} ms, pipelined {1e3 * r['pipelined_s']:.2f} ms, "
                          f"against the default's {1e3 * base['step_s']:.2f} ({1e3 * base['dispatch_s']:.2f}), "
