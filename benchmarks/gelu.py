@@ -48,13 +48,11 @@ SHAPE = (2304, 3072)
 
 
 def formulas() -> dict:
-    import functools
-
-    import jax
+    import gpu
 
     from gradlab.real import bert
 
-    return {"jax.nn.gelu (erfc)": functools.partial(jax.nn.gelu, approximate=False), "gradlab (erf)": bert.gelu}
+    return {"jax.nn.gelu (erfc)": gpu.erfc_gelu(), "gradlab (erf)": bert.gelu}
 
 
 def passes(f) -> dict:
@@ -158,16 +156,12 @@ def ptx_rows(target: str, dump: str) -> dict:
 
 
 def step_worker(formula: str) -> dict:
-    """One ``real.py`` BERT-base recipe step worker with ``formula`` (``"erfc"``: JAX's GELU)."""
-    import functools
-
-    import jax
+    """One ``real.py`` BERT-base recipe step worker with ``formula`` (``"erfc"``: JAX's GELU, set as
+    ``gpu.py``'s ``gradlab_bf16_as_before`` row sets it)."""
+    import gpu
     import real
 
-    from gradlab.real import bert
-
-    if formula == "erfc":
-        bert.gelu = functools.partial(jax.nn.gelu, approximate=False)  # what _activation("gelu") returns
+    gpu.set_bert_choice("gelu", gpu.erfc_gelu() if formula == "erfc" else "library")
     return real.bertbase_step_jax()
 
 
