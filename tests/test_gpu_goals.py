@@ -1,5 +1,6 @@
 """``benchmarks/gpu.py``'s reading of a results file against its targets (``goals``), on numbers
-written by hand and on the committed H200 run, whose verdicts benchmarks/README.md states."""
+written by hand and on the committed H200 run, whose verdicts benchmarks/README.md states; and
+its rows' settings of the library's GPU choices."""
 
 from __future__ import annotations
 
@@ -112,3 +113,29 @@ def test_the_committed_h200_run_reads_as_benchmarks_readme_states():
     assert g["a warm start's first step"]["measured"] == "3.450 s" and g["a warm start's first step"]["met"] is True
     assert g["gradlab_bf16 peak memory"]["measured"] == "2,333 against 3,033 MB" and g["gradlab_bf16 peak memory"]["met"]
     assert sum(r["met"] is True for r in rows) == 10 and sum(r["met"] is False for r in rows) == 2
+
+
+def test_rows_set_the_bert_choices_and_give_the_library_its_own_back(monkeypatch):
+    """A row's ``GradlabRow`` knobs (``gpu.set_bert_choice``) change what the forward traces (the
+    GELU ``_activation`` returns, the column-sum block, the Q, K, V gradients), and ``"library"``
+    puts the library's own values back: rows compiled one after another in one process
+    (``gpu_aot.py``) each get their own program."""
+    pytest.importorskip("jax")
+    from gradlab.real import bert
+
+    monkeypatch.setattr(gpu, "_LIBRARY", {})
+    names = ("COLUMN_SUM_BLOCK", "QKV_GRADIENTS_APART", "gelu")
+    defaults = tuple(getattr(bert, n) for n in names)
+    before = gpu.GRADLAB_ROWS["gradlab_bf16_as_before"]
+    try:
+        gpu.set_bert_choice("COLUMN_SUM_BLOCK", before.column_sum_block)
+        gpu.set_bert_choice("QKV_GRADIENTS_APART", before.qkv_gradients_apart)
+        gpu.set_bert_choice("gelu", gpu.erfc_gelu() if before.gelu == "erfc" else "library")
+        assert (bert.COLUMN_SUM_BLOCK, bert.QKV_GRADIENTS_APART) == (None, False)
+        assert bert._activation("gelu") is gpu.erfc_gelu() is not defaults[2]
+        for name in names:
+            gpu.set_bert_choice(name, "library")
+        assert tuple(getattr(bert, n) for n in names) == defaults == (64, True, bert.gelu)
+    finally:
+        for name, value in zip(names, defaults, strict=True):
+            setattr(bert, name, value)
