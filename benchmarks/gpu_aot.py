@@ -34,7 +34,8 @@ compiled as the GPU machine would compile it, except for autotuning, which needs
 
 The library picks some kernels by the backend it traces for (``gradlab.backend``: the layer
 loop unrolled on GPUs, the column sums as products on CPUs and in two stages on GPUs, the Q, K,
-V gradients apart on GPUs, the packed rows' width, the engine's chunks); this process runs on a CPU and compiles for a GPU, so it traces with the GPU's choices
+V gradients apart on GPUs, the packed rows' width, the engine's chunks); this process runs on a
+CPU and compiles for a GPU, so it traces with the GPU's choices
 (``gradlab.backend.choices_for("gpu")``).
 """
 

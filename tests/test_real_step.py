@@ -198,6 +198,16 @@ def _barriers_and_value_and_grad(tv, packed):
     return _count(jaxpr, "optimization_barrier"), jax.value_and_grad(f)(params)
 
 
+def _retraced(monkeypatch, traced, name: str, value):
+    """``traced()`` with ``gradlab.real.bert``'s ``name`` set to ``value`` (read when a forward is
+    traced: JAX's caches cleared first)."""
+    from gradlab.real import bert
+
+    monkeypatch.setattr(bert, name, value)
+    jax.clear_caches()
+    return traced()
+
+
 def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
     """``gradlab.real.bert.COLUMN_SUM_BLOCK`` (a GPU's bias and LayerNorm sums over blocks of rows,
     then over the blocks, by default; the dense layers' bias gradients become such sums too): with
@@ -214,9 +224,7 @@ def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
         assert bert.COLUMN_SUM_BLOCK == 64  # the default; the packed batch: 2 views x 8 rows x 16 tokens
         with backend.choices_for("gpu"):
             two_stages, got = traced()
-            monkeypatch.setattr(bert, "COLUMN_SUM_BLOCK", None)
-            jax.clear_caches()  # the knob is read when a forward is traced
-            one_stage, got_one = traced()
+            one_stage, got_one = _retraced(monkeypatch, traced, "COLUMN_SUM_BLOCK", None)
         jax.clear_caches()
         _assert_same_value_and_grad(got_one, want)
         # the embeddings' LayerNorm's two sums; per layer but the last ([CLS] alone: too few rows)
@@ -240,14 +248,11 @@ def test_qkv_gradients_apart_give_the_cpus_gradient(view, monkeypatch):
     with _float64():
         assert bert.QKV_GRADIENTS_APART  # the default
         cpu_barriers, want = traced()
-        monkeypatch.setattr(bert, "QKV_GRADIENTS_APART", False)
-        jax.clear_caches()
-        assert traced()[0] == cpu_barriers  # a CPU's program never takes them apart
+        # a CPU's program never takes them apart
+        assert _retraced(monkeypatch, traced, "QKV_GRADIENTS_APART", False)[0] == cpu_barriers
         with backend.choices_for("gpu"):
             sliced, got_sliced = traced()
-            monkeypatch.setattr(bert, "QKV_GRADIENTS_APART", True)
-            jax.clear_caches()  # the knob is read when a forward is traced
-            apart, got = traced()
+            apart, got = _retraced(monkeypatch, traced, "QKV_GRADIENTS_APART", True)
         jax.clear_caches()
         assert apart - sliced == 2
         _assert_same_value_and_grad(got, want)
