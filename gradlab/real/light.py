@@ -129,10 +129,6 @@ class LightEncoder:
         """:meth:`forward` with this encoder's own token table."""
         return self.forward(params, self.embeddings, input_ids, attention_mask, key)
 
-    @property
-    def _apply_jit(self):
-        return _eval_forward
-
     def encode(self, sentences: Sequence[str], *, batch_size: int = 256, params: dict | None = None) -> np.ndarray:
         """Embeddings (N, D) float32 (eval mode, no dropout)."""
         params = self.params if params is None else params
@@ -148,7 +144,7 @@ class LightEncoder:
             for r, i in enumerate(idx):
                 tok[r, : len(ids[i])] = ids[i]
                 mask[r, : len(ids[i])] = 1
-            emb = self._apply_jit(params, self.embeddings, tok, mask)
+            emb = _eval_forward(params, self.embeddings, tok, mask)
             out[idx] = np.asarray(emb, dtype=np.float32)[: len(idx)]  # sliced on the host: no program per length
         return out
 

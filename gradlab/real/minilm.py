@@ -139,10 +139,6 @@ class MiniLM:
         With (V,) keys: (V, B, H), V dropout views in one forward (:func:`gradlab.real.bert.embed`)."""
         return self._architecture.forward(params, None, input_ids, attention_mask, key)
 
-    @property
-    def _apply_jit(self):
-        return functools.partial(embed, config=self.config, pooling=self.pooling)  # eval mode: no key
-
     def encode(self, sentences: Sequence[str], *, batch_size: int = 64, params: dict | None = None) -> np.ndarray:
         """Embeddings (N, H) float32 of ``sentences`` (eval mode, no dropout).
 
@@ -158,13 +154,9 @@ class MiniLM:
         """``params -> encode(sentences, params=params)`` with the tokenizing and packing done once
         (an evaluation set scored many times during training)."""
         calls = packed_calls(self.token_ids(sentences), rows=batch_size, max_len=self.max_seq_length)
-        forward = self._apply_packed_jit
+        forward = functools.partial(embed_packed, config=self.config, pooling=self.pooling)  # eval mode: no key
         return lambda params: run_packed_calls(lambda packed: forward(params, packed), calls, len(sentences),
                                                self.config.hidden_size)
-
-    @property
-    def _apply_packed_jit(self):
-        return functools.partial(embed_packed, config=self.config, pooling=self.pooling)
 
     def pack(self, token_ids: Sequence[Sequence[int]], *, rows: int, width: int) -> Packed:
         """All of ``token_ids`` as one :class:`Packed` batch of (rows, width), slots in input order.

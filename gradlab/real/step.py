@@ -145,7 +145,7 @@ def make_train_step(encoder, loss: Callable, optimizer, *, packed: bool = False,
     programs = step_programs(encoder, optimizer, packed=packed, mesh=mesh, precision=precision)
     loss = jax.device_put(loss) if mesh is None else shard(loss, mesh, jax.sharding.PartitionSpec())
     if resident:
-        return ResidentStep(programs.update, loss, mesh=mesh, programs=programs.resident)
+        return ResidentStep(programs.resident, loss, mesh=mesh)
     return TrainStep(programs.jitted, loss)
 
 
@@ -272,18 +272,17 @@ class ResidentStep:
     aux)``, ``params`` and ``opt_state`` donated. One set of buffers per batch shape.
 
     Args:
-      update: the step's pure function (:func:`train_update`).
-      loss: its last argument, the same at every call (on the device: :func:`make_train_step`).
+      programs: :func:`resident_programs` of the step's pure function (:func:`train_update`),
+        shared by the runs of a process (:func:`step_programs`).
+      loss: the step's last argument, the same at every call (on the device: :func:`make_train_step`).
       mesh: the run's data mesh (the outputs' buffers are then replicated over it), or None.
       copy_out: what copies the step's outputs out of its buffers for the caller, in place of the
         backend's choice above (a benchmark's A/B of the placements).
-      programs: :func:`resident_programs` of ``update``, if already made (shared by the runs of a
-        process, :func:`step_programs`).
     """
 
-    def __init__(self, update: Callable, loss: Any, *, mesh=None, copy_out: Callable | None = None,
-                 programs: tuple[Callable, Callable] | None = None):
-        self.plain, self.step = resident_programs(update) if programs is None else programs
+    def __init__(self, programs: tuple[Callable, Callable], loss: Any, *, mesh=None,
+                 copy_out: Callable | None = None):
+        self.plain, self.step = programs
         self.loss = loss
         self.mesh = mesh
         self.copy_out = copy_out
