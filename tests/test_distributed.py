@@ -8,7 +8,6 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from tests._xla import xla_flags
 
@@ -50,7 +49,7 @@ def _launch(tmp_path, n: int, rank: int, port: int):
     return proc, out
 
 
-@pytest.mark.slow  # three JAX processes: about 15 s on an idle 2-core CPU, 75 s on the shared one
+# three JAX processes: about 4 s on an idle 2-core CPU
 def test_two_processes_give_one_process_map_bit_for_bit(tmp_path):
     port = _free_port()
     procs = [_launch(tmp_path, 1, 0, 0), _launch(tmp_path, 2, 0, port), _launch(tmp_path, 2, 1, port)]

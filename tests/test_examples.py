@@ -4,8 +4,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -21,7 +19,6 @@ def test_decompose_example_finds_the_paradigm():
     assert "weight shares equal InfoNCE's: True" in out
 
 
-@pytest.mark.slow
 def test_simulate_example_agrees_with_quadrature():
     out = _run("simulate_gd_map.py", timeout=900)
     within = float(out.split("Monte-Carlo vs quadrature:")[1].split("%")[0])

@@ -223,8 +223,8 @@ def _random_batch(rng, n, d, noise):
 @pytest.mark.parametrize("seed,n,d,noise", [
     (0, 12, 6, 0.6),
     (2, 2, 3, 0.3),  # N = 2: one negative per anchor
-    pytest.param(1, 9, 24, 1.0, marks=pytest.mark.slow),
-    pytest.param(3, 16, 5, 0.2, marks=pytest.mark.slow),
+    (1, 9, 24, 1.0),
+    (3, 16, 5, 0.2),
 ])
 def test_every_statistic_matches_loop_reference_float64(seed, n, d, noise):
     rng = np.random.default_rng(seed)
@@ -374,7 +374,7 @@ def test_prescribed_angles_known_truth():
     assert list(counts) == [int(c) for c in hist["cos_neg"]]
 
 
-@pytest.mark.slow
+@pytest.mark.x64
 def test_angle_law_recovered_on_large_batch():
     """Angles drawn from the paper's laws: the estimates recover μ and σ within a few standard errors."""
     rng = np.random.default_rng(3)
