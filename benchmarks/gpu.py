@@ -33,7 +33,11 @@ without a GPU, which tells a slow host from slow code).
   the recipe's batch: how much of the chip a larger one fills. Every gradlab row times the
   step of the loop, a ``ResidentStep`` (its batch, key and outputs in buffers of its own, in
   place from step to step: XLA re-records a CUDA graph whose recorded addresses changed), but
-  ``gradlab_bf16_plain``: the plain jitted step, new buffers every call, the A/B of that.
+  ``gradlab_bf16_plain``: the plain jitted step, new buffers every call, the A/B of that. The
+  resident step's synchronous calls are split on the host (``call_parts_ms``, held, and
+  ``call_parts_ms_released``: medians of ``gradlab.real.step.CallTimes``): the batch's signature,
+  the copies of batch and key into the step's buffers, the step's dispatch, the outputs' copy
+  out, what a synchronous step waits for before its kernels can start.
   The resident step hands its outputs over in the host's pinned memory on a GPU;
   ``gradlab_bf16_device_copies`` copies them on the device instead, the A/B of that placement
   (the same program: its pipelined losses are compared with the default's).
@@ -236,7 +240,9 @@ def run_batch(loop, k: int):
 def device_steps(loop, state: tuple, first: int, release: bool, count: int = TIMED) -> tuple[tuple, tuple]:
     """``count`` synchronous steps of ``loop`` from ``state`` (params, opt_state), batches ``first``
     on, each on the device before its clock starts: ((seconds to the loss, to the call's return
-    and the last step's outputs dropped, to the call's return), the state after).
+    and the last step's outputs dropped, to the call's return, the call's parts), the state after).
+    The call's parts: the medians of a ``ResidentStep``'s ``CallTimes`` in ms (the host's time
+    in each part of its call), or None for another step.
 
     ``release``: nothing of a step is kept past it but the state (as the torch rows keep only
     their model), so the next step's batch, key and outputs can take the same places in memory,
@@ -246,6 +252,9 @@ def device_steps(loop, state: tuple, first: int, release: bool, count: int = TIM
 
     params, opt_state = state
     steps_s, dispatch_s, call_s = [], [], []
+    clocked = hasattr(loop.step_fn, "clock")
+    if clocked:
+        loop.step_fn.clock = []
     for k in range(first, first + count):
         batch, key = run_batch(loop, k), loop.key(k)
         jax.block_until_ready((batch, key))
@@ -259,7 +268,11 @@ def device_steps(loop, state: tuple, first: int, release: bool, count: int = TIM
         steps_s.append(time.perf_counter() - t0)
         if release:
             del aux, batch, key
-    return (steps_s, dispatch_s, call_s), (params, opt_state)
+    parts = None
+    if clocked:
+        clock, loop.step_fn.clock = loop.step_fn.clock, None
+        parts = {name: round(1e3 * statistics.median(getattr(c, name) for c in clock), 3) for name in clock[0]._fields}
+    return (steps_s, dispatch_s, call_s, parts), (params, opt_state)
 
 
 def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
@@ -293,9 +306,10 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
         sync.append(time.perf_counter() - t0)
     del batch, aux
 
-    (sync_dev, dispatch, call), (params, opt_state) = device_steps(loop, (params, opt_state), TIMED + 2, release=False)
-    (released, released_dispatch, _), (params, opt_state) = device_steps(loop, (params, opt_state), 2 * TIMED + 2,
-                                                                          release=True)
+    (sync_dev, dispatch, call, call_parts), (params, opt_state) = device_steps(loop, (params, opt_state), TIMED + 2,
+                                                                                release=False)
+    (released, released_dispatch, _, released_parts), (params, opt_state) = device_steps(
+        loop, (params, opt_state), 2 * TIMED + 2, release=True)
     staged = [(batch_of(k), loop.key(k)) for k in range(3 * TIMED + 2, 3 * TIMED + 2 + PIPELINED)]
     jax.block_until_ready(staged)
     t0 = time.perf_counter()
@@ -315,6 +329,9 @@ def step_timings(loop, params, opt_state) -> tuple[dict, tuple]:
                # held: until the call returns, without dropping the last step's outputs (on a CPU,
                # dropping them waits while the step's threads map their temporaries)
                call_s=statistics.median(call),
+               # the resident step's call in parts (``CallTimes``, ms): what a synchronous step waits
+               # for on the host before the device can start
+               call_parts_ms=call_parts, call_parts_ms_released=released_parts,
                times_ms=[round(1e3 * t, 2) for t in sync_dev], dispatch_ms=[round(1e3 * t, 2) for t in dispatch],
                # the same steps from the same state in every row of one recipe: a row that
                # changes how XLA runs the step (``XLA_ROWS``) is compared with the default's
@@ -964,6 +981,8 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
             odd, even = (1e3 * t for t in r["step_s_odd_even"])
             r_odd, r_even = (1e3 * t for t in r["step_s_released_odd_even"])
             call = f", the call {1e3 * r['call_s']:.2f}" if r.get("call_s") else ""
+            if r.get("call_parts_ms"):
+                call += " (" + ", ".join(f"{k} {v:.2f}" for k, v in r["call_parts_ms"].items()) + ")"
             lines.append(f"{name} synchronous: {1e3 * r['step_s']:.2f} ms (odd/even steps {odd:.2f}/{even:.2f}; "
                          f"dispatch {1e3 * r['dispatch_s']:.2f} ms{call}); "
                          f"each step's batch, key and outputs released first: {1e3 * r['step_s_released']:.2f} ms "

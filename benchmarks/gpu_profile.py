@@ -133,10 +133,10 @@ def _placements(loop, params, opt_state) -> tuple[dict, tuple]:
     for name, copy_out in {"device": copy_on_device, "pinned_host": copy_to_host, "spacer": spacer}.items():
         step.copy_out = copy_out
         for release in (False, True):
-            (steps, _, calls), state = gpu.device_steps(loop, state, first, release, count=gpu.TIMED + 2)
+            (steps, _, calls, parts), state = gpu.device_steps(loop, state, first, release, count=gpu.TIMED + 2)
             first += gpu.TIMED + 2
             out[f"{name}_{'released' if release else 'held'}"] = {
-                "call_s": statistics.median(calls[2:]), "step_s": statistics.median(steps[2:])}
+                "call_s": statistics.median(calls[2:]), "step_s": statistics.median(steps[2:]), "call_parts_ms": parts}
     step.copy_out = None  # the backend's choice again
     return out, state
 

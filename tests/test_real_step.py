@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import time
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from gradlab import backend  # noqa: E402
 from gradlab.real import TrainConfig  # noqa: E402
 from gradlab.real.data import STSPairs, load_stsb  # noqa: E402
 from gradlab.real.recipe import simcse_unsup_encoder  # noqa: E402
+from gradlab.real.step import CallTimes  # noqa: E402
 from gradlab.real.stsb import stsb_scorer, stsb_spearman  # noqa: E402
 from gradlab.real.trainer import train  # noqa: E402
 
@@ -439,13 +441,20 @@ def test_the_resident_step_keeps_one_set_of_buffers_per_batch_shape(view, caplog
     params = jax.tree_util.tree_map(jnp.copy, tv.params)
     state = opt.init(params)
     shapes = [batches[0], wide, batches[1], wide]
-    places = []
+    places, walls = [], []
+    resident.clock = []  # each call's parts on the host (CallTimes)
     caplog.set_level(logging.WARNING, logger="jax")
     with jax.log_compiles(True):
         for batch, key in zip(shapes, keys, strict=True):
+            t0 = time.perf_counter()
             params, state, _ = resident(params, state, None, batch, key)
+            walls.append(time.perf_counter() - t0)
             places.append({sig: slots.batch.input_ids.unsafe_buffer_pointer()
                            for sig, slots in resident.buffers.items()})
+    clock, resident.clock = resident.clock, None
+    assert [type(c) for c in clock] == [CallTimes] * len(shapes)
+    assert all(min(c) >= 0 and sum(c) <= wall for c, wall in zip(clock, walls, strict=True))
+    assert clock[0].step > clock[2].step  # the first call of a shape compiles its step; the third does not
     assert len(places[-1]) == 2
     assert places[2] == places[3] and set(places[1].values()) <= set(places[3].values())
     compiled = [r.getMessage() for r in caplog.records if re.match(r"Finished XLA compilation of jit\(step\)",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import functools
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -18,7 +19,8 @@ from gradlab import backend
 from gradlab.real._deps import require
 
 __all__ = ["compute_dtype", "cast_floats", "views_fn", "train_update", "make_train_step", "step_programs",
-           "StepPrograms", "SHARED_STEPS", "TrainStep", "Resident", "ResidentStep", "resident_programs", "data_mesh",
+           "StepPrograms", "SHARED_STEPS", "TrainStep", "Resident", "ResidentStep", "CallTimes", "resident_programs",
+           "data_mesh",
            "shard", "copy_on_device", "copy_to_host"]
 
 
@@ -209,6 +211,18 @@ def _abstract(tree: Any, sharding=None) -> Any:
                                                                  weak_type=getattr(a, "weak_type", False)), tree)
 
 
+class CallTimes(NamedTuple):
+    """The host's seconds in each part of a :class:`ResidentStep` call, in their order: the batch's
+    ``signature`` (which buffers), the ``load`` of batch and key into them (a program of copies),
+    the ``step``'s dispatch, the outputs' ``copy_out``. On a GPU the step's kernels cannot start
+    before its dispatch has launched them, so a synchronous step waits for the first three."""
+
+    signature: float
+    load: float
+    step: float
+    copy_out: float
+
+
 class Resident(NamedTuple):
     """The buffers a :class:`ResidentStep` keeps: the batch and key of the call, and its ``aux``."""
 
@@ -269,7 +283,9 @@ class ResidentStep:
     ``benchmarks/results/gpu_profile_placements.json``). Copies in host memory never sit there.
 
     Called as the plain step: ``(params, opt_state, frozen, batch, key) -> (params, opt_state,
-    aux)``, ``params`` and ``opt_state`` donated. One set of buffers per batch shape.
+    aux)``, ``params`` and ``opt_state`` donated. One set of buffers per batch shape. ``clock``:
+    None, or a list to which each call appends its :class:`CallTimes` (a benchmark's split of
+    the host's time in a call).
 
     Args:
       programs: :func:`resident_programs` of the step's pure function (:func:`train_update`),
@@ -286,6 +302,7 @@ class ResidentStep:
         self.loss = loss
         self.mesh = mesh
         self.copy_out = copy_out
+        self.clock: list[CallTimes] | None = None
         self._slots: dict[Any, Resident] = {}
 
     @property
@@ -294,16 +311,23 @@ class ResidentStep:
         return dict(self._slots)
 
     def __call__(self, params, opt_state, frozen, batch, key):
+        t0 = time.perf_counter()
         signature = (jax.tree_util.tree_structure(batch), tuple(map(jax.typeof, jax.tree_util.tree_leaves((batch, key)))))
         slots = self._slots.pop(signature, None)
+        t1 = time.perf_counter()
         if slots is None:
             slots = self._fresh(params, opt_state, frozen, batch, key)
         else:
             slots = _load(slots, batch, key)
+        t2 = time.perf_counter()
         params, opt_state, slots = self.step(params, opt_state, frozen, slots, self.loss)
         self._slots[signature] = slots
+        t3 = time.perf_counter()
         copy_out = self.copy_out or (copy_to_host if backend.current() == "gpu" else copy_on_device)
-        return params, opt_state, copy_out(slots.aux)
+        aux = copy_out(slots.aux)
+        if self.clock is not None:
+            self.clock.append(CallTimes(t1 - t0, t2 - t1, t3 - t2, time.perf_counter() - t3))
+        return params, opt_state, aux
 
     def _fresh(self, params, opt_state, frozen, batch, key) -> Resident:
         """The first call's buffers for ``batch``'s shape: copies of batch and key, zero outputs."""
