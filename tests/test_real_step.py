@@ -192,12 +192,11 @@ def test_the_gpus_choices_give_the_cpus_gradient(view):
         _assert_same_value_and_grad(got, want)
 
 
-def _barriers_and_value_and_grad(tv, packed):
-    """The step objective's optimization barriers (its jaxpr's, with autodiff's) and its value and
-    gradient, traced now (with the backend's choices and the library's knobs as they are)."""
+def _jaxpr_and_value_and_grad(tv, packed):
+    """The step objective's jaxpr (with autodiff's) and its value and gradient, traced now (with
+    the backend's choices and the library's knobs as they are)."""
     f, params = _objective(tv, packed)
-    jaxpr = jax.make_jaxpr(jax.value_and_grad(f))(params).jaxpr
-    return _count(jaxpr, "optimization_barrier"), jax.value_and_grad(f)(params)
+    return jax.make_jaxpr(jax.value_and_grad(f))(params).jaxpr, jax.value_and_grad(f)(params)
 
 
 def _retraced(monkeypatch, traced, name: str, value):
@@ -215,25 +214,70 @@ def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
     then over the blocks, by default; the dense layers' bias gradients become such sums too): with
     the GPU's choices on this CPU, the step's loss and gradient are the CPU's choices' (one product
     with a vector of ones per sum), in float64, with two stages and with one (None); the witness
-    that the two stages ran: one optimization barrier more per sum in the program."""
+    that the two stages ran: one optimization barrier more per sum in the program. The batch:
+    2 views x 8 rows x 24 tokens, 6 blocks of 64, whose 16 [CLS] tokens do not split in 6 (the
+    last layer's sums in the first block)."""
     from gradlab.real import bert
 
-    tv, packed = view
-    traced = functools.partial(_barriers_and_value_and_grad, tv, packed)
+    tv, _ = view
+    packed = tv.pack(tv.token_ids(TINY_SENTENCES[:8]), rows=8, width=24)
+    traced = functools.partial(_jaxpr_and_value_and_grad, tv, packed)
+    layers = tv.config.num_hidden_layers
+    barriers = functools.partial(_count, name="optimization_barrier")
+
+    def over_blocks(eqn):  # a sum over the blocks of a stacked vector: (layers, 384 rows / 64, width)
+        return tuple(d for d in eqn.invars[0].aval.shape if d != 1)[:2] == (layers, 6)
 
     with _float64():
         _, want = traced()
-        assert bert.COLUMN_SUM_BLOCK == 64  # the default; the packed batch: 2 views x 8 rows x 16 tokens
+        assert bert.COLUMN_SUM_BLOCK == 64  # the default
         with backend.choices_for("gpu"):
             two_stages, got = traced()
             one_stage, got_one = _retraced(monkeypatch, traced, "COLUMN_SUM_BLOCK", None)
         jax.clear_caches()
         _assert_same_value_and_grad(got_one, want)
-        # the embeddings' LayerNorm's two sums; per layer but the last ([CLS] alone: too few rows)
-        # the two LayerNorms' scale and bias sums and the four dense layers' biases (Q, K and V
-        # together, output projection, the feed-forward's two); in the last, its keys' and values'
-        assert two_stages - one_stage == 2 + 8 * (tv.config.num_hidden_layers - 1) + 1
+        # one barrier per sum in blocks: the embeddings' LayerNorm's two; in each layer the two
+        # LayerNorms' scales and biases and the four dense layers' biases (Q, K and V together,
+        # output projection, the feed-forward's two); in the last, whose queries, output projection
+        # and feed-forward see the [CLS] tokens alone, its Q bias and its K, V bias apart, and no
+        # feed-forward first bias (too few rows for its own two stages)
+        assert barriers(two_stages) - barriers(one_stage) == 2 + 8 * layers
+        # the sums over the blocks: once per stacked vector parameter but the feed-forward's first
+        # bias (bert._NOT_IN_BLOCKS), where each layer's would be one each
+        assert _count(two_stages, "reduce_sum", over_blocks) == 7 and _count(one_stage, "reduce_sum", over_blocks) == 0
         _assert_same_value_and_grad(got, want)
+
+
+def test_bfloat16_sums_in_blocks_are_each_layers_sums(view, monkeypatch):
+    """Mixed precision with the GPU's choices: the layers' vector parameters read in blocks
+    (``gradlab.real.bert._in_blocks``) give the forward pass's values bit for bit, and their
+    gradients (float32 sums over each layer's blocks, summed over the blocks once for all layers,
+    rounded to bfloat16 once) are each layer's own two stages' to a bfloat16 rounding."""
+    from gradlab.real import bert
+
+    tv, packed = view
+    keys = jax.random.split(jax.random.key(5))
+
+    def traced():
+        def f(p):
+            h = tv.forward_packed(bert.compute_params(p, jnp.bfloat16), None, packed, keys).astype(jnp.float32)
+            return jnp.sum(h[0] * h[1])
+        return jax.value_and_grad(f)(tv.params)
+
+    with backend.choices_for("gpu"):
+        v_blocks, g_blocks = traced()
+        v_layers, g_layers = _retraced(monkeypatch, traced, "_in_blocks", lambda stacked, rows: stacked)
+    jax.clear_caches()
+    assert float(v_blocks) == float(v_layers)
+    for path, a in jax.tree_util.tree_leaves_with_path(g_blocks):
+        b = np.asarray(_leaf(g_layers, path))
+        np.testing.assert_allclose(np.asarray(a), b, rtol=2 ** -7, atol=0, err_msg=jax.tree_util.keystr(path))
+
+
+def _leaf(tree, path):
+    for key in path:
+        tree = tree[key.key]
+    return tree
 
 
 def test_qkv_gradients_apart_give_the_cpus_gradient(view, monkeypatch):
@@ -245,32 +289,34 @@ def test_qkv_gradients_apart_give_the_cpus_gradient(view, monkeypatch):
     from gradlab.real import bert
 
     tv, packed = view
-    traced = functools.partial(_barriers_and_value_and_grad, tv, packed)
+    traced = functools.partial(_jaxpr_and_value_and_grad, tv, packed)
+    barriers = functools.partial(_count, name="optimization_barrier")
 
     with _float64():
         assert bert.QKV_GRADIENTS_APART  # the default
-        cpu_barriers, want = traced()
+        cpu, want = traced()
         # a CPU's program never takes them apart
-        assert _retraced(monkeypatch, traced, "QKV_GRADIENTS_APART", False)[0] == cpu_barriers
+        assert barriers(_retraced(monkeypatch, traced, "QKV_GRADIENTS_APART", False)[0]) == barriers(cpu)
         with backend.choices_for("gpu"):
             sliced, got_sliced = traced()
             apart, got = _retraced(monkeypatch, traced, "QKV_GRADIENTS_APART", True)
         jax.clear_caches()
-        assert apart - sliced == 2
+        assert barriers(apart) - barriers(sliced) == 2
         _assert_same_value_and_grad(got, want)
         _assert_same_value_and_grad(got_sliced, want)
 
 
-def _count(jaxpr, name: str) -> int:
-    """How many equations of ``jaxpr`` and the jaxprs nested in it apply the primitive ``name``."""
+def _count(jaxpr, name: str, where=lambda eqn: True) -> int:
+    """How many equations of ``jaxpr`` and the jaxprs nested in it apply the primitive ``name``
+    (and satisfy ``where``)."""
     n = 0
     for eqn in jaxpr.eqns:
-        n += eqn.primitive.name == name
+        n += eqn.primitive.name == name and where(eqn)
         for p in eqn.params.values():
             for sub in p if isinstance(p, (list, tuple)) else [p]:
                 inner = getattr(sub, "jaxpr", sub)
                 if hasattr(inner, "eqns"):
-                    n += _count(inner, name)
+                    n += _count(inner, name, where)
     return n
 
 

@@ -26,6 +26,7 @@ SimCSE's (Gao et al. 2021) and sentence-transformers' (:class:`PoolingConfig`).
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -44,12 +45,13 @@ __all__ = ["bert_forward", "bert_forward_packed", "embed", "embed_packed", "firs
 #: On a GPU, a column sum (:func:`_column_sum`) of a multiple of this many rows, at least twice
 #: as many, runs in two stages: sums over blocks of this many rows, then over the blocks, and the
 #: dense layers' bias gradients are such sums too (:func:`_dense`); None: one reduction each, the
-#: biases' autodiff's. Read when a program is traced (set it before any step is built). On an
-#: H200 the recipe's step spent about 0.9 ms of its 7.2 in these sums over its 2,304 tokens, one
-#: kernel each with too few blocks for its 768 to 3,072 outputs (11–15 µs for 3.5–14 MB);
-#: compiled for an H100, in two stages the step moves 11.81 GB where it moved 12.01, in 832
-#: kernels instead of 762 (benchmarks/README.md). ``benchmarks/gpu.py``'s
-#: ``gradlab_bf16_one_stage_sums`` row times one reduction against this.
+#: biases' autodiff's. With the layers unrolled, the sums over the blocks of the layers' vector
+#: parameters run once per stacked parameter (:func:`_in_blocks`). Read when a program is traced
+#: (set it before any step is built). On an H200 the recipe's step spent about 0.9 ms of its 7.2
+#: in these sums over its 2,304 tokens, one kernel each with too few blocks for its 768 to 3,072
+#: outputs (11–15 µs for 3.5–14 MB); compiled for an H100, in two stages the step moves 11.99 GB
+#: where it moved 12.01, in 780 kernels instead of 762 (benchmarks/README.md).
+#: ``benchmarks/gpu.py``'s ``gradlab_bf16_one_stage_sums`` row times one reduction against this.
 COLUMN_SUM_BLOCK: int | None = 64
 
 #: On a GPU, the gradients of the Q, K and V weights (and biases), sliced out of the gradient of
@@ -63,8 +65,12 @@ COLUMN_SUM_BLOCK: int | None = 64
 QKV_GRADIENTS_APART: bool = True
 
 
-def _column_sum(a: Array, dtype) -> Array:
-    """The sum of ``a`` over every axis but the last, accumulated in float32 (at least), as ``dtype``.
+def _column_sum(a: Array, like: Array) -> Array:
+    """The gradient of a vector parameter ``like`` added to every row of an array whose gradient is
+    ``a``: the sum of ``a`` over every axis but the last, accumulated in float32 (at least), in
+    ``like``'s dtype; for a parameter in n blocks (:func:`_in_blocks`), the n sums over as many
+    blocks of ``a``'s rows, one after the other (all in the first when the rows do not split in
+    n), summed where the blocks were made.
 
     On XLA's CPU backend the sum is a product with a vector of ones: XLA lowers a column sum there
     to ``reduce-window`` loops, which took 86 ms of a 1.72 s SimCSE step of a 2-layer BERT-base
@@ -72,17 +78,67 @@ def _column_sum(a: Array, dtype) -> Array:
     reduction is kept (LayerNorm's sums as products measured the same there: 9.8 ms a step on an
     H200), in two stages on a GPU (:data:`COLUMN_SUM_BLOCK`).
     """
-    acc = jnp.promote_types(a.dtype, jnp.float32)
+    acc, dtype = jnp.promote_types(a.dtype, jnp.float32), like.dtype
     flat = a.reshape(-1, a.shape[-1])
+    rows, width = flat.shape
+    if like.shape[-1] != width:  # in blocks
+        blocks = like.shape[-1] // width
+        if rows % blocks:
+            partial = jnp.pad(jnp.sum(flat, axis=0, dtype=acc)[None], ((0, blocks - 1), (0, 0)))
+        else:
+            partial = jnp.sum(flat.reshape(blocks, rows // blocks, width), axis=1, dtype=acc)
+        # the barrier keeps XLA from folding the sums over the blocks into these; flat, the sums
+        # leave their rows' layout to them (a reduction over the blocks would have XLA lay every
+        # activation out column by column)
+        return jax.lax.optimization_barrier(partial).reshape(-1).astype(dtype)
     if backend.current() == "cpu":
-        ones = jnp.ones((1, flat.shape[0]), a.dtype)
+        ones = jnp.ones((1, rows), a.dtype)
         return jnp.matmul(ones, flat, precision=jax.lax.Precision.HIGHEST, preferred_element_type=acc)[0].astype(dtype)
-    rows, block = flat.shape[0], COLUMN_SUM_BLOCK if backend.current() == "gpu" else None
+    block = COLUMN_SUM_BLOCK if backend.current() == "gpu" else None
     if block is None or rows % block or rows < 2 * block:
         return jnp.sum(flat, axis=0, dtype=acc).astype(dtype)
-    partial = jnp.sum(flat.reshape(rows // block, block, flat.shape[1]), axis=1, dtype=acc)
+    partial = jnp.sum(flat.reshape(rows // block, block, width), axis=1, dtype=acc)
     # the barrier keeps XLA from folding the two sums back into one reduction
     return jnp.sum(jax.lax.optimization_barrier(partial), axis=0).astype(dtype)
+
+
+#: The stacked vector parameters that :func:`_in_blocks` leaves whole: the feed-forward's first
+#: bias, whose partial sums XLA fuses into the GELU's backward kernel. In blocks, compiled for an
+#: H100, XLA computed the feed-forward's pre-activation in kernels of its own (0.13 GB more a step).
+_NOT_IN_BLOCKS = ("i_b",)
+
+
+def _in_blocks(stacked: dict[str, Array], rows: int) -> dict[str, Array]:
+    """The stacked layer parameters with their vector parameters (L, H) in n blocks, (L, n H): the
+    same vector n times over, in float32 (at least), n = ``rows`` / :data:`COLUMN_SUM_BLOCK`, on a
+    GPU where the rows split so (else ``stacked`` itself). A layer reads the first block
+    (:func:`_row`) and gives back its gradient's sums over n blocks of its rows
+    (:func:`_column_sum`); autodiff sums the blocks once for all layers, one small reduction per
+    stacked vector where each layer's sum over its blocks was a kernel of its own: compiled for an
+    H100, the SimCSE step of BERT-base launches 780 kernels instead of 839 and moves the same
+    bytes (benchmarks/gpu_aot.py). Flat (n H, not (n, H)), so that XLA lays the sums over the
+    blocks out as their rows are: a reduction over a middle axis of (L, n, H) had it lay every
+    activation out column by column (no LayerNorm kernel left, 0.46 GB more a step)."""
+    block = COLUMN_SUM_BLOCK if backend.current() == "gpu" else None
+    if block is None or rows % block or rows < 2 * block:
+        return stacked
+
+    def blocked(a):
+        return jnp.tile(a.astype(jnp.promote_types(a.dtype, jnp.float32)), (1, rows // block))
+
+    return {k: blocked(a) if a.ndim == 2 and k not in _NOT_IN_BLOCKS else a for k, a in stacked.items()}
+
+
+def _row(p: Array, width: int, dtype) -> Array:
+    """A vector parameter of ``width`` entries as a layer reads it: the first block of one in
+    blocks (:func:`_in_blocks`), in ``dtype``; else ``p`` itself."""
+    return p if p.shape[-1] == width else p.reshape(-1, width)[0].astype(dtype)
+
+
+def _columns(p: Array, width: int, start: int, stop: int) -> Array:
+    """Entries ``start:stop`` of a vector parameter of ``width`` entries, in its blocks if it has any."""
+    blocks = p.shape[-1] // width
+    return p.reshape(blocks, width)[:, start:stop].reshape(-1)
 
 
 def _ln_parts(x: Array, eps: float) -> tuple[Array, Array]:
@@ -108,15 +164,16 @@ def _layer_norm(x: Array, scale: Array, bias: Array, eps: float) -> Array:
 
 def _ln_fwd(x, scale, bias, eps):
     xhat, rstd = _ln_parts(x, eps)
-    return xhat * scale + bias, (xhat, rstd, scale)
+    s = _row(scale, x.shape[-1], xhat.dtype)
+    return xhat * s + _row(bias, x.shape[-1], xhat.dtype), (xhat, rstd, s, scale, bias)
 
 
 def _ln_bwd(eps, res, g):
-    xhat, rstd, scale = res
+    xhat, rstd, s, scale, bias = res
     acc = jnp.promote_types(g.dtype, jnp.float32)
-    dxhat, xh = (g * scale).astype(acc), xhat.astype(acc)
+    dxhat, xh = (g * s).astype(acc), xhat.astype(acc)
     dx = dxhat - jnp.mean(dxhat, axis=-1, keepdims=True) - xh * jnp.mean(dxhat * xh, axis=-1, keepdims=True)
-    return (dx * rstd.astype(acc)).astype(xhat.dtype), _column_sum(g * xhat, scale.dtype), _column_sum(g, scale.dtype)
+    return (dx * rstd.astype(acc)).astype(xhat.dtype), _column_sum(g * xhat, scale), _column_sum(g, bias)
 
 
 _layer_norm.defvjp(_ln_fwd, _ln_bwd)
@@ -136,13 +193,13 @@ def _dense_summed(x: Array, w: Array, b: Array) -> Array:
 
 
 def _dense_fwd(x, w, b):
-    return x @ w + b, (x, w, b)
+    return x @ w + _row(b, w.shape[-1], w.dtype), (x, w, b)
 
 
 def _dense_bwd(res, g):
     x, w, b = res
     rows_x, rows_g = x.reshape(-1, x.shape[-1]), g.reshape(-1, g.shape[-1])
-    return (g @ w.T).astype(x.dtype), (rows_x.T @ rows_g).astype(w.dtype), _column_sum(g, b.dtype)
+    return (g @ w.T).astype(x.dtype), (rows_x.T @ rows_g).astype(w.dtype), _column_sum(g, b)
 
 
 _dense_summed.defvjp(_dense_fwd, _dense_bwd)
@@ -379,7 +436,7 @@ def _act_dense(act: str, keep: bool, h: Array, w: Array, b: Array) -> Array:
 
 def _act_dense_fwd(act, keep, h, w, b):
     a = _activation(act)(h)
-    return a @ w + b, (h, a if keep else None, w, b)
+    return a @ w + _row(b, w.shape[-1], w.dtype), (h, a if keep else None, w, b)
 
 
 def _act_dense_bwd(act, keep, res, g):
@@ -490,8 +547,8 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
         S = x_first.shape[-2]
         at = (jnp.arange(B), jnp.zeros(B, jnp.int32)) if rows is None else (rows, positions)
         H = nh * dh  # the fused Q, K, V columns: Q for the first tokens, K and V for every token
-        q = _dense(x_first, p["qkv_w"][:, :H], p["qkv_b"][:H]).reshape(*x_first.shape[:-1], nh, dh)
-        kk, v = heads(_dense(x, p["qkv_w"][:, H:], p["qkv_b"][H:]), 2)  # (..., B, L, nh, dh)
+        q = _dense(x_first, p["qkv_w"][:, :H], _columns(p["qkv_b"], 3 * H, 0, H)).reshape(*x_first.shape[:-1], nh, dh)
+        kk, v = heads(_dense(x, p["qkv_w"][:, H:], _columns(p["qkv_b"], 3 * H, H, 3 * H)), 2)  # (..., B, L, nh, dh)
         if rows is not None:
             kk, v = (a.reshape(*a.shape[:-4], B * L, nh, dh) for a in (kk, v))
         spec = "...smhd" if rows is None else "...mhd"  # row s's keys, or every row's
@@ -512,7 +569,7 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
     if backend.current() == "gpu" if unroll is None else unroll:
         # one layer after another, each with its own entries of the stack, whose gradients are
         # stacked once (_unstack); no zero-filled stack, no in-place writes for XLA to fuse
-        entries = _unstack(stacked)
+        entries = _unstack(_in_blocks(stacked, math.prod(x.shape[:-1])))
         acc = None
         for i in range(n_scanned):
             x = layer(x, entries[i], None if layer_keys is None else layer_keys[i])
