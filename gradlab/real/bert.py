@@ -50,7 +50,7 @@ __all__ = ["bert_forward", "bert_forward_packed", "embed", "embed_packed", "firs
 #: (set it before any step is built). On an H200 the recipe's step spent about 0.9 ms of its 7.2
 #: in these sums over its 2,304 tokens, one kernel each with too few blocks for its 768 to 3,072
 #: outputs (11–15 µs for 3.5–14 MB); compiled for an H100, in two stages the step moves 11.99 GB
-#: where it moved 12.01, in 780 kernels instead of 762 (benchmarks/README.md).
+#: where one reduction each moves 12.19, in 780 kernels instead of 769 (benchmarks/README.md).
 #: ``benchmarks/gpu.py``'s ``gradlab_bf16_one_stage_sums`` row times one reduction against this.
 COLUMN_SUM_BLOCK: int | None = 64
 
