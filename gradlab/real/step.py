@@ -20,8 +20,7 @@ from gradlab.real._deps import require
 
 __all__ = ["compute_dtype", "cast_floats", "views_fn", "train_update", "make_train_step", "step_programs",
            "StepPrograms", "SHARED_STEPS", "TrainStep", "Resident", "ResidentStep", "CallTimes", "resident_programs",
-           "data_mesh",
-           "shard", "copy_on_device", "copy_to_host"]
+           "data_mesh", "shard", "copy_on_device", "copy_to_host"]
 
 
 @jax.jit
@@ -214,8 +213,9 @@ def _abstract(tree: Any, sharding=None) -> Any:
 class CallTimes(NamedTuple):
     """The host's seconds in each part of a :class:`ResidentStep` call, in their order: the batch's
     ``signature`` (which buffers), the ``load`` of batch and key into them (a program of copies),
-    the ``step``'s dispatch, the outputs' ``copy_out``. On a GPU the step's kernels cannot start
-    before its dispatch has launched them, so a synchronous step waits for the first three."""
+    the ``step``'s dispatch, the outputs' ``copy_out``. On a GPU the step's kernels start once
+    the first two parts are done and the step's dispatch has launched them: what a synchronous
+    step waits for on the host."""
 
     signature: float
     load: float
