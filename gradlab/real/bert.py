@@ -94,12 +94,21 @@ def _column_sum(a: Array, like: Array) -> Array:
     if backend.current() == "cpu":
         ones = jnp.ones((1, rows), a.dtype)
         return jnp.matmul(ones, flat, precision=jax.lax.Precision.HIGHEST, preferred_element_type=acc)[0].astype(dtype)
-    block = COLUMN_SUM_BLOCK if backend.current() == "gpu" else None
-    if block is None or rows % block or rows < 2 * block:
+    blocks = _block_count(rows)
+    if not blocks:
         return jnp.sum(flat, axis=0, dtype=acc).astype(dtype)
-    partial = jnp.sum(flat.reshape(rows // block, block, width), axis=1, dtype=acc)
+    partial = jnp.sum(flat.reshape(blocks, rows // blocks, width), axis=1, dtype=acc)
     # the barrier keeps XLA from folding the two sums back into one reduction
     return jnp.sum(jax.lax.optimization_barrier(partial), axis=0).astype(dtype)
+
+
+def _block_count(rows: int) -> int:
+    """The blocks of :data:`COLUMN_SUM_BLOCK` rows in which a GPU sums ``rows`` rows: 0 (one
+    reduction) off a GPU, with the knob None, or where the rows do not split into two or more."""
+    block = COLUMN_SUM_BLOCK if backend.current() == "gpu" else None
+    if block is None or rows % block or rows < 2 * block:
+        return 0
+    return rows // block
 
 
 #: The stacked vector parameters that :func:`_in_blocks` leaves whole: the feed-forward's first
@@ -119,12 +128,12 @@ def _in_blocks(stacked: dict[str, Array], rows: int) -> dict[str, Array]:
     bytes (benchmarks/gpu_aot.py). Flat (n H, not (n, H)), so that XLA lays the sums over the
     blocks out as their rows are: a reduction over a middle axis of (L, n, H) had it lay every
     activation out column by column (no LayerNorm kernel left, 0.46 GB more a step)."""
-    block = COLUMN_SUM_BLOCK if backend.current() == "gpu" else None
-    if block is None or rows % block or rows < 2 * block:
+    blocks = _block_count(rows)
+    if not blocks:
         return stacked
 
     def blocked(a):
-        return jnp.tile(a.astype(jnp.promote_types(a.dtype, jnp.float32)), (1, rows // block))
+        return jnp.tile(a.astype(jnp.promote_types(a.dtype, jnp.float32)), (1, blocks))
 
     return {k: blocked(a) if a.ndim == 2 and k not in _NOT_IN_BLOCKS else a for k, a in stacked.items()}
 
