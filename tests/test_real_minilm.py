@@ -477,6 +477,25 @@ def _toy_model(*, layers: int, seed: int, mean: float, std: float = 0.5):
     return cfg, params, rng
 
 
+@pytest.mark.parametrize("unroll", [False, True])
+def test_every_layers_dropout_keys_come_from_one_split(unroll):
+    """The layers' dropout keys (attention and two hidden masks per layer and view) are split for
+    all layers at once: the forward splits keys three times whatever its depth (the views' keys in
+    two, each in one per layer, all of those in three), where a split per unrolled layer was a
+    kernel of its own on a GPU; a layer still draws its three masks (one Threefry each)."""
+    ids, mask = packing.pad_ids([[1, 5, 6, 2], [1, 7, 2]], 16, pad_to=8)
+    counts = {}
+    for layers in (2, 5):
+        cfg, params, _ = _toy_model(layers=layers, seed=0, mean=0.0)
+        keys = jax.random.split(jax.random.key(0))
+        jaxpr = jax.make_jaxpr(lambda p, k, cfg=cfg: bert.bert_forward(p, ids, mask, config=cfg, key=k,
+                                                                       unroll=unroll))(params, keys)
+        counts[layers] = collections.Counter(e.primitive.name for e in _equations(jaxpr))
+    assert counts[2]["random_split"] == counts[5]["random_split"] == 3
+    if unroll:  # the embeddings' mask, then three per layer
+        assert (counts[2]["threefry2x32"], counts[5]["threefry2x32"]) == (1 + 3 * 2, 1 + 3 * 5)
+
+
 def test_dropout_keep_is_threefry_bits_against_a_threshold():
     """The mask's 16-bit draws are the two Threefry-2x32 outputs of counters (0, i), split in halves
     (NumPy Threefry from the Random123 specification), compared with round(rate * 2^16)."""

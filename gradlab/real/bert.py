@@ -83,13 +83,13 @@ def _column_sum(a: Array, like: Array) -> Array:
     rows, width = flat.shape
     if like.shape[-1] != width:  # in blocks
         blocks = like.shape[-1] // width
-        if rows % blocks:
-            partial = jnp.pad(jnp.sum(flat, axis=0, dtype=acc)[None], ((0, blocks - 1), (0, 0)))
-        else:
-            partial = jnp.sum(flat.reshape(blocks, rows // blocks, width), axis=1, dtype=acc)
         # the barrier keeps XLA from folding the sums over the blocks into these; flat, the sums
         # leave their rows' layout to them (a reduction over the blocks would have XLA lay every
         # activation out column by column)
+        if rows % blocks:  # zeros after the barrier: the stacking of the layers' gradients writes them
+            whole = jax.lax.optimization_barrier(jnp.sum(flat, axis=0, dtype=acc))
+            return jnp.pad(whole, (0, (blocks - 1) * width)).astype(dtype)
+        partial = jnp.sum(flat.reshape(blocks, rows // blocks, width), axis=1, dtype=acc)
         return jax.lax.optimization_barrier(partial).reshape(-1).astype(dtype)
     if backend.current() == "cpu":
         ones = jnp.ones((1, rows), a.dtype)
@@ -506,7 +506,10 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
     scale = jnp.asarray(1.0 / np.sqrt(dh), x.dtype)
 
     n_layers = config.num_hidden_layers
-    layer_keys = jnp.moveaxis(_split(keys, n_layers), 1, 0) if keys is not None else None  # (n_layers, V)
+    layer_keys = None  # (n_layers, 3, V): each layer's attention and two hidden dropouts' keys, per view
+    if keys is not None:  # drawn in one split for all layers (a kernel each on a GPU, drawn layer by layer)
+        per_layer = jnp.moveaxis(_split(keys, n_layers), 1, 0)  # (n_layers, V)
+        layer_keys = jnp.moveaxis(_split(per_layer.reshape(-1), 3).reshape(*per_layer.shape, 3), -1, 1)
     # the layer (0-based) whose output is averaged with the last one's, if any
     kept = {"last": None, "first_last": 0, "top2": n_layers - 2}[layers]
     if kept is not None and not 0 <= kept < n_layers - 1:
@@ -517,7 +520,7 @@ def _encoder(params: dict, input_ids: Array, position_ids: Array, bias: Array, *
         return [a[..., i, :, :] for i in range(n)]
 
     def keys_of(k):
-        return (None, None, None) if k is None else tuple(jnp.moveaxis(_split(k, 3), 1, 0))
+        return (None, None, None) if k is None else tuple(k)
 
     keep_act = _feed_keeps_activation()
 
