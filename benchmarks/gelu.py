@@ -1,5 +1,5 @@
 """The exact GELU's two formulas side by side: JAX's ``jax.nn.gelu(approximate=False)``,
-``x erfc(-x/√2) / 2``, against gradlab's ``gradlab.real.bert.gelu``, ``x (1 + erf(x/√2)) / 2`` in
+``x erfc(-x/√2) / 2``, against gradlab's ``gradlab.real.bert_ops.gelu``, ``x (1 + erf(x/√2)) / 2`` in
 float32 (PyTorch's formula), on the activations of BERT-base's feed-forward in the bfloat16 SimCSE
 step (2,304 tokens of 3,072: 64 pairs in 18 packed rows of 64, two views).
 
@@ -17,7 +17,7 @@ Two measurements, by where the script runs:
 
 * the whole BERT-base SimCSE recipe step on this CPU with each formula (``--step ROUNDS``):
   ``real.py``'s ``bertbase_step_jax`` in fresh processes, the formulas alternating round by round
-  (``gradlab.real.bert.gelu`` replaced by JAX's in the ``erfc`` processes, nothing else changed):
+  (``gradlab.real.bert_ops.gelu`` replaced by JAX's in the ``erfc`` processes, nothing else changed):
   its timed steps and its first call (compilation included).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/gelu.py --json benchmarks/results/gelu_cpu.json
@@ -50,9 +50,9 @@ SHAPE = (2304, 3072)
 def formulas() -> dict:
     import gpu
 
-    from gradlab.real import bert
+    from gradlab.real import bert_ops
 
-    return {"jax.nn.gelu (erfc)": gpu.erfc_gelu(), "gradlab (erf)": bert.gelu}
+    return {"jax.nn.gelu (erfc)": gpu.erfc_gelu(), "gradlab (erf)": bert_ops.gelu}
 
 
 def passes(f) -> dict:

@@ -45,12 +45,12 @@ without a GPU, which tells a slow host from slow code).
   barrier (``grads_apart``), so that Adam's updates are not fused with the gradient norm's
   reductions; its pipelined losses are compared with the default's too.
   ``gradlab_bf16_one_stage_sums``: the bias and LayerNorm gradients' column sums in one
-  reduction each, as before the library's two stages on a GPU (``gradlab.real.bert.COLUMN_SUM_BLOCK``
+  reduction each, as before the library's two stages on a GPU (``gradlab.real.bert_ops.COLUMN_SUM_BLOCK``
   None); its losses differ from the default's in the last bits (the sums' order), within
   bfloat16's rounding. ``gradlab_bf16_qkv_sliced``: the optimizer reads the Q, K and V gradients
   as slices of the fused product's, as before ``gradlab.real.bert.QKV_GRADIENTS_APART``; the same
   losses. ``gradlab_bf16_as_before``: both of these and JAX's ``erfc`` GELU in place of
-  ``gradlab.real.bert.gelu``, the step's kernels as the run of 2026-11-28 compiled them: the three
+  ``gradlab.real.bert_ops.gelu``, the step's kernels as the run of 2026-11-28 compiled them: the three
   changes' A/B in one row (its losses differ in the last bits).
   ``gradlab_bf16_stable`` copies the step's per-call inputs (the packed batch, the
   dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
@@ -398,12 +398,12 @@ class GradlabRow(NamedTuple):
       grads_apart: the optimizer's update reads the gradients behind an optimization barrier
         (``grads_apart``), so that Adam's fused updates no longer carry the gradient norm's
         reductions; the same numbers.
-      column_sum_block: ``gradlab.real.bert.COLUMN_SUM_BLOCK``, the bias and LayerNorm gradients'
+      column_sum_block: ``gradlab.real.bert_ops.COLUMN_SUM_BLOCK``, the bias and LayerNorm gradients'
         column sums in two stages over blocks of this many rows (None: one reduction; ``"library"``:
         the library's default).
       qkv_gradients_apart: ``gradlab.real.bert.QKV_GRADIENTS_APART`` (``"library"``: its default).
       gelu: ``"erfc"``: the GELU as ``jax.nn.gelu(approximate=False)`` writes it, in place of
-        ``gradlab.real.bert.gelu`` (``"library"``).
+        ``gradlab.real.bert_ops.gelu`` (``"library"``).
     """
 
     precision: str
@@ -464,18 +464,26 @@ def erfc_gelu():
     return functools.partial(jax.nn.gelu, approximate=False)
 
 
+def bert_choice_module(name: str):
+    """The module that holds the BERT choice ``name``: ``gradlab.real.bert_ops`` (``COLUMN_SUM_BLOCK``,
+    ``gelu``) or ``gradlab.real.bert`` (``QKV_GRADIENTS_APART``)."""
+    from gradlab.real import bert, bert_ops
+
+    return bert if name == "QKV_GRADIENTS_APART" else bert_ops
+
+
 def set_bert_choice(name: str, value) -> None:
-    """``gradlab.real.bert``'s ``name`` (``COLUMN_SUM_BLOCK``, ``QKV_GRADIENTS_APART``, ``gelu``) = ``value``
-    (``"library"``: the value it had when first set here), JAX's caches cleared if it changes (it
-    is read when a forward is traced: no trace made with the other value may serve)."""
+    """The BERT choice ``name`` (``COLUMN_SUM_BLOCK``, ``QKV_GRADIENTS_APART``, ``gelu``) = ``value``
+    in its module (:func:`bert_choice_module`; ``"library"``: the value it had when first set
+    here), JAX's caches cleared if it changes (it is read when a forward is traced: no trace made
+    with the other value may serve)."""
     import jax
 
-    from gradlab.real import bert
-
-    library = _LIBRARY.setdefault(name, getattr(bert, name))
+    module = bert_choice_module(name)
+    library = _LIBRARY.setdefault(name, getattr(module, name))
     value = library if value == "library" else value
-    if getattr(bert, name) != value:
-        setattr(bert, name, value)
+    if getattr(module, name) != value:
+        setattr(module, name, value)
         jax.clear_caches()
 
 
@@ -574,7 +582,7 @@ def gradlab_bf16_grads_apart() -> dict:
 
 def gradlab_bf16_one_stage_sums() -> dict:
     """``gradlab_bf16`` with the bias and LayerNorm gradients' column sums in one reduction each
-    (``gradlab.real.bert.COLUMN_SUM_BLOCK`` None, the dense biases' autodiff's): the A/B of the
+    (``gradlab.real.bert_ops.COLUMN_SUM_BLOCK`` None, the dense biases' autodiff's): the A/B of the
     library's two stages on a GPU, whose 88 one-kernel sums over the batch's tokens had too few
     blocks for their 768 to 3,072 outputs."""
     return _gradlab("gradlab_bf16_one_stage_sums")

@@ -26,7 +26,7 @@ pass (``remat``), the embedding tables cast to bfloat16 with the rest, the layer
 the step's per-call inputs copied into the program's own buffers first (``stable``), the
 optimizer's update behind a barrier (``gradsapart``, ``gpu.grads_apart``), the column sums in one
 reduction each instead of the library's two stages on a GPU (``onestage``,
-``gradlab.real.bert.COLUMN_SUM_BLOCK`` None), the Q, K and V gradients read as slices of the
+``gradlab.real.bert_ops.COLUMN_SUM_BLOCK`` None), the Q, K and V gradients read as slices of the
 fused product's (``qkvsliced``, ``gradlab.real.bert.QKV_GRADIENTS_APART`` False).
 
 ``--children`` runs the step again in child processes, each after the in-process rows:

@@ -121,21 +121,22 @@ def test_rows_set_the_bert_choices_and_give_the_library_its_own_back(monkeypatch
     puts the library's own values back: rows compiled one after another in one process
     (``gpu_aot.py``) each get their own program."""
     pytest.importorskip("jax")
-    from gradlab.real import bert
+    from gradlab.real import bert, bert_ops
 
     monkeypatch.setattr(gpu, "_LIBRARY", {})
     names = ("COLUMN_SUM_BLOCK", "QKV_GRADIENTS_APART", "gelu")
-    defaults = tuple(getattr(bert, n) for n in names)
+    assert [gpu.bert_choice_module(n) for n in names] == [bert_ops, bert, bert_ops]
+    defaults = tuple(getattr(gpu.bert_choice_module(n), n) for n in names)
     before = gpu.GRADLAB_ROWS["gradlab_bf16_as_before"]
     try:
         gpu.set_bert_choice("COLUMN_SUM_BLOCK", before.column_sum_block)
         gpu.set_bert_choice("QKV_GRADIENTS_APART", before.qkv_gradients_apart)
         gpu.set_bert_choice("gelu", gpu.erfc_gelu() if before.gelu == "erfc" else "library")
-        assert (bert.COLUMN_SUM_BLOCK, bert.QKV_GRADIENTS_APART) == (None, False)
-        assert bert._activation("gelu") is gpu.erfc_gelu() is not defaults[2]
+        assert (bert_ops.COLUMN_SUM_BLOCK, bert.QKV_GRADIENTS_APART) == (None, False)
+        assert bert_ops.activation("gelu") is gpu.erfc_gelu() is not defaults[2]
         for name in names:
             gpu.set_bert_choice(name, "library")
-        assert tuple(getattr(bert, n) for n in names) == defaults == (64, True, bert.gelu)
+        assert tuple(getattr(gpu.bert_choice_module(n), n) for n in names) == defaults == (64, True, bert_ops.gelu)
     finally:
         for name, value in zip(names, defaults, strict=True):
-            setattr(bert, name, value)
+            setattr(gpu.bert_choice_module(name), name, value)

@@ -30,11 +30,13 @@ from scipy.special import erf  # noqa: E402
 from gradlab.real import (
     bert,  # noqa: E402
     bert_config,  # noqa: E402
+    bert_ops,  # noqa: E402
     hf,  # noqa: E402
     packing,  # noqa: E402
 )
 from gradlab.real import light as light_mod  # noqa: E402
 from gradlab.real.data import STSPairs  # noqa: E402
+from gradlab.real.dropout import dropout_keep  # noqa: E402
 from gradlab.real.stsb import pair_cosines, stsb_scores, stsb_spearman  # noqa: E402
 
 pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
@@ -503,7 +505,7 @@ def test_dropout_keep_is_threefry_bits_against_a_threshold():
 
     key = jax.random.key(3)
     shape = (5, 6, 8)
-    keep, scale = bert.dropout_keep(key, shape, 0.1)
+    keep, scale = dropout_keep(key, shape, 0.1)
     kd = np.asarray(jax.random.key_data(key), np.uint32)
     n_blocks = 5 * 6 * 8 // 4
     w0, w1 = threefry2x32_numpy(kd, np.zeros(n_blocks, np.uint32), np.arange(n_blocks, dtype=np.uint32))
@@ -511,21 +513,21 @@ def test_dropout_keep_is_threefry_bits_against_a_threshold():
     np.testing.assert_array_equal(np.asarray(keep), u >= 6554)
     assert scale == 65536 / (65536 - 6554)
     # the law: P(keep) = 1 - 6554 / 2^16 within 5 standard errors on 2^20 draws
-    big, _ = bert.dropout_keep(jax.random.key(4), (1024, 1024), 0.1)
+    big, _ = dropout_keep(jax.random.key(4), (1024, 1024), 0.1)
     p = 1 - 6554 / 65536
     assert abs(float(jnp.mean(big)) - p) < 5 * np.sqrt(p * (1 - p) / 2**20)
     # an odd trailing axis falls back to jax.random.bernoulli
-    odd, s = bert.dropout_keep(key, (4, 7), 0.25)
+    odd, s = dropout_keep(key, (4, 7), 0.25)
     np.testing.assert_array_equal(np.asarray(odd), np.asarray(jax.random.bernoulli(key, 0.75, (4, 7))))
     assert s == 1 / 0.75
     # ``at``: a few rows of a mask drawn alone are those rows of the whole mask, in both paths
     rows, cols = np.asarray([4, 0, 4, 2]), np.asarray([5, 0, 1, 3])
-    some, _ = bert.dropout_keep(key, shape, 0.1, at=(jnp.asarray(rows), jnp.asarray(cols)))
+    some, _ = dropout_keep(key, shape, 0.1, at=(jnp.asarray(rows), jnp.asarray(cols)))
     np.testing.assert_array_equal(np.asarray(some), (u >= 6554)[rows, cols])
-    some, _ = bert.dropout_keep(key, (4, 7), 0.25, at=(jnp.asarray([3, 1]),))
+    some, _ = dropout_keep(key, (4, 7), 0.25, at=(jnp.asarray([3, 1]),))
     np.testing.assert_array_equal(np.asarray(some), np.asarray(odd)[[3, 1]])
     with pytest.raises(ValueError, match="one index array per leading axis"):
-        bert.dropout_keep(key, shape, 0.1, at=(jnp.asarray(rows),))
+        dropout_keep(key, shape, 0.1, at=(jnp.asarray(rows),))
 
 
 # width 6: the attention masks' fallback to jax.random.bernoulli
@@ -576,19 +578,19 @@ def _plain_dense(x, w, b):
 
 
 def _plain_act_dense(act, keep, h, w, b):
-    return bert._activation(act)(h) @ w + b
+    return bert_ops.activation(act)(h) @ w + b
 
 
-@pytest.mark.parametrize("name, textbook, keep", [("_layer_norm", _textbook_layer_norm, False),
-                                                  ("_dense", _plain_dense, False),
-                                                  ("_act_dense", _plain_act_dense, False),
-                                                  ("_act_dense", _plain_act_dense, True)])
+@pytest.mark.parametrize("name, textbook, keep", [("layer_norm", _textbook_layer_norm, False),
+                                                  ("dense", _plain_dense, False),
+                                                  ("act_dense", _plain_act_dense, False),
+                                                  ("act_dense", _plain_act_dense, True)])
 def test_hand_written_backwards_are_autodiffs_of_the_textbook_formulas(monkeypatch, name, textbook, keep):
     """The forward's hand-written backward passes (LayerNorm's; the dense layers' on a CPU, whose
     bias gradient is a matrix-vector product; the feed-forward's activation and second product,
     which recompute the activation, or keep it as off a CPU: ``keep``) against ``jax.grad`` of the
     plain formulas, through a whole training forward (both views, dropout on), in float64."""
-    monkeypatch.setattr(bert, "_feed_keeps_activation", lambda: keep)
+    monkeypatch.setattr(bert_ops, "feed_keeps_activation", lambda: keep)
     cfg, params, rng = _toy_model(layers=2, seed=3, mean=0.2)
     toks = [[1, 5, 6, 2], [1, 7, 2], [1, 8, 9, 10, 11, 2]]
     packed, _ = packing.pack(toks, np.asarray([[0, 0, 0], [1, 0, 4], [2, 1, 0]]), width=8, rows=2, slots=3)
@@ -601,7 +603,7 @@ def test_hand_written_backwards_are_autodiffs_of_the_textbook_formulas(monkeypat
         return jnp.sum(w * pooled)
 
     value, grads = jax.value_and_grad(loss)(params)
-    monkeypatch.setattr(bert, name, textbook)
+    monkeypatch.setattr(bert_ops, name, textbook)
     value_ref, grads_ref = jax.value_and_grad(loss)(params)
     assert float(value) == pytest.approx(float(value_ref), rel=1e-13)
     for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads_ref), strict=True):
@@ -619,7 +621,7 @@ def test_what_the_feed_forward_keeps_for_the_backward_pass(act, keep):
     h, w, b, g = (jnp.asarray(rng.normal(size=s)) for s in ((6, 32), (32, 8), (8,), (6, 8)))
 
     def ours(h, w, b):
-        return jnp.sum(bert._act_dense(act, keep, h, w, b) * g)
+        return jnp.sum(bert_ops.act_dense(act, keep, h, w, b) * g)
 
     def plain(h, w, b):
         return jnp.sum(_plain_act_dense(act, keep, h, w, b) * g)
@@ -647,7 +649,7 @@ def test_the_feed_forward_recomputes_its_activation_from_h_behind_a_barrier(act,
     pass's values alive instead, which it did for a GPU (three arrays of ``h``'s size per layer
     where one was meant)."""
     h, w, b = jnp.ones((6, 32)), jnp.ones((32, 8)), jnp.ones(8)
-    jaxpr = jax.make_jaxpr(jax.grad(lambda h, w, b: jnp.sum(bert._act_dense(act, keep, h, w, b)),
+    jaxpr = jax.make_jaxpr(jax.grad(lambda h, w, b: jnp.sum(bert_ops.act_dense(act, keep, h, w, b)),
                                     argnums=(0, 1, 2)))(h, w, b).jaxpr
     barriers = [e for e in jaxpr.eqns if e.primitive is jax.lax.optimization_barrier_p]
     assert len(barriers) == 1 and barriers[0].invars == [jaxpr.invars[0]]  # h itself, nothing else
@@ -663,7 +665,7 @@ def test_the_feed_forward_recomputes_its_activation_from_h_behind_a_barrier(act,
 
 
 def test_gelu_is_x_times_the_normal_cdf_in_float64_float32_and_bfloat16():
-    """``bert.gelu`` is ``x Φ(x)`` with its derivative ``Φ(x) + x φ(x)``, against SciPy's normal CDF
+    """``bert_ops.gelu`` is ``x Φ(x)`` with its derivative ``Φ(x) + x φ(x)``, against SciPy's normal CDF
     (``ndtr``, accurate in the tails, independent of ``erf``): in float64 to its rounding; in
     float32 within three ulps of ``|x|`` (``1 + erf`` cancels for negative ``x``: an absolute
     error of float32's half ulp of 1 times ``|x|``; XLA's ``erf`` is within a few ulps), as JAX's
@@ -675,25 +677,25 @@ def test_gelu_is_x_times_the_normal_cdf_in_float64_float32_and_bfloat16():
     phi = np.exp(-x * x / 2) / np.sqrt(2 * np.pi)
     value, slope = x * ndtr(x), ndtr(x) + x * phi
 
-    got = np.asarray(bert.gelu(jnp.asarray(x)))
-    grad = np.asarray(jax.vmap(jax.grad(bert.gelu))(jnp.asarray(x)))
+    got = np.asarray(bert_ops.gelu(jnp.asarray(x)))
+    grad = np.asarray(jax.vmap(jax.grad(bert_ops.gelu))(jnp.asarray(x)))
     np.testing.assert_allclose(got, value, rtol=1e-14, atol=4e-16 * np.abs(x).max())
     np.testing.assert_allclose(grad, slope, rtol=1e-14, atol=1e-15)
 
     x32 = jnp.asarray(x, jnp.float32)
     bound = 3 * np.spacing(np.abs(x).astype(np.float32)).astype(np.float64) + 1e-45
-    for f in (bert.gelu, functools.partial(jax.nn.gelu, approximate=False)):  # ours and JAX's erfc
+    for f in (bert_ops.gelu, functools.partial(jax.nn.gelu, approximate=False)):  # ours and JAX's erfc
         err = np.abs(np.asarray(f(x32), np.float64) - x32.astype(np.float64) * ndtr(np.asarray(x32, np.float64)))
         assert np.all(err <= bound), (f, float(np.max(err / bound)))
-    grad32 = np.asarray(jax.vmap(jax.grad(bert.gelu))(x32), np.float64)
+    grad32 = np.asarray(jax.vmap(jax.grad(bert_ops.gelu))(x32), np.float64)
     x32_64 = np.asarray(x32, np.float64)
     slope32 = ndtr(x32_64) + x32_64 * np.exp(-x32_64 ** 2 / 2) / np.sqrt(2 * np.pi)
     assert np.max(np.abs(grad32 - slope32)) < 3e-7
 
     xb = x32.astype(jnp.bfloat16)
-    ours = bert.gelu(xb)
+    ours = bert_ops.gelu(xb)
     assert ours.dtype == jnp.bfloat16
-    np.testing.assert_array_equal(np.asarray(ours), np.asarray(bert.gelu(xb.astype(jnp.float32)).astype(jnp.bfloat16)))
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(bert_ops.gelu(xb.astype(jnp.float32)).astype(jnp.bfloat16)))
     in_bf16 = xb * (0.5 + 0.5 * jax.lax.erf(xb * jnp.bfloat16(1 / np.sqrt(2))))  # the witness: the same formula in bfloat16
     xb64 = np.asarray(xb, np.float64)
     exact, tail = xb64 * ndtr(xb64), (xb64 < -1) & (xb64 > -3.5)
@@ -724,7 +726,7 @@ def test_layer_norm_parameter_gradients_sum_bfloat16_tokens_in_float32():
     def error(got):
         return max(np.linalg.norm(np.asarray(a, np.float64) - e) / np.linalg.norm(e) for a, e in zip(got, exact, strict=True))
 
-    ours = error(grads(bert._layer_norm))
+    ours = error(grads(bert_ops.layer_norm))
     assert ours < 1e-2, ours
     assert error(grads(_textbook_layer_norm)) > 2 * ours  # the witness can tell the two apart
 

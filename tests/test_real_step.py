@@ -199,25 +199,23 @@ def _jaxpr_and_value_and_grad(tv, packed):
     return jax.make_jaxpr(jax.value_and_grad(f))(params).jaxpr, jax.value_and_grad(f)(params)
 
 
-def _retraced(monkeypatch, traced, name: str, value):
-    """``traced()`` with ``gradlab.real.bert``'s ``name`` set to ``value`` (read when a forward is
-    traced: JAX's caches cleared first)."""
-    from gradlab.real import bert
-
-    monkeypatch.setattr(bert, name, value)
+def _retraced(monkeypatch, traced, module, name: str, value):
+    """``traced()`` with ``module``'s ``name`` set to ``value`` (read when a forward is traced:
+    JAX's caches cleared first)."""
+    monkeypatch.setattr(module, name, value)
     jax.clear_caches()
     return traced()
 
 
 def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
-    """``gradlab.real.bert.COLUMN_SUM_BLOCK`` (a GPU's bias and LayerNorm sums over blocks of rows,
+    """``gradlab.real.bert_ops.COLUMN_SUM_BLOCK`` (a GPU's bias and LayerNorm sums over blocks of rows,
     then over the blocks, by default; the dense layers' bias gradients become such sums too): with
     the GPU's choices on this CPU, the step's loss and gradient are the CPU's choices' (one product
     with a vector of ones per sum), in float64, with two stages and with one (None); the witness
     that the two stages ran: one optimization barrier more per sum in the program. The batch:
     2 views x 8 rows x 24 tokens, 6 blocks of 64, whose 16 [CLS] tokens do not split in 6 (the
     last layer's sums in the first block)."""
-    from gradlab.real import bert
+    from gradlab.real import bert_ops
 
     tv, _ = view
     packed = tv.pack(tv.token_ids(TINY_SENTENCES[:8]), rows=8, width=24)
@@ -230,10 +228,10 @@ def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
 
     with _float64():
         _, want = traced()
-        assert bert.COLUMN_SUM_BLOCK == 64  # the default
+        assert bert_ops.COLUMN_SUM_BLOCK == 64  # the default
         with backend.choices_for("gpu"):
             two_stages, got = traced()
-            one_stage, got_one = _retraced(monkeypatch, traced, "COLUMN_SUM_BLOCK", None)
+            one_stage, got_one = _retraced(monkeypatch, traced, bert_ops, "COLUMN_SUM_BLOCK", None)
         jax.clear_caches()
         _assert_same_value_and_grad(got_one, want)
         # one barrier per sum in blocks: the embeddings' LayerNorm's two; in each layer the two
@@ -243,17 +241,17 @@ def test_column_sums_in_two_stages_give_the_cpus_gradient(view, monkeypatch):
         # feed-forward first bias (too few rows for its own two stages)
         assert barriers(two_stages) - barriers(one_stage) == 2 + 8 * layers
         # the sums over the blocks: once per stacked vector parameter but the feed-forward's first
-        # bias (bert._NOT_IN_BLOCKS), where each layer's would be one each
+        # bias (gradlab.real.bert_ops's _NOT_IN_BLOCKS), where each layer's would be one each
         assert _count(two_stages, "reduce_sum", over_blocks) == 7 and _count(one_stage, "reduce_sum", over_blocks) == 0
         _assert_same_value_and_grad(got, want)
 
 
 def test_bfloat16_sums_in_blocks_are_each_layers_sums(view, monkeypatch):
     """Mixed precision with the GPU's choices: the layers' vector parameters read in blocks
-    (``gradlab.real.bert._in_blocks``) give the forward pass's values bit for bit, and their
+    (``gradlab.real.bert_ops.in_blocks``) give the forward pass's values bit for bit, and their
     gradients (float32 sums over each layer's blocks, summed over the blocks once for all layers,
     rounded to bfloat16 once) are each layer's own two stages' to a bfloat16 rounding."""
-    from gradlab.real import bert
+    from gradlab.real import bert, bert_ops
 
     tv, packed = view
     keys = jax.random.split(jax.random.key(5))
@@ -266,7 +264,7 @@ def test_bfloat16_sums_in_blocks_are_each_layers_sums(view, monkeypatch):
 
     with backend.choices_for("gpu"):
         v_blocks, g_blocks = traced()
-        v_layers, g_layers = _retraced(monkeypatch, traced, "_in_blocks", lambda stacked, rows: stacked)
+        v_layers, g_layers = _retraced(monkeypatch, traced, bert_ops, "in_blocks", lambda stacked, rows: stacked)
     jax.clear_caches()
     assert float(v_blocks) == float(v_layers)
     for path, a in jax.tree_util.tree_leaves_with_path(g_blocks):
@@ -296,10 +294,10 @@ def test_qkv_gradients_apart_give_the_cpus_gradient(view, monkeypatch):
         assert bert.QKV_GRADIENTS_APART  # the default
         cpu, want = traced()
         # a CPU's program never takes them apart
-        assert barriers(_retraced(monkeypatch, traced, "QKV_GRADIENTS_APART", False)[0]) == barriers(cpu)
+        assert barriers(_retraced(monkeypatch, traced, bert, "QKV_GRADIENTS_APART", False)[0]) == barriers(cpu)
         with backend.choices_for("gpu"):
             sliced, got_sliced = traced()
-            apart, got = _retraced(monkeypatch, traced, "QKV_GRADIENTS_APART", True)
+            apart, got = _retraced(monkeypatch, traced, bert, "QKV_GRADIENTS_APART", True)
         jax.clear_caches()
         assert barriers(apart) - barriers(sliced) == 2
         _assert_same_value_and_grad(got, want)

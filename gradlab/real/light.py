@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from gradlab.real.bert import dropout_keep
+from gradlab.real.dropout import dropout_keep
 from gradlab.real.hf import load_minilm
 from gradlab.real.minilm import MiniLM
 from gradlab.real.packing import length_bucket, pad_ids
