@@ -50,8 +50,9 @@ without a GPU, which tells a slow host from slow code).
   bfloat16's rounding. ``gradlab_bf16_qkv_sliced``: the optimizer reads the Q, K and V gradients
   as slices of the fused product's, as before ``gradlab.real.bert.QKV_GRADIENTS_APART``; the same
   losses. ``gradlab_bf16_as_before``: both of these and JAX's ``erfc`` GELU in place of
-  ``gradlab.real.bert_ops.gelu``, the step's kernels as the run of 2026-11-28 compiled them: the three
-  changes' A/B in one row (its losses differ in the last bits).
+  ``gradlab.real.bert_ops.gelu``, the step's kernels as the run of 2026-11-28 compiled them but
+  for the layers' dropout keys, split once since (the same masks): the three changes' A/B in one
+  row (its losses differ in the last bits).
   ``gradlab_bf16_stable`` copies the step's per-call inputs (the packed batch, the
   dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
   experiment that came before ``ResidentStep``. ``gradlab_bf16_no_graphs`` is ``gradlab_bf16``
@@ -598,7 +599,8 @@ def gradlab_bf16_qkv_sliced() -> dict:
 def gradlab_bf16_as_before() -> dict:
     """``gradlab_bf16`` with the three kernel changes made for the stretch undone at once: JAX's
     ``erfc`` GELU, the column sums in one reduction each, the Q, K, V gradients sliced in place
-    (the step's kernels as ``results/gpu.json``'s run of 2026-11-28 compiled them)."""
+    (the step's kernels as ``results/gpu.json``'s run of 2026-11-28 compiled them, but for the
+    layers' dropout keys, split once since)."""
     return _gradlab("gradlab_bf16_as_before")
 
 

@@ -32,7 +32,7 @@ __all__ = ["COLUMN_SUM_BLOCK", "column_sum", "in_blocks", "vector_columns", "lay
 #: (set it before any step is built). On an H200 the recipe's step spent about 0.9 ms of its 7.2
 #: in these sums over its 2,304 tokens, one kernel each with too few blocks for its 768 to 3,072
 #: outputs (11–15 µs for 3.5–14 MB); compiled for an H100, in two stages the step moves 11.99 GB
-#: where one reduction each moves 12.19, in 780 kernels instead of 769 (benchmarks/README.md).
+#: where one reduction each moves 12.19, in 750 kernels instead of 747 (benchmarks/README.md).
 #: ``benchmarks/gpu.py``'s ``gradlab_bf16_one_stage_sums`` row times one reduction against this.
 COLUMN_SUM_BLOCK: int | None = 64
 
@@ -96,8 +96,8 @@ def in_blocks(stacked: dict[str, Array], rows: int) -> dict[str, Array]:
     (:func:`_row`) and gives back its gradient's sums over n blocks of its rows
     (:func:`column_sum`); autodiff sums the blocks once for all layers, one small reduction per
     stacked vector where each layer's sum over its blocks was a kernel of its own: compiled for an
-    H100, the SimCSE step of BERT-base launches 780 kernels instead of 839 and moves the same
-    bytes (benchmarks/gpu_aot.py). Flat (n H, not (n, H)), so that XLA lays the sums over the
+    H100, the SimCSE step of BERT-base launched 780 kernels instead of 839 when they came in, and
+    moved the same bytes (benchmarks/gpu_aot.py). Flat (n H, not (n, H)), so that XLA lays the sums over the
     blocks out as their rows are: a reduction over a middle axis of (L, n, H) had it lay every
     activation out column by column (no LayerNorm kernel left, 0.46 GB more a step)."""
     blocks = _block_count(rows)
