@@ -48,11 +48,9 @@ def explore(
     """
     if not 0 <= port <= 65535:
         raise fail(f"--port must be within [0, 65535]; got {port}")
-    from gradlab.explore import require_extra
+    from gradlab.explore import View, require_extra, view_loss
 
-    require_extra("panel")
-    from gradlab.explore import View, serve, view_loss
-
+    # the arguments first (none needs Panel): a misuse says what is wrong with or without the extra
     params = parse_params(param)
     if loss is not None and compose is not None:
         raise fail("give at most one of --loss and --compose")
@@ -62,6 +60,8 @@ def explore(
         from gradlab.experiments import run_path
 
         run_path(run)
+    require_extra("panel")
+    from gradlab.explore import serve
 
     def ready(url: str) -> None:
         typer.echo(f"gradlab explore: serving {url} (Ctrl-C stops)")

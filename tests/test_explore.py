@@ -220,6 +220,19 @@ def test_explore_misuse_is_one_line(args, words):
     assert words in err, err
 
 
+@pytest.mark.parametrize("args, words", [
+    (["--loss", "barlow_twins"], "no angle form"),
+    (["--loss", "infonce", "--compose", "gd=none,weight=uniform,ratio=static"], "at most one of --loss and --compose"),
+    (["--run", "/nonexistent/run"], "no monitor log"),
+])
+def test_explore_misuse_is_named_before_a_missing_extra(monkeypatch, args, words):
+    """Without the explore extra a misused command still says what is wrong with its arguments
+    (none needs Panel); the missing extra is named once they are right (the test below)."""
+    monkeypatch.setitem(sys.modules, "panel", None)  # import panel -> ImportError
+    err = one_line_error(run("explore", "--no-browser", *args))
+    assert words in err and "panel" not in err, err
+
+
 def test_a_missing_explore_extra_names_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "panel", None)  # import panel -> ImportError
     err = one_line_error(run("explore", "--no-browser"))
