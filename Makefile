@@ -57,9 +57,13 @@ gpu-carry: real
 # and compile time for an H100, in a venv with JAX's CUDA plugin (4.5 GB; no driver, no device)
 # outside the repository.
 AOT_VENV ?= /work/aot-venv
+# The Python and JAX of the venv (empty: the newest JAX pip gives that Python); the GPU machines
+# run Python 3.12 and JAX 0.11.2: AOT_PYTHON=python3.12 AOT_JAX=0.11.2 compiles with their XLA.
+AOT_PYTHON ?= $(PYTHON)
+AOT_JAX ?=
 gpu-aot: gpu-carry
-	test -x $(AOT_VENV)/bin/python || $(PYTHON) -m venv $(AOT_VENV)
-	$(AOT_VENV)/bin/python -m pip install --quiet -e ".[real,gpu-cuda13]"
+	test -x $(AOT_VENV)/bin/python || $(AOT_PYTHON) -m venv $(AOT_VENV)
+	$(AOT_VENV)/bin/python -m pip install --quiet -e ".[real,gpu-cuda13]" $(if $(AOT_JAX),"jax[cuda13]==$(AOT_JAX)")
 	PYTHONPATH=$(CURDIR):$(CURDIR)/.gpu/site JAX_PLATFORMS=cpu $(AOT_VENV)/bin/python benchmarks/gpu_aot.py
 
 clean:
