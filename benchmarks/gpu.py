@@ -52,7 +52,8 @@ without a GPU, which tells a slow host from slow code).
   losses. ``gradlab_bf16_as_before``: both of these and JAX's ``erfc`` GELU in place of
   ``gradlab.real.bert_ops.gelu``, the step's kernels as the run of 2026-11-28 compiled them but
   for the layers' dropout keys, split once since (the same masks): the three changes' A/B in one
-  row (its losses differ in the last bits).
+  row (its losses differ in the last bits). ``gradlab_bf16_batch512_as_before``: the same at batch
+  512 (compiled by the GPU machines' JAX, the three changes move more bytes there).
   ``gradlab_bf16_stable`` copies the step's per-call inputs (the packed batch, the
   dropout keys) into the program's own buffers inside the program (``stable_inputs``), the
   experiment that came before ``ResidentStep``. ``gradlab_bf16_no_graphs`` is ``gradlab_bf16``
@@ -431,6 +432,8 @@ GRADLAB_ROWS = {
     "gradlab_bf16_stable": GradlabRow("bf16", BATCH, stable=True),
     "gradlab_float32": GradlabRow("float32", BATCH),
     "gradlab_bf16_batch512": GradlabRow("bf16", 512),
+    "gradlab_bf16_batch512_as_before": GradlabRow("bf16", 512, column_sum_block=None, qkv_gradients_apart=False,
+                                                  gelu="erfc"),
     "gradlab_bf16_rolled": GradlabRow("bf16", BATCH, unroll=False),
 }
 
@@ -613,6 +616,13 @@ def gradlab_bf16_stable() -> dict:
 def gradlab_bf16_batch512() -> dict:
     """Not the recipe's batch: how much of the chip a larger batch fills."""
     return _gradlab("gradlab_bf16_batch512")
+
+
+def gradlab_bf16_batch512_as_before() -> dict:
+    """``gradlab_bf16_batch512`` with the three kernel changes undone (``gradlab_bf16_as_before``'s
+    knobs): compiled for an H100 by the GPU machines' JAX they take 79 kernels off that step and
+    add 0.49 GB (``results/gpu_aot_jax0112.json``); whether they pay at that batch too."""
+    return _gradlab("gradlab_bf16_batch512_as_before")
 
 
 def _map_ms(loss: str, protocol, repeats: int) -> dict:
@@ -876,6 +886,7 @@ ROWS = {
     "train_loop": (train_loop, False, 150),
     "engine": (engine, False, 120),
     "gradlab_bf16_batch512": (gradlab_bf16_batch512, False, 120),
+    "gradlab_bf16_batch512_as_before": (gradlab_bf16_batch512_as_before, False, 120),
     "matmul": (matmul, False, 30),
     "gradlab_bf16_rolled": (gradlab_bf16_rolled, False, 120),
     "gradlab_bf16_stable": (gradlab_bf16_stable, False, 120),
@@ -1012,6 +1023,11 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
             lines.append(f"gradlab bf16, {what}: {ratio('gradlab_bf16', other)} held, "
                          f"{ratio('gradlab_bf16', other, 'step_s_released')} released, "
                          f"{ratio('gradlab_bf16', other, 'pipelined_s')} pipelined{agree}")
+    if rows_.get("gradlab_bf16_batch512_as_before", {}).get("step_s"):
+        agree = _losses_against(rows_["gradlab_bf16_batch512_as_before"], rows_.get("gradlab_bf16_batch512", {}))
+        pair = ("gradlab_bf16_batch512", "gradlab_bf16_batch512_as_before")
+        lines.append(f"gradlab bf16 at batch 512, the three kernel changes against none of them: {ratio(*pair)} held, "
+                     f"{ratio(*pair, 'step_s_released')} released, {ratio(*pair, 'pipelined_s')} pipelined{agree}")
     loop = results["train_loop"]
     for name, (_, flags) in XLA_ROWS.items():
         r, base = rows_.get(name, {}), rows_.get("gradlab_bf16", {})
