@@ -1012,22 +1012,19 @@ def _table(results: dict, peak: float | None, tokens_per_sentence: float) -> lis
         lines.append(f"gradlab bf16, the loop's resident step against the plain jitted step: "
                      f"{ratio('gradlab_bf16', 'gradlab_bf16_plain')} (synchronous, the step before held); pipelined: "
                      f"{ratio('gradlab_bf16', 'gradlab_bf16_plain', 'pipelined_s')}")
-    for other, what in (("gradlab_bf16_device_copies", "its outputs copied to the host's pinned memory against on "
-                                                        "the device"),
-                        ("gradlab_bf16_grads_apart", "Adam fused with the gradient norm's sums against apart"),
-                        ("gradlab_bf16_one_stage_sums", "the column sums in two stages against one reduction"),
-                        ("gradlab_bf16_qkv_sliced", "the Q, K, V gradients apart against sliced"),
-                        ("gradlab_bf16_as_before", "the three kernel changes against none of them")):
+    for base, other, what in (
+            ("gradlab_bf16", "gradlab_bf16_device_copies", "its outputs copied to the host's pinned memory against on "
+                                                           "the device"),
+            ("gradlab_bf16", "gradlab_bf16_grads_apart", "Adam fused with the gradient norm's sums against apart"),
+            ("gradlab_bf16", "gradlab_bf16_one_stage_sums", "the column sums in two stages against one reduction"),
+            ("gradlab_bf16", "gradlab_bf16_qkv_sliced", "the Q, K, V gradients apart against sliced"),
+            ("gradlab_bf16", "gradlab_bf16_as_before", "the three kernel changes against none of them"),
+            ("gradlab_bf16_batch512", "gradlab_bf16_batch512_as_before", "the three kernel changes against none of them")):
         if rows_.get(other, {}).get("step_s"):
-            agree = _losses_against(rows_[other], rows_.get("gradlab_bf16", {}))
-            lines.append(f"gradlab bf16, {what}: {ratio('gradlab_bf16', other)} held, "
-                         f"{ratio('gradlab_bf16', other, 'step_s_released')} released, "
-                         f"{ratio('gradlab_bf16', other, 'pipelined_s')} pipelined{agree}")
-    if rows_.get("gradlab_bf16_batch512_as_before", {}).get("step_s"):
-        agree = _losses_against(rows_["gradlab_bf16_batch512_as_before"], rows_.get("gradlab_bf16_batch512", {}))
-        pair = ("gradlab_bf16_batch512", "gradlab_bf16_batch512_as_before")
-        lines.append(f"gradlab bf16 at batch 512, the three kernel changes against none of them: {ratio(*pair)} held, "
-                     f"{ratio(*pair, 'step_s_released')} released, {ratio(*pair, 'pipelined_s')} pipelined{agree}")
+            agree = _losses_against(rows_[other], rows_.get(base, {}))
+            label = "gradlab bf16" if base == "gradlab_bf16" else "gradlab bf16 at batch 512"
+            lines.append(f"{label}, {what}: {ratio(base, other)} held, {ratio(base, other, 'step_s_released')} "
+                         f"released, {ratio(base, other, 'pipelined_s')} pipelined{agree}")
     loop = results["train_loop"]
     for name, (_, flags) in XLA_ROWS.items():
         r, base = rows_.get(name, {}), rows_.get("gradlab_bf16", {})
