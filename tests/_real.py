@@ -24,3 +24,14 @@ HF_FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 #: A tiny training corpus for the fixture checkpoints (24 sentences).
 TINY_SENTENCES = [f"sentence number {i} says something about {w}." for i, w in
                   enumerate(["cats", "dogs", "stocks", "rain", "music", "bread", "trains", "rivers"] * 3)]
+
+
+def equations(jaxpr):
+    """Every equation of ``jaxpr`` (a Jaxpr or ClosedJaxpr) and of the jaxprs nested in it (loop
+    bodies, jitted calls, custom derivatives), each before those nested in it."""
+    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if hasattr(getattr(sub, "jaxpr", sub), "eqns"):
+                    yield from equations(sub)

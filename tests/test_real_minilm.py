@@ -38,6 +38,7 @@ from gradlab.real import light as light_mod  # noqa: E402
 from gradlab.real.data import STSPairs  # noqa: E402
 from gradlab.real.dropout import dropout_keep  # noqa: E402
 from gradlab.real.stsb import pair_cosines, stsb_scores, stsb_spearman  # noqa: E402
+from tests._real import equations  # noqa: E402
 
 pytestmark = pytest.mark.x64  # float64 references (tests/conftest.py)
 
@@ -445,16 +446,6 @@ def test_the_layer_loop_keeps_no_copy_of_the_weights_for_the_backward_pass(remat
     assert kept and not {(2, *s[1:]) for s in stacks} & kept, sorted(kept)
 
 
-def _equations(jaxpr):
-    """Every equation of ``jaxpr`` (a Jaxpr or ClosedJaxpr), those of the jaxprs inside it included."""
-    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
-        yield eqn
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                if hasattr(getattr(sub, "jaxpr", sub), "eqns"):
-                    yield from _equations(sub)
-
-
 def test_the_last_layers_weight_gradient_is_added_into_the_stacks():
     """With the [CLS]-only last layer, which runs apart from the layer loop, the gradient of the
     stacked weights is the loop's with the last layer's added in place: no pad of the last layer's
@@ -462,7 +453,7 @@ def test_the_last_layers_weight_gradient_is_added_into_the_stacks():
     params, loss, stacks = _three_layer_first_only()
 
     def padded(f):  # the shapes of the pads in the gradient's program
-        return {tuple(e.outvars[0].aval.shape) for e in _equations(jax.make_jaxpr(jax.grad(f))(params))
+        return {tuple(e.outvars[0].aval.shape) for e in equations(jax.make_jaxpr(jax.grad(f))(params))
                 if e.primitive.name == "pad"}
 
     assert not padded(loss) & stacks, padded(loss)
@@ -492,7 +483,7 @@ def test_every_layers_dropout_keys_come_from_one_split(unroll):
         keys = jax.random.split(jax.random.key(0))
         jaxpr = jax.make_jaxpr(lambda p, k, cfg=cfg: bert.bert_forward(p, ids, mask, config=cfg, key=k,
                                                                        unroll=unroll))(params, keys)
-        counts[layers] = collections.Counter(e.primitive.name for e in _equations(jaxpr))
+        counts[layers] = collections.Counter(e.primitive.name for e in equations(jaxpr))
     assert counts[2]["random_split"] == counts[5]["random_split"] == 3
     if unroll:  # the embeddings' mask, then three per layer
         assert (counts[2]["threefry2x32"], counts[5]["threefry2x32"]) == (1 + 3 * 2, 1 + 3 * 5)

